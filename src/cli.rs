@@ -1,0 +1,55 @@
+//! Command line: `boxd serve ...`. Every flag has an environment fallback, because images configure boxd
+//! through env (`SECRET_TOKEN`, `WORKSPACE_DIR`, ...).
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "boxd",
+    version,
+    about = "The agent inside a sandbox container: shell, files, git and tools over HTTP"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve the HTTP API.
+    Serve(ServeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, env = "HOST", default_value = "0.0.0.0")]
+    pub host: String,
+
+    /// Port to listen on (0 picks a free one; the address is logged).
+    #[arg(long, env = "PORT", default_value_t = 8000)]
+    pub port: u16,
+
+    /// The workspace directory every file path is confined to; created if missing.
+    #[arg(long, env = "WORKSPACE_DIR", default_value = "/workspace")]
+    pub workspace: PathBuf,
+
+    /// MCP servers to host at start-up (upstream's mcp_server_configs.json format).
+    #[arg(long, env = "BOXD_MCP_CONFIG")]
+    pub mcp_config: Option<PathBuf>,
+
+    /// Bearer token clients must send. Prefer the env var: argv is visible to other processes.
+    /// Unset or empty: a random token is generated and printed once on stderr.
+    #[arg(long, env = "SECRET_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+
+    /// Default seconds before a shell command's process group is killed.
+    #[arg(long, env = "BOXD_COMMAND_TIMEOUT", default_value_t = 300.0)]
+    pub command_timeout: f64,
+
+    /// Cap in bytes on each of a command's stdout and stderr (head and tail are kept).
+    #[arg(long, env = "BOXD_MAX_OUTPUT", default_value_t = 4 * 1024 * 1024)]
+    pub max_output: usize,
+}

@@ -1,0 +1,82 @@
+//! The one error type of the HTTP API and the one place it becomes a status code.
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("{0}")]
+    Forbidden(String),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    Conflict(String),
+    #[error("{0}")]
+    PayloadTooLarge(String),
+    #[error("{0}")]
+    RangeNotSatisfiable(String),
+    #[error("{0}")]
+    Unprocessable(String),
+    #[error("{0}")]
+    InsufficientStorage(String),
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl ApiError {
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::Conflict(_) => StatusCode::CONFLICT,
+            ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::RangeNotSatisfiable(_) => StatusCode::RANGE_NOT_SATISFIABLE,
+            ApiError::Unprocessable(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            ApiError::InsufficientStorage(_) => StatusCode::INSUFFICIENT_STORAGE,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// Maps a filesystem error on `what` (a path as the user gave it) to the status a client can act on.
+    pub fn from_io(err: &std::io::Error, what: &str) -> ApiError {
+        use std::io::ErrorKind as K;
+        let message = format!("{what}: {err}");
+        match err.kind() {
+            K::NotFound => ApiError::NotFound(message),
+            K::PermissionDenied | K::ReadOnlyFilesystem => ApiError::Forbidden(message),
+            K::AlreadyExists | K::IsADirectory | K::NotADirectory | K::DirectoryNotEmpty => {
+                ApiError::Conflict(message)
+            }
+            K::InvalidInput | K::InvalidFilename | K::CrossesDevices => {
+                ApiError::BadRequest(message)
+            }
+            K::StorageFull | K::QuotaExceeded | K::FileTooLarge => {
+                ApiError::InsufficientStorage(message)
+            }
+            _ => ApiError::Internal(message),
+        }
+    }
+}
+
+impl From<tokio::task::JoinError> for ApiError {
+    fn from(err: tokio::task::JoinError) -> Self {
+        ApiError::Internal(format!("worker task failed: {err}"))
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        if status.is_server_error() {
+            tracing::error!(status = status.as_u16(), detail = %self, "request failed");
+        }
+        (status, Json(json!({ "detail": self.to_string() }))).into_response()
+    }
+}
+
+pub type ApiResult<T> = Result<T, ApiError>;

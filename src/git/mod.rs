@@ -1,0 +1,261 @@
+//! The git watcher (`/watcher/*`) on libgit2: commit everything, diff the working tree or two commits, and
+//! the log with per-commit diffs. Diffs never touch the user's index; calls are serialised because libgit2
+//! and `git` itself take the same index lock.
+
+mod diff_text;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use axum::extract::State;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use git2::{DiffOptions, ErrorCode, IndexAddOption, Oid, Repository, Signature, Sort};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{ApiError, ApiResult};
+use crate::http::extract::{ApiJson, ApiQuery};
+
+/// What upstream writes into the repository config; boxd uses it only when no identity is configured.
+const FALLBACK_NAME: &str = "User";
+const FALLBACK_EMAIL: &str = "user@example.com";
+
+pub struct GitWatcher {
+    workdir: PathBuf,
+    lock: Mutex<()>,
+}
+
+impl From<git2::Error> for ApiError {
+    fn from(err: git2::Error) -> Self {
+        match err.code() {
+            ErrorCode::Locked => ApiError::Conflict(format!("git: {}", err.message())),
+            _ => ApiError::Internal(format!("git: {}", err.message())),
+        }
+    }
+}
+
+#[derive(Serialize)]
+pub struct CommitOutcome {
+    commit: String,
+    message: String,
+}
+
+#[derive(Serialize)]
+pub struct LogEntry {
+    commit: String,
+    author: String,
+    date: String,
+    message: String,
+    diff: BTreeMap<String, String>,
+}
+
+impl GitWatcher {
+    pub fn new(workdir: PathBuf) -> Self {
+        GitWatcher {
+            workdir,
+            lock: Mutex::new(()),
+        }
+    }
+
+    /// Blocking. Runs `work` on the workspace repository, creating it on first use.
+    fn with_repo<T>(&self, work: impl FnOnce(&Repository) -> ApiResult<T>) -> ApiResult<T> {
+        let _serialised = self
+            .lock
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let repo = match Repository::open(&self.workdir) {
+            Ok(repo) => repo,
+            Err(err) if err.code() == ErrorCode::NotFound => {
+                tracing::info!(workdir = %self.workdir.display(), "workspace is not a git repository; initialising one");
+                Repository::init(&self.workdir)?
+            }
+            Err(err) => return Err(err.into()),
+        };
+        work(&repo)
+    }
+
+    pub fn commit_all(&self, message: &str) -> ApiResult<CommitOutcome> {
+        self.with_repo(|repo| {
+            let mut index = repo.index()?;
+            index.add_all(["*"], IndexAddOption::DEFAULT, None)?;
+            index.update_all(["*"], None)?;
+            index.write()?;
+            let tree = repo.find_tree(index.write_tree()?)?;
+            let signature = repo
+                .signature()
+                .or_else(|_| Signature::now(FALLBACK_NAME, FALLBACK_EMAIL))?;
+            let parent = head_commit(repo)?;
+            let parents: Vec<&git2::Commit> = parent.iter().collect();
+            let oid = repo.commit(
+                Some("HEAD"),
+                &signature,
+                &signature,
+                message,
+                &tree,
+                &parents,
+            )?;
+            Ok(CommitOutcome {
+                commit: oid.to_string(),
+                message: message.to_owned(),
+            })
+        })
+    }
+
+    /// Working tree (untracked files included, ignored ones not) against HEAD, or against the empty tree
+    /// when there is no commit yet.
+    pub fn diff_worktree(&self) -> ApiResult<BTreeMap<String, String>> {
+        self.with_repo(|repo| {
+            let head_tree = head_commit(repo)?.map(|commit| commit.tree()).transpose()?;
+            let mut options = DiffOptions::new();
+            options
+                .include_untracked(true)
+                .recurse_untracked_dirs(true)
+                .show_untracked_content(true);
+            let diff =
+                repo.diff_tree_to_workdir_with_index(head_tree.as_ref(), Some(&mut options))?;
+            Ok(diff_text::render(&diff)?)
+        })
+    }
+
+    pub fn diff_commits(&self, from: &str, to: &str) -> ApiResult<BTreeMap<String, String>> {
+        self.with_repo(|repo| {
+            let from_tree = find_commit(repo, from)?.tree()?;
+            let to_tree = find_commit(repo, to)?.tree()?;
+            let diff = repo.diff_tree_to_tree(Some(&from_tree), Some(&to_tree), None)?;
+            Ok(diff_text::render(&diff)?)
+        })
+    }
+
+    pub fn log(&self, skip: usize, limit: Option<usize>) -> ApiResult<Vec<LogEntry>> {
+        self.with_repo(|repo| {
+            if head_commit(repo)?.is_none() {
+                return Ok(Vec::new());
+            }
+            let mut walk = repo.revwalk()?;
+            walk.set_sorting(Sort::TOPOLOGICAL | Sort::TIME)?;
+            walk.push_head()?;
+            let mut entries = Vec::new();
+            for oid in walk.skip(skip).take(limit.unwrap_or(usize::MAX)) {
+                entries.push(log_entry(repo, oid?)?);
+            }
+            Ok(entries)
+        })
+    }
+}
+
+fn log_entry(repo: &Repository, oid: Oid) -> ApiResult<LogEntry> {
+    let commit = repo.find_commit(oid)?;
+    let parent_tree = match commit.parents().next() {
+        Some(parent) => Some(parent.tree()?),
+        None => None,
+    };
+    let diff = repo.diff_tree_to_tree(parent_tree.as_ref(), Some(&commit.tree()?), None)?;
+    Ok(LogEntry {
+        commit: oid.to_string(),
+        author: commit.author().name().unwrap_or_default().to_owned(),
+        date: iso8601(commit.time()),
+        message: commit.message().unwrap_or_default().trim().to_owned(),
+        diff: diff_text::render(&diff)?,
+    })
+}
+
+/// Python's `datetime.isoformat()` of the commit time in its own offset, as upstream reports it.
+fn iso8601(time: git2::Time) -> String {
+    use chrono::{FixedOffset, TimeZone};
+    FixedOffset::east_opt(time.offset_minutes() * 60)
+        .and_then(|offset| offset.timestamp_opt(time.seconds(), 0).single())
+        .map(|moment| moment.to_rfc3339())
+        .unwrap_or_default()
+}
+
+fn head_commit(repo: &Repository) -> ApiResult<Option<git2::Commit<'_>>> {
+    match repo.head() {
+        Ok(head) => Ok(Some(head.peel_to_commit()?)),
+        Err(err) if matches!(err.code(), ErrorCode::UnbornBranch | ErrorCode::NotFound) => Ok(None),
+        Err(err) => Err(err.into()),
+    }
+}
+
+fn find_commit<'repo>(repo: &'repo Repository, spec: &str) -> ApiResult<git2::Commit<'repo>> {
+    let object = repo.revparse_single(spec).map_err(|err| match err.code() {
+        ErrorCode::Ambiguous => ApiError::BadRequest(format!("ambiguous commit: {spec}")),
+        _ => ApiError::NotFound(format!("unknown commit: {spec}")),
+    })?;
+    object
+        .peel_to_commit()
+        .map_err(|_| ApiError::NotFound(format!("not a commit: {spec}")))
+}
+
+pub fn routes<S>() -> Router<S>
+where
+    S: Clone + Send + Sync + 'static,
+    Arc<GitWatcher>: axum::extract::FromRef<S>,
+{
+    Router::new()
+        .route("/watcher/commit_changes", post(commit_changes))
+        .route("/watcher/generate_diff", post(generate_diff))
+        .route("/watcher/git_logs", get(git_logs))
+}
+
+#[derive(Deserialize)]
+struct CommitRequest {
+    #[serde(default)]
+    commit_message: Option<String>,
+}
+
+async fn commit_changes(
+    State(git): State<Arc<GitWatcher>>,
+    ApiJson(request): ApiJson<CommitRequest>,
+) -> ApiResult<Json<CommitOutcome>> {
+    let message = request
+        .commit_message
+        .unwrap_or_else(|| "Automated commit".to_owned());
+    Ok(Json(
+        tokio::task::spawn_blocking(move || git.commit_all(&message)).await??,
+    ))
+}
+
+#[derive(Deserialize)]
+struct DiffRequest {
+    #[serde(default)]
+    commit_a: Option<String>,
+    #[serde(default)]
+    commit_b: Option<String>,
+}
+
+async fn generate_diff(
+    State(git): State<Arc<GitWatcher>>,
+    ApiJson(request): ApiJson<DiffRequest>,
+) -> ApiResult<Json<serde_json::Value>> {
+    let given = |commit: Option<String>| commit.filter(|commit| !commit.trim().is_empty());
+    let diffs = match (given(request.commit_a), given(request.commit_b)) {
+        (None, None) => tokio::task::spawn_blocking(move || git.diff_worktree()).await??,
+        (Some(from), Some(to)) => {
+            tokio::task::spawn_blocking(move || git.diff_commits(&from, &to)).await??
+        }
+        _ => {
+            return Err(ApiError::BadRequest(
+                "Invalid commit range: give both commit_a and commit_b, or neither".into(),
+            ));
+        }
+    };
+    Ok(Json(serde_json::json!({ "diffs": diffs })))
+}
+
+#[derive(Deserialize)]
+struct LogQuery {
+    #[serde(default)]
+    limit: Option<usize>,
+    #[serde(default)]
+    skip: Option<usize>,
+}
+
+async fn git_logs(
+    State(git): State<Arc<GitWatcher>>,
+    ApiQuery(query): ApiQuery<LogQuery>,
+) -> ApiResult<Json<serde_json::Value>> {
+    let logs = tokio::task::spawn_blocking(move || git.log(query.skip.unwrap_or(0), query.limit))
+        .await??;
+    Ok(Json(serde_json::json!({ "logs": logs })))
+}

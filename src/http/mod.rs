@@ -1,0 +1,90 @@
+//! The HTTP API: every capability's routes, behind bearer auth and request logging, served at `/` and
+//! again under `/fastapi/` (the prefix the Python client appends, which nginx strips in images).
+
+pub mod auth;
+pub mod extract;
+mod log;
+
+use std::sync::Arc;
+
+use axum::extract::{DefaultBodyLimit, FromRef, Path, State};
+use axum::response::IntoResponse;
+use axum::routing::{get, post};
+use axum::{Json, Router, middleware};
+use serde_json::Value;
+
+use crate::error::{ApiError, ApiResult};
+use crate::git::GitWatcher;
+use crate::tools::{CallToolResult, ToolRegistry};
+use crate::workspace::Workspace;
+use crate::{git, workspace};
+
+/// JSON bodies (tool arguments, file contents sent as strings) up to this size; raw file uploads are
+/// streamed and not limited by it.
+const MAX_JSON_BODY: usize = 64 * 1024 * 1024;
+
+#[derive(Clone)]
+pub struct AppState {
+    pub tools: Arc<ToolRegistry>,
+    pub workspace: Arc<Workspace>,
+    pub git: Arc<GitWatcher>,
+    pub token: auth::Token,
+}
+
+impl FromRef<AppState> for Arc<Workspace> {
+    fn from_ref(state: &AppState) -> Self {
+        Arc::clone(&state.workspace)
+    }
+}
+
+impl FromRef<AppState> for Arc<GitWatcher> {
+    fn from_ref(state: &AppState) -> Self {
+        Arc::clone(&state.git)
+    }
+}
+
+impl FromRef<AppState> for Arc<ToolRegistry> {
+    fn from_ref(state: &AppState) -> Self {
+        Arc::clone(&state.tools)
+    }
+}
+
+pub fn router(state: AppState) -> Router {
+    let api: Router = Router::new()
+        .route("/healthz", get(healthz))
+        .route("/tools/{tool_name}", post(call_tool))
+        .merge(workspace::routes())
+        .merge(git::routes())
+        .layer(DefaultBodyLimit::max(MAX_JSON_BODY))
+        .route_layer(middleware::from_fn_with_state(
+            state.token.clone(),
+            auth::require_bearer,
+        ))
+        .with_state(state);
+    Router::new()
+        .route("/livez", get(|| async { "OK" }))
+        .merge(api.clone())
+        .nest("/fastapi", api)
+        .fallback(|| async { ApiError::NotFound("no such route".into()) })
+        .layer(middleware::from_fn(log::log_request))
+}
+
+async fn healthz() -> impl IntoResponse {
+    "OK"
+}
+
+/// `POST /tools/{name}`: the body is the tool's arguments. Serves `run_shell_command`,
+/// `run_ipython_cell` and any other registered tool by name.
+async fn call_tool(
+    State(tools): State<Arc<ToolRegistry>>,
+    Path(tool_name): Path<String>,
+    extract::ApiJson(arguments): extract::ApiJson<Value>,
+) -> ApiResult<Json<CallToolResult>> {
+    if !arguments.is_object() {
+        return Err(ApiError::Unprocessable(
+            "the body must be a JSON object".into(),
+        ));
+    }
+    let tool = tools.get(&tool_name)?.clone();
+    Ok(Json(tool.call(arguments).await?))
+}

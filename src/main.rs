@@ -1,0 +1,147 @@
+//! boxd: the one process inside every agent-sandbox container.
+
+mod cli;
+mod error;
+mod git;
+mod http;
+mod shell;
+mod tools;
+mod workspace;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Parser;
+use tokio::net::TcpListener;
+use tracing_subscriber::EnvFilter;
+
+use cli::{Cli, Command, ServeArgs};
+use http::{AppState, auth};
+use tools::ToolRegistry;
+
+/// How long in-flight requests may finish after SIGTERM before boxd exits anyway.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("boxd: cannot start the async runtime: {err}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let result = match cli.command {
+        Command::Serve(args) => runtime.block_on(serve(args)),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(message) => {
+            tracing::error!("{message}");
+            eprintln!("boxd: {message}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve(args: ServeArgs) -> Result<(), String> {
+    let token = match args.token.filter(|token| !token.is_empty()) {
+        Some(token) => token,
+        None => {
+            let token = auth::generate();
+            eprintln!("boxd: SECRET_TOKEN is not set; generated token: {token}");
+            token
+        }
+    };
+    let command_timeout = Duration::try_from_secs_f64(args.command_timeout)
+        .ok()
+        .filter(|timeout| !timeout.is_zero())
+        .ok_or_else(|| {
+            format!(
+                "--command-timeout must be positive, got {}",
+                args.command_timeout
+            )
+        })?;
+    if args.max_output == 0 {
+        return Err("--max-output must be positive".into());
+    }
+    let workspace = workspace::Workspace::open(&args.workspace)
+        .map_err(|err| format!("cannot open workspace {}: {err}", args.workspace.display()))?;
+    if let Some(config) = &args.mcp_config {
+        tracing::warn!(config = %config.display(), "MCP server hosting is not in this build yet; the config is not loaded");
+    }
+
+    let mut tools = ToolRegistry::default();
+    tools.register(shell::tool(
+        workspace.real_root().to_path_buf(),
+        shell::ShellLimits {
+            default_timeout: command_timeout,
+            max_output_bytes: args.max_output,
+            kill_grace: Duration::from_secs(2),
+            drain: Duration::from_millis(200),
+        },
+    ));
+
+    let state = AppState {
+        tools: Arc::new(tools),
+        git: Arc::new(git::GitWatcher::new(workspace.real_root().to_path_buf())),
+        workspace: Arc::new(workspace),
+        token: auth::Token::new(&token),
+    };
+    let listener = TcpListener::bind((args.host.as_str(), args.port))
+        .await
+        .map_err(|err| format!("cannot listen on {}:{}: {err}", args.host, args.port))?;
+    let address: SocketAddr = listener.local_addr().map_err(|err| err.to_string())?;
+    tracing::info!(
+        workspace = %state.workspace.root().display(),
+        version = env!("CARGO_PKG_VERSION"),
+        "boxd listening on http://{address}"
+    );
+
+    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        wait_for_stop_signal().await;
+        let _ = stop_tx.send(true);
+    });
+    let mut graceful_stop = stop_rx.clone();
+    let server = axum::serve(listener, http::router(state)).with_graceful_shutdown(async move {
+        let _ = graceful_stop.wait_for(|stopped| *stopped).await;
+        tracing::info!("stop signal received; finishing in-flight requests");
+    });
+    tokio::select! {
+        served = server => served.map_err(|err| format!("server failed: {err}")),
+        _ = async {
+            let _ = stop_rx.wait_for(|stopped| *stopped).await;
+            tokio::time::sleep(SHUTDOWN_GRACE).await;
+        } => {
+            tracing::warn!(grace = ?SHUTDOWN_GRACE, "in-flight requests did not finish; exiting anyway");
+            Ok(())
+        }
+    }
+}
+
+async fn wait_for_stop_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut terminate), Ok(mut interrupt)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        tracing::error!("cannot install signal handlers; boxd will only stop when killed");
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = terminate.recv() => {},
+        _ = interrupt.recv() => {},
+    }
+}

@@ -1,0 +1,299 @@
+//! `run_shell_command`: `/bin/sh -c` in the workspace, in its own process group, with a timeout that kills
+//! the whole group and output caps that keep the process safe from a flood.
+
+mod output;
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::io::AsyncReadExt;
+use tokio::process::Command;
+use tokio::time::{Instant, sleep_until};
+
+use crate::error::ApiError;
+use crate::tools::{CallToolResult, ContentItem, GENERIC_GROUP, Tool, parse_arguments};
+use output::CappedOutput;
+
+/// The exit code `timeout(1)` uses; scripts and agents already read it as "timed out".
+const TIMED_OUT_EXIT_CODE: i32 = 124;
+const READ_CHUNK: usize = 64 * 1024;
+
+#[derive(Debug, Clone)]
+pub struct ShellLimits {
+    pub default_timeout: Duration,
+    pub max_output_bytes: usize,
+    /// Between SIGTERM and SIGKILL of a timed-out group.
+    pub kill_grace: Duration,
+    /// How long output is still collected after the shell exits, for a background child holding the pipe.
+    pub drain: Duration,
+}
+
+#[derive(Debug, Deserialize)]
+struct ShellRequest {
+    command: String,
+    #[serde(default)]
+    timeout: Option<f64>,
+}
+
+#[derive(Debug)]
+pub struct ShellOutcome {
+    pub stdout: String,
+    pub stderr: String,
+    pub returncode: i32,
+}
+
+impl ShellOutcome {
+    /// Upstream's result shape: stdout always, stderr only when non-empty, then returncode;
+    /// `isError` means "stderr is non-empty".
+    pub fn into_result(self) -> CallToolResult {
+        let mut content = vec![ContentItem::described_text("stdout", self.stdout)];
+        let is_error = !self.stderr.is_empty();
+        if is_error {
+            content.push(ContentItem::described_text("stderr", self.stderr));
+        }
+        content.push(ContentItem::described_text(
+            "returncode",
+            self.returncode.to_string(),
+        ));
+        CallToolResult::new(content, is_error)
+    }
+}
+
+pub fn tool(workspace: PathBuf, limits: ShellLimits) -> Tool {
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "command": {"type": "string", "description": "Shell command to execute"},
+            "timeout": {
+                "type": "number",
+                "description": "Seconds before the command's process group is killed (default set by the server)"
+            }
+        },
+        "required": ["command"]
+    });
+    let context = Arc::new((workspace, limits));
+    Tool::new(
+        GENERIC_GROUP,
+        "run_shell_command",
+        "Run a shell command.",
+        schema,
+        move |arguments: Value| {
+            let context = Arc::clone(&context);
+            async move {
+                let request: ShellRequest = parse_arguments("run_shell_command", arguments)?;
+                let (workspace, limits) = &*context;
+                if request.command.trim().is_empty() {
+                    return Err(ApiError::BadRequest("Command is required.".into()));
+                }
+                let timeout = match request.timeout {
+                    None => limits.default_timeout,
+                    Some(seconds) => Duration::try_from_secs_f64(seconds)
+                        .ok()
+                        .filter(|timeout| !timeout.is_zero())
+                        .ok_or_else(|| {
+                            ApiError::BadRequest(format!(
+                                "timeout must be a positive number of seconds, got {seconds}"
+                            ))
+                        })?,
+                };
+                let outcome = run(&request.command, workspace, timeout, limits)
+                    .await
+                    .map_err(|err| ApiError::Internal(format!("cannot start /bin/sh: {err}")))?;
+                Ok(outcome.into_result())
+            }
+        },
+    )
+}
+
+/// Kills the process group if the caller goes away (client disconnect drops the request future)
+/// while the shell still runs, so an abandoned command does not run on unobserved.
+struct GroupKillOnDrop {
+    pgid: Option<i32>,
+}
+
+impl Drop for GroupKillOnDrop {
+    fn drop(&mut self) {
+        if let Some(pgid) = self.pgid {
+            tracing::info!(
+                pgid,
+                "caller went away; killing the command's process group"
+            );
+            signal_group(pgid, libc::SIGKILL);
+        }
+    }
+}
+
+fn signal_group(pgid: i32, signal: i32) {
+    // SAFETY: killpg only sends a signal; a stale pgid yields ESRCH, which is harmless here.
+    unsafe {
+        libc::killpg(pgid, signal);
+    }
+}
+
+pub async fn run(
+    command: &str,
+    cwd: &Path,
+    timeout: Duration,
+    limits: &ShellLimits,
+) -> std::io::Result<ShellOutcome> {
+    let mut child = Command::new("/bin/sh")
+        .arg("-c")
+        .arg(command)
+        .current_dir(cwd)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()?;
+    let pgid = child.id().map(|pid| pid as i32);
+    let mut guard = GroupKillOnDrop { pgid };
+    let (Some(mut stdout), Some(mut stderr)) = (child.stdout.take(), child.stderr.take()) else {
+        return Err(std::io::Error::other("child pipes missing"));
+    };
+
+    let mut stdout_buf = CappedOutput::new(limits.max_output_bytes);
+    let mut stderr_buf = CappedOutput::new(limits.max_output_bytes);
+    let mut stdout_chunk = vec![0u8; READ_CHUNK];
+    let mut stderr_chunk = vec![0u8; READ_CHUNK];
+    let (mut stdout_open, mut stderr_open) = (true, true);
+
+    let started = Instant::now();
+    let timeout_at = started + timeout;
+    let mut exit_status = None;
+    let mut drain_until = None;
+    let mut kill_at = None;
+    let mut timed_out = false;
+
+    loop {
+        if exit_status.is_some() && !stdout_open && !stderr_open {
+            break;
+        }
+        tokio::select! {
+            read = stdout.read(&mut stdout_chunk), if stdout_open => match read {
+                Ok(0) | Err(_) => stdout_open = false,
+                Ok(n) => stdout_buf.push(&stdout_chunk[..n]),
+            },
+            read = stderr.read(&mut stderr_chunk), if stderr_open => match read {
+                Ok(0) | Err(_) => stderr_open = false,
+                Ok(n) => stderr_buf.push(&stderr_chunk[..n]),
+            },
+            status = child.wait(), if exit_status.is_none() => {
+                exit_status = Some(status?);
+                guard.pgid = None;
+                drain_until = Some(Instant::now() + limits.drain);
+            },
+            _ = sleep_until(timeout_at), if !timed_out && exit_status.is_none() => {
+                timed_out = true;
+                if let Some(pgid) = pgid {
+                    tracing::info!(pgid, ?timeout, "command timed out; sending SIGTERM to its group");
+                    signal_group(pgid, libc::SIGTERM);
+                }
+                kill_at = Some(Instant::now() + limits.kill_grace);
+            },
+            _ = sleep_until(kill_at.unwrap_or(timeout_at)), if kill_at.is_some() => {
+                if let Some(pgid) = pgid {
+                    signal_group(pgid, libc::SIGKILL);
+                }
+                kill_at = None;
+            },
+            _ = sleep_until(drain_until.unwrap_or(timeout_at)), if drain_until.is_some() => break,
+        }
+    }
+
+    if let (Some(pgid), Some(kill_at)) = (pgid, kill_at) {
+        // The shell left on SIGTERM, but members of its group that ignore TERM still get KILL on schedule.
+        tokio::spawn(async move {
+            sleep_until(kill_at).await;
+            signal_group(pgid, libc::SIGKILL);
+        });
+    }
+
+    let mut stderr_text = stderr_buf.into_text();
+    let returncode = if timed_out {
+        if !stderr_text.is_empty() && !stderr_text.ends_with('\n') {
+            stderr_text.push('\n');
+        }
+        stderr_text.push_str(&format!(
+            "[boxd: command timed out after {}s; its process group was killed]\n",
+            timeout.as_secs_f64()
+        ));
+        TIMED_OUT_EXIT_CODE
+    } else {
+        exit_status.map(exit_code_like_python).unwrap_or(-1)
+    };
+    Ok(ShellOutcome {
+        stdout: stdout_buf.into_text(),
+        stderr: stderr_text,
+        returncode,
+    })
+}
+
+/// Upstream (Python's asyncio) reports death by signal N as `-N`; keep that.
+fn exit_code_like_python(status: std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status
+        .code()
+        .or_else(|| status.signal().map(|signal| -signal))
+        .unwrap_or(-1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits() -> ShellLimits {
+        ShellLimits {
+            default_timeout: Duration::from_secs(10),
+            max_output_bytes: 1024,
+            kill_grace: Duration::from_millis(500),
+            drain: Duration::from_millis(100),
+        }
+    }
+
+    #[tokio::test]
+    async fn splits_streams_and_reports_exit_code() {
+        let outcome = run(
+            "echo out; echo err >&2; exit 3",
+            Path::new("/"),
+            Duration::from_secs(5),
+            &limits(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(outcome.stdout, "out\n");
+        assert_eq!(outcome.stderr, "err\n");
+        assert_eq!(outcome.returncode, 3);
+    }
+
+    #[tokio::test]
+    async fn death_by_signal_is_negative() {
+        let outcome = run(
+            "kill -9 $$",
+            Path::new("/"),
+            Duration::from_secs(5),
+            &limits(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(outcome.returncode, -9);
+    }
+
+    #[tokio::test]
+    async fn timeout_kills_and_reports_124() {
+        let outcome = run(
+            "echo started; sleep 30",
+            Path::new("/"),
+            Duration::from_millis(300),
+            &limits(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(outcome.returncode, 124);
+        assert_eq!(outcome.stdout, "started\n");
+        assert!(outcome.stderr.contains("timed out"));
+    }
+}
