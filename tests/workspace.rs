@@ -1,0 +1,578 @@
+//! `/workspace/*` against the real binary: contract behaviour, confinement, streaming and atomicity.
+
+mod common;
+
+use std::os::unix::fs::symlink;
+
+use common::Server;
+use serde_json::{Value, json};
+
+fn encode(path: &str) -> String {
+    percent_encoding::utf8_percent_encode(path, percent_encoding::NON_ALPHANUMERIC).to_string()
+}
+
+async fn status_of(request: reqwest::RequestBuilder) -> u16 {
+    request.send().await.unwrap().status().as_u16()
+}
+
+#[tokio::test]
+async fn write_read_list_exists_move_mkdir_delete() {
+    let server = Server::start();
+    let written: Value = server
+        .put("/workspace/file?path=dir/a.txt")
+        .body("hello")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(written["type"], "file");
+    assert_eq!(written["size"], 5);
+    assert_eq!(written["name"], "a.txt");
+    assert_eq!(written["path"], server.ws("dir/a.txt").to_str().unwrap());
+    assert!(written["mtime_ms"].as_i64().unwrap() > 0);
+
+    let text = server
+        .get("/workspace/file?path=dir/a.txt")
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        text.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/plain")
+    );
+    assert_eq!(text.text().await.unwrap(), "hello");
+    let absolute = format!(
+        "/workspace/file?path={}&format=bytes",
+        encode(server.ws("dir/a.txt").to_str().unwrap())
+    );
+    assert_eq!(
+        server
+            .get(&absolute)
+            .send()
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap()
+            .as_ref(),
+        b"hello"
+    );
+
+    let exists: Value = server
+        .get("/workspace/exists?path=dir/a.txt")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(exists, json!({"exists": true}));
+    let missing: Value = server
+        .get("/workspace/exists?path=nope")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(missing, json!({"exists": false}));
+
+    let created: Value = server
+        .post("/workspace/mkdir")
+        .json(&json!({"path": "x/y"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(created, json!({"created": true}));
+    let again: Value = server
+        .post("/workspace/mkdir")
+        .json(&json!({"path": "x/y"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(again, json!({"created": false}));
+    assert_eq!(
+        status_of(
+            server
+                .post("/workspace/mkdir")
+                .json(&json!({"path": "dir/a.txt"}))
+        )
+        .await,
+        409
+    );
+
+    let moved: Value = server
+        .post("/workspace/move")
+        .json(&json!({"source": "dir/a.txt", "destination": "x/y/b.txt"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(moved["path"], server.ws("x/y/b.txt").to_str().unwrap());
+    assert_eq!(
+        std::fs::read_to_string(server.ws("x/y/b.txt")).unwrap(),
+        "hello"
+    );
+    assert_eq!(
+        status_of(
+            server
+                .post("/workspace/move")
+                .json(&json!({"source": "dir/a.txt", "destination": "z"}))
+        )
+        .await,
+        404
+    );
+
+    let listed: Value = server
+        .get("/workspace/list?path=x&depth=2")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let names: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|entry| entry["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["y", "b.txt"]);
+    let shallow: Value = server
+        .get("/workspace/list?path=x")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(shallow.as_array().unwrap().len(), 1);
+    assert_eq!(shallow[0]["type"], "dir");
+    assert!(shallow[0]["size"].is_null());
+
+    assert_eq!(
+        status_of(server.delete("/workspace/entry?path=x")).await,
+        204
+    );
+    assert!(!server.ws("x").exists());
+    assert_eq!(
+        status_of(server.delete("/workspace/entry?path=x")).await,
+        204
+    );
+}
+
+#[tokio::test]
+async fn contract_status_codes() {
+    let server = Server::start();
+    std::fs::create_dir_all(server.ws("adir")).unwrap();
+    std::fs::write(server.ws("afile"), "x").unwrap();
+    assert_eq!(
+        status_of(server.get("/workspace/file?path=missing")).await,
+        404
+    );
+    assert_eq!(
+        status_of(server.get("/workspace/file?path=adir")).await,
+        404
+    );
+    assert_eq!(
+        status_of(server.put("/workspace/file?path=adir").body("x")).await,
+        409
+    );
+    assert_eq!(
+        status_of(server.put("/workspace/file?path=afile/child").body("x")).await,
+        409
+    );
+    assert_eq!(
+        status_of(server.get("/workspace/list?path=afile")).await,
+        404
+    );
+    assert_eq!(
+        status_of(server.get("/workspace/list?path=missing")).await,
+        404
+    );
+    assert_eq!(
+        status_of(server.get("/workspace/list?path=adir&depth=0")).await,
+        400
+    );
+    assert_eq!(status_of(server.get("/workspace/file")).await, 400);
+    assert_eq!(
+        status_of(server.get("/workspace/file?path=afile&format=xml")).await,
+        400
+    );
+    assert_eq!(
+        status_of(server.get("/workspace/file?path=a%00b")).await,
+        400
+    );
+    assert_eq!(
+        status_of(server.put("/workspace/file?path=a%00b").body("x")).await,
+        400
+    );
+    assert_eq!(
+        status_of(
+            server
+                .post("/workspace/move")
+                .json(&json!({"source": "afile"}))
+        )
+        .await,
+        400
+    );
+    assert_eq!(
+        status_of(server.post("/workspace/mkdir").body("{not json")).await,
+        422
+    );
+    assert_eq!(
+        status_of(server.delete("/workspace/entry?path=")).await,
+        403
+    );
+    assert!(server.workspace.exists());
+}
+
+#[tokio::test]
+async fn escapes_are_refused_and_nothing_outside_is_touched() {
+    let server = Server::start();
+    let outside = server.workspace.parent().unwrap().join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::write(outside.join("secret.txt"), "secret").unwrap();
+    let sibling = server.workspace.parent().unwrap().join("workspace2");
+    std::fs::create_dir_all(&sibling).unwrap();
+    std::fs::write(sibling.join("s.txt"), "sibling").unwrap();
+    symlink(outside.join("secret.txt"), server.ws("file-link")).unwrap();
+    symlink(&outside, server.ws("dir-link")).unwrap();
+    std::fs::create_dir_all(server.ws("inside")).unwrap();
+    std::fs::write(server.ws("inside/ok.txt"), "ok").unwrap();
+    symlink("inside", server.ws("inside-link")).unwrap();
+
+    let escapes = [
+        "../outside/secret.txt".to_owned(),
+        "inside/../../outside/secret.txt".to_owned(),
+        outside.join("secret.txt").to_str().unwrap().to_owned(),
+        "/etc/passwd".to_owned(),
+        sibling.join("s.txt").to_str().unwrap().to_owned(),
+        "file-link".to_owned(),
+        "dir-link/secret.txt".to_owned(),
+        "dir-link/new.txt".to_owned(),
+    ];
+    for path in &escapes {
+        let q = encode(path);
+        assert_eq!(
+            status_of(server.get(&format!("/workspace/file?path={q}"))).await,
+            403,
+            "read {path}"
+        );
+        assert_eq!(
+            status_of(
+                server
+                    .put(&format!("/workspace/file?path={q}"))
+                    .body("pwned")
+            )
+            .await,
+            403,
+            "write {path}"
+        );
+        assert_eq!(
+            status_of(server.get(&format!("/workspace/exists?path={q}"))).await,
+            403,
+            "exists {path}"
+        );
+        assert_eq!(
+            status_of(server.delete(&format!("/workspace/entry?path={q}"))).await,
+            403,
+            "delete {path}"
+        );
+        assert_eq!(
+            status_of(server.post("/workspace/mkdir").json(&json!({"path": path}))).await,
+            403,
+            "mkdir {path}"
+        );
+        assert_eq!(
+            status_of(
+                server
+                    .post("/workspace/move")
+                    .json(&json!({"source": path, "destination": "stolen"}))
+            )
+            .await,
+            403,
+            "move from {path}"
+        );
+        assert_eq!(
+            status_of(
+                server
+                    .post("/workspace/move")
+                    .json(&json!({"source": "inside/ok.txt", "destination": path}))
+            )
+            .await,
+            403,
+            "move to {path}"
+        );
+    }
+    for dir in ["dir-link", "..", sibling.to_str().unwrap()] {
+        assert_eq!(
+            status_of(server.get(&format!("/workspace/list?path={}", encode(dir)))).await,
+            403,
+            "list {dir}"
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(outside.join("secret.txt")).unwrap(),
+        "secret"
+    );
+    assert_eq!(
+        std::fs::read_to_string(sibling.join("s.txt")).unwrap(),
+        "sibling"
+    );
+    assert!(!outside.join("new.txt").exists());
+    assert!(!server.ws("stolen").exists());
+    assert!(server.ws("inside/ok.txt").exists());
+
+    // Symlinks that stay inside work, and listing reports links as links without following them.
+    assert_eq!(
+        server
+            .get("/workspace/file?path=inside-link/ok.txt")
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap(),
+        "ok"
+    );
+    let listed: Value = server
+        .get("/workspace/list?path=&depth=5")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let kinds: Vec<(String, String)> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|entry| {
+            (
+                entry["name"].as_str().unwrap().to_owned(),
+                entry["type"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    for link in ["file-link", "dir-link", "inside-link"] {
+        assert!(
+            kinds.contains(&(link.to_owned(), "symlink".to_owned())),
+            "{kinds:?}"
+        );
+    }
+    assert!(
+        !kinds.iter().any(|(name, _)| name == "secret.txt"),
+        "listing followed a link out: {kinds:?}"
+    );
+}
+
+#[tokio::test]
+async fn large_file_round_trip_streams_and_ranges() {
+    let server = Server::start();
+    let size = 64 * 1024 * 1024;
+    let body: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
+    let written: Value = server
+        .put("/workspace/file?path=big.bin")
+        .body(body.clone())
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(written["size"], size as u64);
+    let response = server
+        .get("/workspace/file?path=big.bin&format=bytes")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        response.headers()["content-length"],
+        size.to_string().as_str()
+    );
+    let read = response.bytes().await.unwrap();
+    assert!(
+        read.as_ref() == body.as_slice(),
+        "64 MiB came back different"
+    );
+
+    let ranged = server
+        .get("/workspace/file?path=big.bin&format=bytes")
+        .header("Range", "bytes=1000-1009")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ranged.status().as_u16(), 206);
+    assert_eq!(
+        ranged.headers()["content-range"],
+        format!("bytes 1000-1009/{size}").as_str()
+    );
+    assert_eq!(ranged.bytes().await.unwrap().as_ref(), &body[1000..1010]);
+    let suffix = server
+        .get("/workspace/file?path=big.bin&format=bytes")
+        .header("Range", "bytes=-5")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(suffix.bytes().await.unwrap().as_ref(), &body[size - 5..]);
+    let beyond = server
+        .get("/workspace/file?path=big.bin")
+        .header("Range", format!("bytes={size}-"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(beyond.status().as_u16(), 416);
+}
+
+#[tokio::test]
+async fn aborted_upload_leaves_old_content_intact() {
+    let server = Server::start();
+    std::fs::write(server.ws("keep.txt"), "original").unwrap();
+    let chunks: Vec<Result<Vec<u8>, std::io::Error>> = vec![
+        Ok(vec![b'x'; 1024 * 1024]),
+        Err(std::io::Error::other("client gives up")),
+    ];
+    let result = server
+        .put("/workspace/file?path=keep.txt")
+        .body(reqwest::Body::wrap_stream(futures_util::stream::iter(
+            chunks,
+        )))
+        .send()
+        .await;
+    assert!(result.is_err() || !result.unwrap().status().is_success());
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(
+        std::fs::read_to_string(server.ws("keep.txt")).unwrap(),
+        "original"
+    );
+    let leftovers: Vec<_> = std::fs::read_dir(&server.workspace)
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|entry| {
+            entry
+                .file_name()
+                .to_string_lossy()
+                .starts_with(".boxd-upload")
+        })
+        .collect();
+    assert!(
+        leftovers.is_empty(),
+        "staging files left behind: {leftovers:?}"
+    );
+}
+
+#[tokio::test]
+async fn binary_file_read_as_text_is_not_a_server_error() {
+    let server = Server::start();
+    std::fs::write(server.ws("blob"), [0xff, 0xfe, 0x00, 0x41]).unwrap();
+    let response = server
+        .get("/workspace/file?path=blob&format=text")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    assert_eq!(response.bytes().await.unwrap().len(), 4);
+}
+
+#[tokio::test]
+async fn batch_upload_with_paths_and_with_filenames() {
+    let server = Server::start();
+    let form = reqwest::multipart::Form::new()
+        .text("paths", "one/a.txt")
+        .part(
+            "files",
+            reqwest::multipart::Part::bytes(b"AAA".to_vec()).file_name("a.txt"),
+        )
+        .text("paths", "two/b.bin")
+        .part(
+            "files",
+            reqwest::multipart::Part::bytes(vec![0u8, 1, 2]).file_name("b.bin"),
+        );
+    let placed: Value = server
+        .post("/workspace/files:batch")
+        .multipart(form)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(placed.as_array().unwrap().len(), 2);
+    assert_eq!(placed[1]["path"], server.ws("two/b.bin").to_str().unwrap());
+    assert_eq!(std::fs::read(server.ws("one/a.txt")).unwrap(), b"AAA");
+    assert_eq!(std::fs::read(server.ws("two/b.bin")).unwrap(), [0, 1, 2]);
+
+    let by_name = reqwest::multipart::Form::new().part(
+        "files",
+        reqwest::multipart::Part::bytes(b"N".to_vec()).file_name("named.txt"),
+    );
+    let placed: Value = server
+        .post("/workspace/files:batch")
+        .multipart(by_name)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(placed[0]["name"], "named.txt");
+
+    let mismatched = reqwest::multipart::Form::new()
+        .text("paths", "p1")
+        .text("paths", "p2")
+        .part(
+            "files",
+            reqwest::multipart::Part::bytes(b"1".to_vec()).file_name("f"),
+        );
+    let response = server
+        .post("/workspace/files:batch")
+        .multipart(mismatched)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 400);
+
+    let escaping = reqwest::multipart::Form::new()
+        .text("paths", "ok.txt")
+        .part(
+            "files",
+            reqwest::multipart::Part::bytes(b"1".to_vec()).file_name("f"),
+        )
+        .text("paths", "../escape.txt")
+        .part(
+            "files",
+            reqwest::multipart::Part::bytes(b"2".to_vec()).file_name("g"),
+        );
+    let response = server
+        .post("/workspace/files:batch")
+        .multipart(escaping)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 403);
+    assert!(
+        !server.ws("ok.txt").exists(),
+        "a refused batch must place nothing"
+    );
+    assert!(
+        !server
+            .workspace
+            .parent()
+            .unwrap()
+            .join("escape.txt")
+            .exists()
+    );
+}
