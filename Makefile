@@ -1,0 +1,42 @@
+# boxd: `make run` builds and starts boxd on ./workspace; `make test` installs what it needs and tests.
+
+PORT ?= 8000
+TARGET := x86_64-unknown-linux-gnu
+STATIC_BIN := target/$(TARGET)/release/boxd
+
+.PHONY: run build test setup lint unit python-tests static clean
+
+run: build
+	mkdir -p workspace
+	@echo "boxd: serving ./workspace at http://127.0.0.1:$(PORT) (token below unless SECRET_TOKEN is set)"
+	./target/release/boxd serve --host 127.0.0.1 --port $(PORT) --workspace ./workspace
+
+build:
+	cargo build --release
+
+test: setup lint unit python-tests
+
+setup:
+	./scripts/setup.sh
+
+lint:
+	cargo fmt --all -- --check
+	cargo clippy --all-targets -- -D warnings
+
+unit:
+	cargo test
+
+# The real agentscope-runtime client against the debug binary `cargo test` just built.
+python-tests:
+	cargo build
+	.venv/bin/python -m pytest -q -p no:cacheprovider -W ignore::DeprecationWarning tests/python
+
+# Fully static release binary (glibc static-pie), with fat LTO: what images ship.
+static:
+	CARGO_PROFILE_RELEASE_LTO=fat CARGO_PROFILE_RELEASE_CODEGEN_UNITS=1 \
+	RUSTFLAGS="-C target-feature=+crt-static" cargo build --release --target $(TARGET)
+	file $(STATIC_BIN)
+	@ls -l $(STATIC_BIN)
+
+clean:
+	cargo clean

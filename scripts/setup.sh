@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs what `make test` needs, idempotently: Debian packages, then a Python venv with the real client.
+# Safe to run again: it only installs what is missing or out of date.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+missing=()
+need() { command -v "$1" >/dev/null 2>&1 || missing+=("$2"); }
+need git git
+need pgrep procps
+need pkill procps
+need file file
+need cc gcc
+need make make
+need python3 python3
+python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || missing+=(python3-venv)
+
+if ((${#missing[@]})); then
+  sudo=""
+  [[ $(id -u) -eq 0 ]] || sudo="sudo"
+  echo "setup: installing Debian packages: ${missing[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+if ! cargo clippy --version >/dev/null 2>&1 || ! cargo fmt --version >/dev/null 2>&1; then
+  rustup component add clippy rustfmt
+fi
+
+requirements=tests/python/requirements.txt
+stamp=.venv/.requirements.sha256
+wanted=$(sha256sum "$requirements" | cut -d' ' -f1)
+if [[ ! -x .venv/bin/python || ! -f $stamp || $(cat "$stamp") != "$wanted" ]]; then
+  echo "setup: preparing .venv from $requirements"
+  python3 -m venv .venv
+  .venv/bin/pip install -q --disable-pip-version-check -r "$requirements"
+  echo "$wanted" > "$stamp"
+fi

@@ -1,0 +1,74 @@
+"""Starts the real boxd binary and hands tests a real SandboxHttpClient pointed at it."""
+import os
+import pathlib
+import re
+import subprocess
+import threading
+
+import pytest
+from agentscope_runtime.sandbox.client.http_client import SandboxHttpClient
+from agentscope_runtime.sandbox.model import ContainerModel
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+TOKEN = "python-client-token"
+
+
+class Boxd:
+    def __init__(self, workspace: pathlib.Path, *extra: str):
+        binary = os.environ.get("BOXD_BIN", str(ROOT / "target" / "debug" / "boxd"))
+        self.workspace = workspace
+        self.proc = subprocess.Popen(
+            [binary, "serve", "--host", "127.0.0.1", "--port", "0",
+             "--workspace", str(workspace), *extra],
+            env={**os.environ, "SECRET_TOKEN": TOKEN},
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            text=True,
+        )
+        found = threading.Event()
+        self.port = None
+
+        def drain():
+            for line in self.proc.stderr:
+                match = re.search(r"listening on http://[\d.]+:(\d+)", line)
+                if match and not found.is_set():
+                    self.port = int(match.group(1))
+                    found.set()
+
+        threading.Thread(target=drain, daemon=True).start()
+        if not found.wait(20):
+            self.proc.kill()
+            raise RuntimeError("boxd did not report its address within 20 s")
+
+    def client(self) -> SandboxHttpClient:
+        model = ContainerModel(
+            session_id="session-test",
+            container_id="container-test",
+            container_name="boxd-test",
+            url=f"http://127.0.0.1:{self.port}/",
+            ports=[self.port],
+            runtime_token=TOKEN,
+            timeout=120,
+        )
+        return SandboxHttpClient(model, timeout=20)
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+@pytest.fixture
+def boxd(tmp_path):
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    server = Boxd(workspace)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def client(boxd):
+    with boxd.client() as client:
+        yield client
