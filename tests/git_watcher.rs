@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{Server, git};
+use common::{Fetch, Server, git};
 use serde_json::{Value, json};
 
 async fn post(server: &Server, path: &str, body: Value) -> (u16, Value) {
@@ -157,14 +157,7 @@ async fn diff_between_commits_and_bad_ranges() {
 #[tokio::test]
 async fn logs_are_newest_first_with_parent_to_commit_diffs_and_paging() {
     let server = Server::start();
-    let empty: Value = server
-        .get("/watcher/git_logs")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let empty: Value = server.get("/watcher/git_logs").fetch_json().await;
     assert_eq!(empty, json!({"logs": []}));
     for version in 1..=3 {
         std::fs::write(server.ws("f.txt"), format!("v{version}\n")).unwrap();
@@ -183,14 +176,7 @@ async fn logs_are_newest_first_with_parent_to_commit_diffs_and_paging() {
     )
     .await;
 
-    let logs: Value = server
-        .get("/watcher/git_logs")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let logs: Value = server.get("/watcher/git_logs").fetch_json().await;
     let logs = logs["logs"].as_array().unwrap();
     let messages: Vec<&str> = logs
         .iter()
@@ -216,12 +202,8 @@ async fn logs_are_newest_first_with_parent_to_commit_diffs_and_paging() {
 
     let page: Value = server
         .get("/watcher/git_logs?skip=1&limit=2")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        .fetch_json()
+        .await;
     let messages: Vec<&str> = page["logs"]
         .as_array()
         .unwrap()

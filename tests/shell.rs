@@ -4,7 +4,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{Server, item};
+use common::{Fetch, Server, item};
 use serde_json::json;
 
 #[tokio::test]
@@ -56,12 +56,8 @@ async fn timeout_kills_the_whole_group_and_keeps_partial_output() {
     let result: serde_json::Value = server
         .post("/tools/run_shell_command")
         .json(&json!({"command": "echo partial; sleep 1007 & sleep 1008", "timeout": 1}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        .fetch_json()
+        .await;
     assert!(started.elapsed() < Duration::from_secs(6));
     assert_eq!(item(&result, "stdout"), Some("partial\n"));
     assert_eq!(item(&result, "returncode"), Some("124"));

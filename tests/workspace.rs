@@ -4,15 +4,11 @@ mod common;
 
 use std::os::unix::fs::symlink;
 
-use common::Server;
+use common::{Fetch, Server};
 use serde_json::{Value, json};
 
 fn encode(path: &str) -> String {
     percent_encoding::utf8_percent_encode(path, percent_encoding::NON_ALPHANUMERIC).to_string()
-}
-
-async fn status_of(request: reqwest::RequestBuilder) -> u16 {
-    request.send().await.unwrap().status().as_u16()
 }
 
 #[tokio::test]
@@ -21,12 +17,8 @@ async fn write_read_list_exists_move_mkdir_delete() {
     let written: Value = server
         .put("/workspace/file?path=dir/a.txt")
         .body("hello")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        .fetch_json()
+        .await;
     assert_eq!(written["type"], "file");
     assert_eq!(written["size"], 5);
     assert_eq!(written["name"], "a.txt");
@@ -64,85 +56,56 @@ async fn write_read_list_exists_move_mkdir_delete() {
 
     let exists: Value = server
         .get("/workspace/exists?path=dir/a.txt")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        .fetch_json()
+        .await;
     assert_eq!(exists, json!({"exists": true}));
-    let missing: Value = server
-        .get("/workspace/exists?path=nope")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let missing: Value = server.get("/workspace/exists?path=nope").fetch_json().await;
     assert_eq!(missing, json!({"exists": false}));
 
     let created: Value = server
         .post("/workspace/mkdir")
         .json(&json!({"path": "x/y"}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        .fetch_json()
+        .await;
     assert_eq!(created, json!({"created": true}));
     let again: Value = server
         .post("/workspace/mkdir")
         .json(&json!({"path": "x/y"}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        .fetch_json()
+        .await;
     assert_eq!(again, json!({"created": false}));
     assert_eq!(
-        status_of(
-            server
-                .post("/workspace/mkdir")
-                .json(&json!({"path": "dir/a.txt"}))
-        )
-        .await,
+        server
+            .post("/workspace/mkdir")
+            .json(&json!({"path": "dir/a.txt"}))
+            .fetch_status()
+            .await,
         409
     );
 
     let moved: Value = server
         .post("/workspace/move")
         .json(&json!({"source": "dir/a.txt", "destination": "x/y/b.txt"}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        .fetch_json()
+        .await;
     assert_eq!(moved["path"], server.ws("x/y/b.txt").to_str().unwrap());
     assert_eq!(
         std::fs::read_to_string(server.ws("x/y/b.txt")).unwrap(),
         "hello"
     );
     assert_eq!(
-        status_of(
-            server
-                .post("/workspace/move")
-                .json(&json!({"source": "dir/a.txt", "destination": "z"}))
-        )
-        .await,
+        server
+            .post("/workspace/move")
+            .json(&json!({"source": "dir/a.txt", "destination": "z"}))
+            .fetch_status()
+            .await,
         404
     );
 
     let listed: Value = server
         .get("/workspace/list?path=x&depth=2")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        .fetch_json()
+        .await;
     let names: Vec<&str> = listed
         .as_array()
         .unwrap()
@@ -150,25 +113,24 @@ async fn write_read_list_exists_move_mkdir_delete() {
         .map(|entry| entry["name"].as_str().unwrap())
         .collect();
     assert_eq!(names, ["y", "b.txt"]);
-    let shallow: Value = server
-        .get("/workspace/list?path=x")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let shallow: Value = server.get("/workspace/list?path=x").fetch_json().await;
     assert_eq!(shallow.as_array().unwrap().len(), 1);
     assert_eq!(shallow[0]["type"], "dir");
     assert!(shallow[0]["size"].is_null());
 
     assert_eq!(
-        status_of(server.delete("/workspace/entry?path=x")).await,
+        server
+            .delete("/workspace/entry?path=x")
+            .fetch_status()
+            .await,
         204
     );
     assert!(!server.ws("x").exists());
     assert_eq!(
-        status_of(server.delete("/workspace/entry?path=x")).await,
+        server
+            .delete("/workspace/entry?path=x")
+            .fetch_status()
+            .await,
         204
     );
 }
@@ -179,61 +141,94 @@ async fn contract_status_codes() {
     std::fs::create_dir_all(server.ws("adir")).unwrap();
     std::fs::write(server.ws("afile"), "x").unwrap();
     assert_eq!(
-        status_of(server.get("/workspace/file?path=missing")).await,
+        server
+            .get("/workspace/file?path=missing")
+            .fetch_status()
+            .await,
         404
     );
     assert_eq!(
-        status_of(server.get("/workspace/file?path=adir")).await,
+        server.get("/workspace/file?path=adir").fetch_status().await,
         404
     );
     assert_eq!(
-        status_of(server.put("/workspace/file?path=adir").body("x")).await,
+        server
+            .put("/workspace/file?path=adir")
+            .body("x")
+            .fetch_status()
+            .await,
         409
     );
     assert_eq!(
-        status_of(server.put("/workspace/file?path=afile/child").body("x")).await,
+        server
+            .put("/workspace/file?path=afile/child")
+            .body("x")
+            .fetch_status()
+            .await,
         409
     );
     assert_eq!(
-        status_of(server.get("/workspace/list?path=afile")).await,
+        server
+            .get("/workspace/list?path=afile")
+            .fetch_status()
+            .await,
         404
     );
     assert_eq!(
-        status_of(server.get("/workspace/list?path=missing")).await,
+        server
+            .get("/workspace/list?path=missing")
+            .fetch_status()
+            .await,
         404
     );
     assert_eq!(
-        status_of(server.get("/workspace/list?path=adir&depth=0")).await,
+        server
+            .get("/workspace/list?path=adir&depth=0")
+            .fetch_status()
+            .await,
         400
     );
-    assert_eq!(status_of(server.get("/workspace/file")).await, 400);
+    assert_eq!(server.get("/workspace/file").fetch_status().await, 400);
     assert_eq!(
-        status_of(server.get("/workspace/file?path=afile&format=xml")).await,
-        400
-    );
-    assert_eq!(
-        status_of(server.get("/workspace/file?path=a%00b")).await,
-        400
-    );
-    assert_eq!(
-        status_of(server.put("/workspace/file?path=a%00b").body("x")).await,
-        400
-    );
-    assert_eq!(
-        status_of(
-            server
-                .post("/workspace/move")
-                .json(&json!({"source": "afile"}))
-        )
-        .await,
+        server
+            .get("/workspace/file?path=afile&format=xml")
+            .fetch_status()
+            .await,
         400
     );
     assert_eq!(
-        status_of(server.post("/workspace/mkdir").body("{not json")).await,
+        server
+            .get("/workspace/file?path=a%00b")
+            .fetch_status()
+            .await,
+        400
+    );
+    assert_eq!(
+        server
+            .put("/workspace/file?path=a%00b")
+            .body("x")
+            .fetch_status()
+            .await,
+        400
+    );
+    assert_eq!(
+        server
+            .post("/workspace/move")
+            .json(&json!({"source": "afile"}))
+            .fetch_status()
+            .await,
+        400
+    );
+    assert_eq!(
+        server
+            .post("/workspace/mkdir")
+            .body("{not json")
+            .fetch_status()
+            .await,
         422
     );
     assert_eq!(
-        status_of(server.delete("/workspace/entry?path=")).await,
+        server.delete("/workspace/entry?path=").fetch_status().await,
         403
     );
     assert!(server.workspace.exists());
@@ -267,59 +262,72 @@ async fn escapes_are_refused_and_nothing_outside_is_touched() {
     for path in &escapes {
         let q = encode(path);
         assert_eq!(
-            status_of(server.get(&format!("/workspace/file?path={q}"))).await,
+            server
+                .get(&format!("/workspace/file?path={q}"))
+                .fetch_status()
+                .await,
             403,
             "read {path}"
         );
         assert_eq!(
-            status_of(
-                server
-                    .put(&format!("/workspace/file?path={q}"))
-                    .body("pwned")
-            )
-            .await,
+            server
+                .put(&format!("/workspace/file?path={q}"))
+                .body("pwned")
+                .fetch_status()
+                .await,
             403,
             "write {path}"
         );
         assert_eq!(
-            status_of(server.get(&format!("/workspace/exists?path={q}"))).await,
+            server
+                .get(&format!("/workspace/exists?path={q}"))
+                .fetch_status()
+                .await,
             403,
             "exists {path}"
         );
         assert_eq!(
-            status_of(server.delete(&format!("/workspace/entry?path={q}"))).await,
+            server
+                .delete(&format!("/workspace/entry?path={q}"))
+                .fetch_status()
+                .await,
             403,
             "delete {path}"
         );
         assert_eq!(
-            status_of(server.post("/workspace/mkdir").json(&json!({"path": path}))).await,
+            server
+                .post("/workspace/mkdir")
+                .json(&json!({"path": path}))
+                .fetch_status()
+                .await,
             403,
             "mkdir {path}"
         );
         assert_eq!(
-            status_of(
-                server
-                    .post("/workspace/move")
-                    .json(&json!({"source": path, "destination": "stolen"}))
-            )
-            .await,
+            server
+                .post("/workspace/move")
+                .json(&json!({"source": path, "destination": "stolen"}))
+                .fetch_status()
+                .await,
             403,
             "move from {path}"
         );
         assert_eq!(
-            status_of(
-                server
-                    .post("/workspace/move")
-                    .json(&json!({"source": "inside/ok.txt", "destination": path}))
-            )
-            .await,
+            server
+                .post("/workspace/move")
+                .json(&json!({"source": "inside/ok.txt", "destination": path}))
+                .fetch_status()
+                .await,
             403,
             "move to {path}"
         );
     }
     for dir in ["dir-link", "..", sibling.to_str().unwrap()] {
         assert_eq!(
-            status_of(server.get(&format!("/workspace/list?path={}", encode(dir)))).await,
+            server
+                .get(&format!("/workspace/list?path={}", encode(dir)))
+                .fetch_status()
+                .await,
             403,
             "list {dir}"
         );
@@ -350,12 +358,8 @@ async fn escapes_are_refused_and_nothing_outside_is_touched() {
     );
     let listed: Value = server
         .get("/workspace/list?path=&depth=5")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        .fetch_json()
+        .await;
     let kinds: Vec<(String, String)> = listed
         .as_array()
         .unwrap()
@@ -387,12 +391,8 @@ async fn large_file_round_trip_streams_and_ranges() {
     let written: Value = server
         .put("/workspace/file?path=big.bin")
         .body(body.clone())
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        .fetch_json()
+        .await;
     assert_eq!(written["size"], size as u64);
     let response = server
         .get("/workspace/file?path=big.bin&format=bytes")
@@ -504,12 +504,8 @@ async fn batch_upload_with_paths_and_with_filenames() {
     let placed: Value = server
         .post("/workspace/files:batch")
         .multipart(form)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        .fetch_json()
+        .await;
     assert_eq!(placed.as_array().unwrap().len(), 2);
     assert_eq!(placed[1]["path"], server.ws("two/b.bin").to_str().unwrap());
     assert_eq!(std::fs::read(server.ws("one/a.txt")).unwrap(), b"AAA");
@@ -522,12 +518,8 @@ async fn batch_upload_with_paths_and_with_filenames() {
     let placed: Value = server
         .post("/workspace/files:batch")
         .multipart(by_name)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        .fetch_json()
+        .await;
     assert_eq!(placed[0]["name"], "named.txt");
 
     let mismatched = reqwest::multipart::Form::new()

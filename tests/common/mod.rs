@@ -158,3 +158,24 @@ pub fn git(workspace: &Path, args: &[&str]) -> String {
         .expect("git runs");
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
+
+/// Sends and reads the answer, for tests where transport failure is simply a failed test.
+pub trait Fetch {
+    async fn fetch_json(self) -> serde_json::Value;
+    async fn fetch_status(self) -> u16;
+}
+
+impl Fetch for reqwest::RequestBuilder {
+    async fn fetch_json(self) -> serde_json::Value {
+        self.send()
+            .await
+            .expect("request")
+            .json()
+            .await
+            .expect("json answer")
+    }
+
+    async fn fetch_status(self) -> u16 {
+        self.send().await.expect("request").status().as_u16()
+    }
+}
