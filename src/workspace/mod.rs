@@ -1,0 +1,413 @@
+//! The `/workspace/*` file API: read (streamed, with `Range`), atomic write, batch upload, list, exists,
+//! delete, move, mkdir, all confined to the workspace by [`path::Workspace`].
+
+mod entry;
+mod path;
+mod range;
+mod upload;
+
+pub use entry::EntryInfo;
+pub use path::{Workspace, WorkspacePath};
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use axum::Json;
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{DefaultBodyLimit, Multipart, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::Response;
+use axum::routing::{delete, get, post};
+use serde::Deserialize;
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncSeekExt};
+use tokio_util::io::ReaderStream;
+
+use crate::error::{ApiError, ApiResult};
+use crate::http::extract::{ApiJson, ApiQuery};
+use upload::StagedFile;
+
+const READ_CHUNK: usize = 256 * 1024;
+
+pub fn routes<S>() -> Router<S>
+where
+    S: Clone + Send + Sync + 'static,
+    Arc<Workspace>: axum::extract::FromRef<S>,
+{
+    Router::new()
+        .route("/workspace/file", get(read_file).put(write_file))
+        .route(
+            "/workspace/files:batch",
+            post(batch_write).layer(DefaultBodyLimit::disable()),
+        )
+        .route("/workspace/list", get(list))
+        .route("/workspace/exists", get(exists))
+        .route("/workspace/entry", delete(remove))
+        .route("/workspace/move", post(move_entry))
+        .route("/workspace/mkdir", post(mkdir))
+}
+
+/// Runs filesystem work off the async runtime.
+async fn blocking<T, F>(work: F) -> ApiResult<T>
+where
+    F: FnOnce() -> ApiResult<T> + Send + 'static,
+    T: Send + 'static,
+{
+    tokio::task::spawn_blocking(work).await?
+}
+
+async fn resolve(workspace: &Arc<Workspace>, input: &str) -> ApiResult<WorkspacePath> {
+    let workspace = Arc::clone(workspace);
+    let input = input.to_owned();
+    blocking(move || workspace.resolve(&input)).await
+}
+
+#[derive(Deserialize)]
+struct PathQuery {
+    path: String,
+}
+
+#[derive(Deserialize)]
+struct ReadQuery {
+    path: String,
+    #[serde(default)]
+    format: Option<String>,
+}
+
+async fn read_file(
+    State(workspace): State<Arc<Workspace>>,
+    ApiQuery(query): ApiQuery<ReadQuery>,
+    headers: HeaderMap,
+) -> ApiResult<Response> {
+    let content_type = match query.format.as_deref() {
+        None | Some("text") => "text/plain; charset=utf-8",
+        Some("bytes") => "application/octet-stream",
+        Some(other) => {
+            return Err(ApiError::BadRequest(format!(
+                "format must be text or bytes, got {other:?}"
+            )));
+        }
+    };
+    let target = resolve(&workspace, &query.path).await?;
+    let meta = tokio::fs::symlink_metadata(&target.real)
+        .await
+        .map_err(|err| ApiError::from_io(&err, &query.path))?;
+    if !meta.is_file() {
+        return Err(ApiError::NotFound(format!("not a file: {}", query.path)));
+    }
+    let mut file = tokio::fs::File::open(&target.real)
+        .await
+        .map_err(|err| ApiError::from_io(&err, &query.path))?;
+    let size = meta.len();
+    let range = headers
+        .get(header::RANGE)
+        .and_then(|value| value.to_str().ok())
+        .map(|value| range::parse(value, size))
+        .transpose()?
+        .flatten();
+
+    let mut response = Response::builder()
+        .header(header::CONTENT_TYPE, content_type)
+        .header(header::ACCEPT_RANGES, "bytes");
+    let (start, length) = match range {
+        Some(byte_range) => {
+            response = response.status(StatusCode::PARTIAL_CONTENT).header(
+                header::CONTENT_RANGE,
+                format!(
+                    "bytes {}-{}/{size}",
+                    byte_range.start, byte_range.end_inclusive
+                ),
+            );
+            (byte_range.start, byte_range.len())
+        }
+        None => (0, size),
+    };
+    if start > 0 {
+        file.seek(std::io::SeekFrom::Start(start))
+            .await
+            .map_err(|err| ApiError::from_io(&err, &query.path))?;
+    }
+    let body = Body::from_stream(ReaderStream::with_capacity(file.take(length), READ_CHUNK));
+    response
+        .header(header::CONTENT_LENGTH, length)
+        .body(body)
+        .map_err(|err| ApiError::Internal(err.to_string()))
+}
+
+/// Checks that `target` can become a file and creates its parent directories.
+fn prepare_file_target(
+    workspace: &Workspace,
+    target: &WorkspacePath,
+    what: &str,
+) -> ApiResult<PathBuf> {
+    if workspace.is_root(target) {
+        return Err(ApiError::Conflict(format!(
+            "{what} is the workspace directory"
+        )));
+    }
+    if let Ok(meta) = std::fs::symlink_metadata(&target.real)
+        && meta.is_dir()
+    {
+        return Err(ApiError::Conflict(format!(
+            "path exists and is a directory: {what}"
+        )));
+    }
+    let parent = target
+        .real
+        .parent()
+        .map(PathBuf::from)
+        .ok_or_else(|| ApiError::BadRequest(format!("no parent directory: {what}")))?;
+    std::fs::create_dir_all(&parent).map_err(|err| ApiError::from_io(&err, what))?;
+    Ok(parent)
+}
+
+async fn write_file(
+    State(workspace): State<Arc<Workspace>>,
+    ApiQuery(query): ApiQuery<PathQuery>,
+    body: Body,
+) -> ApiResult<Json<EntryInfo>> {
+    let target = resolve(&workspace, &query.path).await?;
+    let parent = {
+        let (workspace, target, what) =
+            (Arc::clone(&workspace), target.clone(), query.path.clone());
+        blocking(move || prepare_file_target(&workspace, &target, &what)).await?
+    };
+    let staged = upload::stage(&parent, body.into_data_stream(), &query.path).await?;
+    blocking(move || {
+        staged
+            .persist(&target.real)
+            .map_err(|err| ApiError::from_io(&err, &query.path))?;
+        EntryInfo::read(&target.shown, &target.real)
+            .map(Json)
+            .map_err(|err| ApiError::from_io(&err, &query.path))
+    })
+    .await
+}
+
+/// Multipart `files` parts with optional `paths` fields (same count, else each part's filename). Each part
+/// streams to a staging file; nothing is moved into place until every part arrived and every target checked.
+async fn batch_write(
+    State(workspace): State<Arc<Workspace>>,
+    mut multipart: Multipart,
+) -> ApiResult<Json<Vec<EntryInfo>>> {
+    let mut paths: Vec<String> = Vec::new();
+    let mut files: Vec<(Option<String>, StagedFile)> = Vec::new();
+    let staging_dir = workspace.real_root().to_path_buf();
+    while let Some(field) = multipart
+        .next_field()
+        .await
+        .map_err(|err| ApiError::BadRequest(format!("malformed multipart body: {err}")))?
+    {
+        match field.name() {
+            Some("paths") => paths.push(
+                field
+                    .text()
+                    .await
+                    .map_err(|err| ApiError::BadRequest(format!("malformed paths field: {err}")))?,
+            ),
+            Some("files") => {
+                let filename = field.file_name().map(str::to_owned);
+                let what = filename.clone().unwrap_or_else(|| "uploaded part".into());
+                let staged = upload::stage(&staging_dir, field, &what).await?;
+                files.push((filename, staged));
+            }
+            _ => {}
+        }
+    }
+    if !paths.is_empty() && paths.len() != files.len() {
+        return Err(ApiError::BadRequest(format!(
+            "`paths` length ({}) must match `files` length ({})",
+            paths.len(),
+            files.len()
+        )));
+    }
+    blocking(move || {
+        let mut placed = Vec::with_capacity(files.len());
+        for (index, (filename, staged)) in files.into_iter().enumerate() {
+            let requested = paths
+                .get(index)
+                .cloned()
+                .or(filename)
+                .filter(|path| !path.is_empty())
+                .ok_or_else(|| ApiError::BadRequest("missing target path for a part".into()))?;
+            let target = workspace.resolve(&requested)?;
+            prepare_file_target(&workspace, &target, &requested)?;
+            placed.push((requested, target, staged));
+        }
+        placed
+            .into_iter()
+            .map(|(requested, target, staged)| {
+                staged
+                    .persist(&target.real)
+                    .and_then(|()| EntryInfo::read(&target.shown, &target.real))
+                    .map_err(|err| ApiError::from_io(&err, &requested))
+            })
+            .collect::<ApiResult<Vec<_>>>()
+            .map(Json)
+    })
+    .await
+}
+
+#[derive(Deserialize)]
+struct ListQuery {
+    path: String,
+    #[serde(default)]
+    depth: Option<u32>,
+}
+
+async fn list(
+    State(workspace): State<Arc<Workspace>>,
+    ApiQuery(query): ApiQuery<ListQuery>,
+) -> ApiResult<Json<Vec<EntryInfo>>> {
+    let depth = query.depth.unwrap_or(1);
+    if depth == 0 {
+        return Err(ApiError::BadRequest("depth must be at least 1".into()));
+    }
+    let target = resolve(&workspace, &query.path).await?;
+    blocking(move || {
+        let meta =
+            std::fs::metadata(&target.real).map_err(|err| ApiError::from_io(&err, &query.path))?;
+        if !meta.is_dir() {
+            return Err(ApiError::NotFound(format!(
+                "not a directory: {}",
+                query.path
+            )));
+        }
+        let mut entries = Vec::new();
+        walk(&target.shown, &target.real, depth, &mut entries)
+            .map_err(|err| ApiError::from_io(&err, &query.path))?;
+        Ok(Json(entries))
+    })
+    .await
+}
+
+/// Depth-first, names sorted; directories are entered by lstat type only, so a symlink is never followed.
+fn walk(
+    shown: &std::path::Path,
+    real: &std::path::Path,
+    depth: u32,
+    out: &mut Vec<EntryInfo>,
+) -> std::io::Result<()> {
+    let mut children: Vec<_> = match std::fs::read_dir(real) {
+        Ok(reader) => reader.filter_map(Result::ok).collect(),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(err) => return Err(err),
+    };
+    children.sort_by_key(|child| child.file_name());
+    for child in children {
+        let Ok(meta) = child.metadata() else { continue };
+        let child_shown = shown.join(child.file_name());
+        let is_dir = meta.is_dir();
+        out.push(EntryInfo::from_metadata(&child_shown, &meta));
+        if is_dir && depth > 1 {
+            walk(&child_shown, &child.path(), depth - 1, out)?;
+        }
+    }
+    Ok(())
+}
+
+async fn exists(
+    State(workspace): State<Arc<Workspace>>,
+    ApiQuery(query): ApiQuery<PathQuery>,
+) -> ApiResult<Json<serde_json::Value>> {
+    let target = resolve(&workspace, &query.path).await?;
+    let found = tokio::fs::symlink_metadata(&target.real).await.is_ok();
+    Ok(Json(json!({ "exists": found })))
+}
+
+async fn remove(
+    State(workspace): State<Arc<Workspace>>,
+    ApiQuery(query): ApiQuery<PathQuery>,
+) -> ApiResult<StatusCode> {
+    let target = resolve(&workspace, &query.path).await?;
+    if workspace.is_root(&target) {
+        return Err(ApiError::Forbidden(
+            "refusing to delete the workspace directory".into(),
+        ));
+    }
+    blocking(move || {
+        let result = match std::fs::symlink_metadata(&target.real) {
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(err) => Err(err),
+            Ok(meta) if meta.is_dir() => std::fs::remove_dir_all(&target.real),
+            Ok(_) => std::fs::remove_file(&target.real),
+        };
+        result.map_err(|err| ApiError::from_io(&err, &query.path))
+    })
+    .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Deserialize)]
+struct MoveRequest {
+    #[serde(default)]
+    source: String,
+    #[serde(default)]
+    destination: String,
+}
+
+async fn move_entry(
+    State(workspace): State<Arc<Workspace>>,
+    ApiJson(request): ApiJson<MoveRequest>,
+) -> ApiResult<Json<EntryInfo>> {
+    if request.source.is_empty() || request.destination.is_empty() {
+        return Err(ApiError::BadRequest(
+            "source and destination are required".into(),
+        ));
+    }
+    let source = resolve(&workspace, &request.source).await?;
+    let destination = resolve(&workspace, &request.destination).await?;
+    if workspace.is_root(&source) || workspace.is_root(&destination) {
+        return Err(ApiError::Forbidden(
+            "cannot move the workspace directory".into(),
+        ));
+    }
+    blocking(move || {
+        let source_meta = std::fs::symlink_metadata(&source.real)
+            .map_err(|err| ApiError::from_io(&err, &format!("source {}", request.source)))?;
+        if source_meta.is_dir() && destination.real.starts_with(&source.real) {
+            return Err(ApiError::BadRequest(format!(
+                "cannot move {} into itself",
+                request.source
+            )));
+        }
+        if let Some(parent) = destination.real.parent() {
+            std::fs::create_dir_all(parent)
+                .map_err(|err| ApiError::from_io(&err, &request.destination))?;
+        }
+        std::fs::rename(&source.real, &destination.real)
+            .map_err(|err| ApiError::from_io(&err, &request.destination))?;
+        EntryInfo::read(&destination.shown, &destination.real)
+            .map(Json)
+            .map_err(|err| ApiError::from_io(&err, &request.destination))
+    })
+    .await
+}
+
+#[derive(Deserialize)]
+struct MkdirRequest {
+    #[serde(default)]
+    path: String,
+}
+
+async fn mkdir(
+    State(workspace): State<Arc<Workspace>>,
+    ApiJson(request): ApiJson<MkdirRequest>,
+) -> ApiResult<Json<serde_json::Value>> {
+    if request.path.is_empty() {
+        return Err(ApiError::BadRequest("path is required".into()));
+    }
+    let target = resolve(&workspace, &request.path).await?;
+    blocking(move || match std::fs::symlink_metadata(&target.real) {
+        Ok(meta) if meta.is_dir() => Ok(Json(json!({ "created": false }))),
+        Ok(_) => Err(ApiError::Conflict(format!(
+            "path exists and is not a directory: {}",
+            request.path
+        ))),
+        Err(_) => std::fs::create_dir_all(&target.real)
+            .map(|()| Json(json!({ "created": true })))
+            .map_err(|err| ApiError::from_io(&err, &request.path)),
+    })
+    .await
+}
