@@ -49,6 +49,14 @@ pub struct ServeArgs {
     #[arg(long, env = "BOXD_COMMAND_TIMEOUT", default_value_t = 300.0)]
     pub command_timeout: f64,
 
+    /// Python interpreter for the IPython kernel (IPython must be importable there).
+    #[arg(long, env = "BOXD_PYTHON", default_value = "python3")]
+    pub python: String,
+
+    /// Default seconds before an IPython cell is interrupted.
+    #[arg(long, env = "BOXD_CELL_TIMEOUT", default_value_t = 300.0)]
+    pub cell_timeout: f64,
+
     /// Cap in bytes on each of a command's stdout and stderr (head and tail are kept).
     #[arg(long, env = "BOXD_MAX_OUTPUT", default_value_t = 4 * 1024 * 1024)]
     pub max_output: usize,

@@ -4,6 +4,7 @@ mod cli;
 mod error;
 mod git;
 mod http;
+mod ipython;
 mod shell;
 mod tools;
 mod workspace;
@@ -64,15 +65,8 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
             token
         }
     };
-    let command_timeout = Duration::try_from_secs_f64(args.command_timeout)
-        .ok()
-        .filter(|timeout| !timeout.is_zero())
-        .ok_or_else(|| {
-            format!(
-                "--command-timeout must be positive, got {}",
-                args.command_timeout
-            )
-        })?;
+    let command_timeout = positive_seconds("--command-timeout", args.command_timeout)?;
+    let cell_timeout = positive_seconds("--cell-timeout", args.cell_timeout)?;
     if args.max_output == 0 {
         return Err("--max-output must be positive".into());
     }
@@ -92,6 +86,16 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
             drain: Duration::from_millis(200),
         },
     ));
+    tools.register(ipython::tool(ipython::IpythonBridge::start(
+        ipython::KernelConfig {
+            python: args.python.clone(),
+            workspace: workspace.real_root().to_path_buf(),
+            default_timeout: cell_timeout,
+            interrupt_grace: Duration::from_secs(3),
+            start_timeout: Duration::from_secs(60),
+            max_output_bytes: args.max_output,
+        },
+    )));
 
     let state = AppState {
         tools: Arc::new(tools),
@@ -99,6 +103,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         workspace: Arc::new(workspace),
         token: auth::Token::new(&token),
     };
+    let stop_requested = stop_signal()?;
     let listener = TcpListener::bind((args.host.as_str(), args.port))
         .await
         .map_err(|err| format!("cannot listen on {}:{}: {err}", args.host, args.port))?;
@@ -111,7 +116,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
 
     let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
-        wait_for_stop_signal().await;
+        stop_requested.await;
         let _ = stop_tx.send(true);
     });
     let mut graceful_stop = stop_rx.clone();
@@ -131,17 +136,25 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     }
 }
 
-async fn wait_for_stop_signal() {
+fn positive_seconds(flag: &str, seconds: f64) -> Result<Duration, String> {
+    Duration::try_from_secs_f64(seconds)
+        .ok()
+        .filter(|timeout| !timeout.is_zero())
+        .ok_or_else(|| format!("{flag} must be a positive number of seconds, got {seconds}"))
+}
+
+/// Installs the SIGTERM/SIGINT handlers now (before boxd reports it is listening, so a stop that arrives
+/// right after start-up is still graceful) and returns a future that resolves on the first of them.
+fn stop_signal() -> Result<impl std::future::Future<Output = ()>, String> {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut terminate), Ok(mut interrupt)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        tracing::error!("cannot install signal handlers; boxd will only stop when killed");
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = terminate.recv() => {},
-        _ = interrupt.recv() => {},
-    }
+    let mut terminate =
+        signal(SignalKind::terminate()).map_err(|err| format!("cannot handle SIGTERM: {err}"))?;
+    let mut interrupt =
+        signal(SignalKind::interrupt()).map_err(|err| format!("cannot handle SIGINT: {err}"))?;
+    Ok(async move {
+        tokio::select! {
+            _ = terminate.recv() => {},
+            _ = interrupt.recv() => {},
+        }
+    })
 }

@@ -3,6 +3,7 @@ import os
 import pathlib
 import re
 import subprocess
+import sys
 import threading
 
 import pytest
@@ -19,7 +20,7 @@ class Boxd:
         self.workspace = workspace
         self.proc = subprocess.Popen(
             [binary, "serve", "--host", "127.0.0.1", "--port", "0",
-             "--workspace", str(workspace), *extra],
+             "--workspace", str(workspace), "--python", sys.executable, *extra],
             env={**os.environ, "SECRET_TOKEN": TOKEN},
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
             text=True,

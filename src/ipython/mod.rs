@@ -1,0 +1,389 @@
+//! `run_ipython_cell`: a real IPython shell in a supervised Python child process (see `helper.py`).
+//!
+//! One worker task owns the kernel and takes cells from a queue, so cells run strictly FIFO, each answer
+//! holds only its own cell's output, and a client that disconnects mid-cell cannot desynchronise the pipe.
+//! A cell past its timeout is interrupted (SIGINT, state kept); one that ignores the interrupt gets its
+//! kernel killed and replaced. A kernel that dies is replaced on the next cell, which is told so.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::error::ApiError;
+use crate::tools::{CallToolResult, ContentItem, GENERIC_GROUP, Tool, parse_arguments};
+
+const HELPER: &str = include_str!("helper.py");
+/// Cells waiting beyond this are refused rather than queued without bound.
+const MAX_QUEUED_CELLS: usize = 256;
+
+#[derive(Debug, Clone)]
+pub struct KernelConfig {
+    pub python: String,
+    pub workspace: PathBuf,
+    pub default_timeout: Duration,
+    pub interrupt_grace: Duration,
+    pub start_timeout: Duration,
+    pub max_output_bytes: usize,
+}
+
+#[derive(Debug, Deserialize)]
+struct CellRequest {
+    code: String,
+    #[serde(default)]
+    timeout: Option<f64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct CellAnswer {
+    #[serde(default)]
+    id: u64,
+    #[serde(default)]
+    stdout: String,
+    #[serde(default)]
+    stderr: String,
+    #[serde(default)]
+    images: Vec<CellImage>,
+}
+
+#[derive(Debug, Deserialize)]
+struct CellImage {
+    #[serde(rename = "mimeType")]
+    mime_type: String,
+    data: String,
+}
+
+struct QueuedCell {
+    code: String,
+    timeout: Duration,
+    reply: oneshot::Sender<CallToolResult>,
+}
+
+/// Handle to the kernel worker; cheap to clone.
+#[derive(Clone)]
+pub struct IpythonBridge {
+    queue: mpsc::Sender<QueuedCell>,
+    default_timeout: Duration,
+}
+
+impl IpythonBridge {
+    /// Starts the worker, which warms a kernel at once so the first cell does not pay the start-up.
+    pub fn start(config: KernelConfig) -> Self {
+        let (queue, cells) = mpsc::channel(MAX_QUEUED_CELLS);
+        let default_timeout = config.default_timeout;
+        tokio::spawn(worker(config, cells));
+        IpythonBridge {
+            queue,
+            default_timeout,
+        }
+    }
+
+    async fn run_cell(&self, code: String, timeout: Duration) -> Result<CallToolResult, ApiError> {
+        let (reply, answer) = oneshot::channel();
+        self.queue
+            .try_send(QueuedCell {
+                code,
+                timeout,
+                reply,
+            })
+            .map_err(|_| {
+                ApiError::Conflict(format!(
+                    "more than {MAX_QUEUED_CELLS} cells are queued; try again later"
+                ))
+            })?;
+        answer
+            .await
+            .map_err(|_| ApiError::Internal("the IPython worker stopped".into()))
+    }
+}
+
+pub fn tool(bridge: IpythonBridge) -> Tool {
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "code": {"type": "string", "description": "IPython code to execute"},
+            "timeout": {
+                "type": "number",
+                "description": "Seconds before the cell is interrupted (default set by the server)"
+            }
+        },
+        "required": ["code"]
+    });
+    let bridge = Arc::new(bridge);
+    Tool::new(
+        GENERIC_GROUP,
+        "run_ipython_cell",
+        "Run an IPython cell.",
+        schema,
+        move |arguments: Value| {
+            let bridge = Arc::clone(&bridge);
+            async move {
+                let request: CellRequest = parse_arguments("run_ipython_cell", arguments)?;
+                if request.code.trim().is_empty() {
+                    return Err(ApiError::BadRequest("Code is required.".into()));
+                }
+                let timeout = match request.timeout {
+                    None => bridge.default_timeout,
+                    Some(seconds) => Duration::try_from_secs_f64(seconds)
+                        .ok()
+                        .filter(|timeout| !timeout.is_zero())
+                        .ok_or_else(|| {
+                            ApiError::BadRequest(format!(
+                                "timeout must be a positive number of seconds, got {seconds}"
+                            ))
+                        })?,
+                };
+                bridge.run_cell(request.code, timeout).await
+            }
+        },
+    )
+}
+
+fn cell_result(answer: CellAnswer, notice: Option<String>, note: Option<String>) -> CallToolResult {
+    let mut stdout = notice.unwrap_or_default();
+    stdout.push_str(&answer.stdout);
+    let mut stderr = answer.stderr;
+    if let Some(note) = note {
+        if !stderr.is_empty() && !stderr.ends_with('\n') {
+            stderr.push('\n');
+        }
+        stderr.push_str(&note);
+    }
+    let mut content = vec![ContentItem::described_text("stdout", stdout)];
+    let is_error = !stderr.is_empty();
+    if is_error {
+        content.push(ContentItem::described_text("stderr", stderr));
+    }
+    content.extend(answer.images.into_iter().map(|image| ContentItem::Image {
+        data: image.data,
+        mime_type: image.mime_type,
+    }));
+    CallToolResult::new(content, is_error)
+}
+
+async fn worker(config: KernelConfig, mut cells: mpsc::Receiver<QueuedCell>) {
+    let mut kernel = match Kernel::start(&config).await {
+        Ok(kernel) => Some(kernel),
+        Err(err) => {
+            tracing::error!("IPython kernel did not start: {err}");
+            None
+        }
+    };
+    let mut lost_state: Option<String> = None;
+    while let Some(cell) = cells.recv().await {
+        if let Some(idle) = kernel.as_mut()
+            && let Ok(Some(status)) = idle.child.try_wait()
+        {
+            tracing::warn!(%status, "IPython kernel died while idle; starting a fresh one");
+            lost_state = Some(format!(
+                "[boxd: this is a fresh IPython kernel; the previous one died ({status}), and all earlier state is gone]\n"
+            ));
+            kernel = None;
+        }
+        if kernel.is_none() {
+            match Kernel::start(&config).await {
+                Ok(fresh) => kernel = Some(fresh),
+                Err(err) => {
+                    let _ = cell
+                        .reply
+                        .send(cell_result(CellAnswer::default(), None, Some(err)));
+                    continue;
+                }
+            }
+        }
+        let Some(running) = kernel.as_mut() else {
+            continue;
+        };
+        let notice = lost_state.take();
+        let seconds = cell.timeout.as_secs_f64();
+        let result = match running
+            .execute(&cell.code, cell.timeout, config.interrupt_grace)
+            .await
+        {
+            Execution::Done(answer) => cell_result(answer, notice, None),
+            Execution::Interrupted(answer) => cell_result(
+                answer,
+                notice,
+                Some(format!(
+                    "[boxd: cell timed out after {seconds}s and was interrupted; kernel state is kept]\n"
+                )),
+            ),
+            Execution::Unresponsive => {
+                kernel = None;
+                lost_state = Some("[boxd: this is a fresh IPython kernel; the previous one was restarted after a cell ignored its interrupt, and all earlier state is gone]\n".into());
+                cell_result(
+                    CellAnswer::default(),
+                    notice,
+                    Some(format!(
+                        "[boxd: cell timed out after {seconds}s and did not stop on interrupt; the kernel was killed and will restart, so all state (variables, imports) is lost. Output of this cell is lost.]\n"
+                    )),
+                )
+            }
+            Execution::Died(status) => {
+                kernel = None;
+                lost_state = Some(format!(
+                    "[boxd: this is a fresh IPython kernel; the previous one died ({status}), and all earlier state is gone]\n"
+                ));
+                cell_result(
+                    CellAnswer::default(),
+                    notice,
+                    Some(format!(
+                        "[boxd: the IPython kernel died during this cell ({status}); the next cell gets a fresh kernel and all state is lost]\n"
+                    )),
+                )
+            }
+        };
+        let _ = cell.reply.send(result);
+    }
+}
+
+enum Execution {
+    Done(CellAnswer),
+    Interrupted(CellAnswer),
+    Unresponsive,
+    Died(String),
+}
+
+struct Kernel {
+    child: Child,
+    stdin: ChildStdin,
+    answers: Lines<BufReader<ChildStdout>>,
+    pgid: Option<i32>,
+    next_id: u64,
+}
+
+impl Drop for Kernel {
+    fn drop(&mut self) {
+        if let Some(pgid) = self.pgid {
+            signal_group(pgid, libc::SIGKILL);
+        }
+    }
+}
+
+fn signal_group(pgid: i32, signal: i32) {
+    // SAFETY: killpg only sends a signal; a stale pgid yields ESRCH, which is harmless here.
+    unsafe {
+        libc::killpg(pgid, signal);
+    }
+}
+
+impl Kernel {
+    async fn start(config: &KernelConfig) -> Result<Kernel, String> {
+        let started = Instant::now();
+        let mut child = Command::new(&config.python)
+            .args(["-u", "-c", HELPER])
+            .current_dir(&config.workspace)
+            .env("BOXD_MAX_OUTPUT", config.max_output_bytes.to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|err| {
+                format!(
+                    "cannot start the Python interpreter {:?}: {err}",
+                    config.python
+                )
+            })?;
+        let pgid = child.id().map(|pid| pid as i32);
+        let (Some(stdin), Some(stdout), Some(stderr)) =
+            (child.stdin.take(), child.stdout.take(), child.stderr.take())
+        else {
+            return Err("kernel pipes missing".into());
+        };
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                tracing::info!(target: "boxd::kernel", "{line}");
+            }
+        });
+        let mut kernel = Kernel {
+            child,
+            stdin,
+            answers: BufReader::new(stdout).lines(),
+            pgid,
+            next_id: 1,
+        };
+        let greeting = tokio::time::timeout(config.start_timeout, kernel.answers.next_line())
+            .await
+            .map_err(|_| {
+                format!(
+                    "the IPython kernel did not start within {:?}",
+                    config.start_timeout
+                )
+            })?
+            .map_err(|err| format!("reading from the IPython kernel failed: {err}"))?
+            .ok_or_else(|| {
+                format!(
+                    "{} exited at start (see boxd's log for its stderr)",
+                    config.python
+                )
+            })?;
+        let greeting: Value = serde_json::from_str(&greeting)
+            .map_err(|_| format!("unexpected first line from the kernel: {greeting}"))?;
+        if let Some(fatal) = greeting.get("fatal").and_then(Value::as_str) {
+            return Err(fatal.to_owned());
+        }
+        tracing::info!(
+            python = %greeting["python"].as_str().unwrap_or("?"),
+            ipython = %greeting["ipython"].as_str().unwrap_or("?"),
+            ready_ms = started.elapsed().as_millis() as u64,
+            "IPython kernel ready"
+        );
+        Ok(kernel)
+    }
+
+    async fn execute(&mut self, code: &str, timeout: Duration, grace: Duration) -> Execution {
+        let id = self.next_id;
+        self.next_id += 1;
+        let mut request = json!({"id": id, "code": code}).to_string();
+        request.push('\n');
+        if self.stdin.write_all(request.as_bytes()).await.is_err()
+            || self.stdin.flush().await.is_err()
+        {
+            return Execution::Died(self.exit_status().await);
+        }
+        match tokio::time::timeout(timeout, self.answer(id)).await {
+            Ok(Some(answer)) => return Execution::Done(answer),
+            Ok(None) => return Execution::Died(self.exit_status().await),
+            Err(_) => {}
+        }
+        if let Some(pgid) = self.pgid {
+            tracing::info!(pgid, ?timeout, "cell timed out; interrupting the kernel");
+            signal_group(pgid, libc::SIGINT);
+        }
+        match tokio::time::timeout(grace, self.answer(id)).await {
+            Ok(Some(answer)) => Execution::Interrupted(answer),
+            Ok(None) => Execution::Died(self.exit_status().await),
+            Err(_) => {
+                tracing::warn!("kernel ignored the interrupt; killing it");
+                Execution::Unresponsive
+            }
+        }
+    }
+
+    /// The answer to request `id`; `None` once the kernel's stdout closes.
+    async fn answer(&mut self, id: u64) -> Option<CellAnswer> {
+        loop {
+            let line = self.answers.next_line().await.ok()??;
+            match serde_json::from_str::<CellAnswer>(&line) {
+                Ok(answer) if answer.id == id => return Some(answer),
+                _ => tracing::warn!("ignoring an unexpected line from the kernel"),
+            }
+        }
+    }
+
+    async fn exit_status(&mut self) -> String {
+        match tokio::time::timeout(Duration::from_secs(2), self.child.wait()).await {
+            Ok(Ok(status)) => status.to_string(),
+            _ => "no exit status".into(),
+        }
+    }
+}

@@ -1,0 +1,223 @@
+//! `run_ipython_cell` against the real binary and a real IPython (the venv `make test` prepares).
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Fetch, Server, item};
+use serde_json::{Value, json};
+
+fn python() -> String {
+    std::env::var("BOXD_TEST_PYTHON")
+        .unwrap_or_else(|_| format!("{}/.venv/bin/python", env!("CARGO_MANIFEST_DIR")))
+}
+
+fn start() -> Server {
+    let python = python();
+    assert!(
+        std::path::Path::new(&python).exists(),
+        "{python} is missing: run `make setup` (or set BOXD_TEST_PYTHON to a Python with IPython)"
+    );
+    Server::start_with(&["--python", &python])
+}
+
+async fn cell(server: &Server, code: &str) -> Value {
+    server
+        .post("/tools/run_ipython_cell")
+        .json(&json!({ "code": code }))
+        .fetch_json()
+        .await
+}
+
+#[tokio::test]
+async fn state_streams_shell_escapes_and_magics() {
+    let server = start();
+    let first = cell(&server, "x = 41").await;
+    assert_eq!(item(&first, "stdout"), Some(""));
+    assert_eq!(first["isError"], false);
+
+    let second = cell(&server, "print(x + 1)\nx").await;
+    let stdout = item(&second, "stdout").unwrap();
+    assert!(
+        stdout.starts_with("42\n") && stdout.contains("41"),
+        "{stdout}"
+    );
+
+    let failing = cell(&server, "print('before')\n1/0").await;
+    assert_eq!(failing["isError"], true);
+    assert_eq!(item(&failing, "stdout"), Some("before\n"));
+    let traceback = item(&failing, "stderr").unwrap();
+    assert!(traceback.contains("ZeroDivisionError"), "{traceback}");
+    assert!(
+        !traceback.contains('\u{1b}'),
+        "ANSI codes left in: {traceback:?}"
+    );
+
+    let warned = cell(&server, "import sys; print('oops', file=sys.stderr)").await;
+    assert_eq!(item(&warned, "stderr"), Some("oops\n"));
+
+    let shell = cell(&server, "!echo from-shell").await;
+    assert!(item(&shell, "stdout").unwrap().contains("from-shell"));
+    let pwd = cell(&server, "%pwd").await;
+    assert!(
+        item(&pwd, "stdout")
+            .unwrap()
+            .contains(server.workspace.to_str().unwrap()),
+        "{pwd}"
+    );
+}
+
+#[tokio::test]
+async fn matplotlib_figure_comes_back_as_a_png_item() {
+    let server = start();
+    let result = cell(
+        &server,
+        "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.show()",
+    )
+    .await;
+    let images: Vec<&Value> = result["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|item| item["type"] == "image")
+        .collect();
+    assert_eq!(images.len(), 1, "{result}");
+    assert_eq!(images[0]["mimeType"], "image/png");
+    // base64 of the 8-byte PNG signature \x89PNG\r\n\x1a\n
+    assert!(
+        images[0]["data"]
+            .as_str()
+            .unwrap()
+            .starts_with("iVBORw0KGgo")
+    );
+}
+
+#[tokio::test]
+async fn timeout_interrupts_and_keeps_state() {
+    let server = start();
+    cell(&server, "x = 1").await;
+    let stuck = server
+        .post("/tools/run_ipython_cell")
+        .json(&json!({"code": "print('looping')\nwhile True: pass", "timeout": 1}))
+        .fetch_json()
+        .await;
+    assert_eq!(stuck["isError"], true);
+    assert_eq!(item(&stuck, "stdout"), Some("looping\n"));
+    let stderr = item(&stuck, "stderr").unwrap();
+    assert!(
+        stderr.contains("KeyboardInterrupt") && stderr.contains("state is kept"),
+        "{stderr}"
+    );
+    let after = cell(&server, "print(x)").await;
+    assert_eq!(item(&after, "stdout"), Some("1\n"));
+}
+
+#[tokio::test]
+async fn killed_kernel_is_reported_and_replaced() {
+    let server = start();
+    cell(&server, "x = 1").await;
+    let pid: i32 = item(
+        &cell(&server, "import os; print(os.getpid())").await,
+        "stdout",
+    )
+    .unwrap()
+    .trim()
+    .parse()
+    .unwrap();
+    let running = tokio::spawn({
+        let request = server
+            .post("/tools/run_ipython_cell")
+            .json(&json!({"code": "import time; time.sleep(30)"}));
+        async move { request.fetch_json().await }
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // SAFETY: kill(2) on the kernel process this test started through boxd.
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+    }
+    let died = tokio::time::timeout(Duration::from_secs(10), running)
+        .await
+        .expect("the running cell answers promptly")
+        .unwrap();
+    assert_eq!(died["isError"], true);
+    assert!(
+        item(&died, "stderr").unwrap().contains("kernel died"),
+        "{died}"
+    );
+
+    let fresh = cell(&server, "print('alive')\nprint('x' in dir())").await;
+    let stdout = item(&fresh, "stdout").unwrap();
+    assert!(stdout.contains("fresh IPython kernel"), "{stdout}");
+    assert!(stdout.ends_with("alive\nFalse\n"), "{stdout}");
+
+    // A kernel that dies between cells is replaced before the next one runs.
+    let exit = cell(&server, "import os; os._exit(1)").await;
+    assert_eq!(exit["isError"], true);
+    let again = cell(&server, "print(2 + 2)").await;
+    assert!(item(&again, "stdout").unwrap().ends_with("4\n"));
+}
+
+#[tokio::test]
+async fn concurrent_cells_each_get_their_own_output() {
+    let server = start();
+    let calls: Vec<_> = (0..8)
+        .map(|id| {
+            let request = server.post("/tools/run_ipython_cell").json(&json!({
+                "code": format!("import time\nfor _ in range(3):\n    print('cell-{id}')\n    time.sleep(0.01)")
+            }));
+            tokio::spawn(async move { request.fetch_json().await })
+        })
+        .collect();
+    for (id, call) in calls.into_iter().enumerate() {
+        let result = call.await.unwrap();
+        let expected = format!("cell-{id}\n").repeat(3);
+        assert_eq!(
+            item(&result, "stdout"),
+            Some(expected.as_str()),
+            "cell {id}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn bad_input_is_a_client_error() {
+    let server = start();
+    for body in [
+        json!({"code": ""}),
+        json!({}),
+        json!({"code": "1", "timeout": 0}),
+    ] {
+        let status = server
+            .post("/tools/run_ipython_cell")
+            .json(&body)
+            .fetch_status()
+            .await;
+        assert_eq!(status, 400, "{body}");
+    }
+}
+
+#[tokio::test]
+async fn missing_ipython_is_a_clear_error() {
+    // A Python without site-packages: IPython cannot be imported there.
+    let dir = tempfile::tempdir().unwrap();
+    let bare_python = dir.path().join("bare-python");
+    std::fs::write(&bare_python, "#!/bin/sh\nexec python3 -I -S \"$@\"\n").unwrap();
+    std::fs::set_permissions(
+        &bare_python,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let server = Server::start_with(&["--python", bare_python.to_str().unwrap()]);
+    let result = cell(&server, "1").await;
+    assert_eq!(result["isError"], true);
+    let stderr = item(&result, "stderr").unwrap();
+    assert!(stderr.contains("IPython is not installed"), "{stderr}");
+
+    let no_interpreter = Server::start_with(&["--python", "/nonexistent/python"]);
+    let result = cell(&no_interpreter, "1").await;
+    assert!(
+        item(&result, "stderr")
+            .unwrap()
+            .contains("/nonexistent/python")
+    );
+}
