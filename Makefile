@@ -4,7 +4,7 @@ PORT ?= 8000
 TARGET := x86_64-unknown-linux-gnu
 STATIC_BIN := target/$(TARGET)/release/boxd
 
-.PHONY: run build test setup lint unit python-tests static clean
+.PHONY: run build test setup lint unit python-tests static bench clean
 
 run: build
 	mkdir -p workspace
@@ -37,6 +37,11 @@ static:
 	RUSTFLAGS="-C target-feature=+crt-static" cargo build --release --target $(TARGET)
 	file $(STATIC_BIN)
 	@ls -l $(STATIC_BIN)
+
+# boxd against the upstream Python server, side by side, one run; not part of `make test`.
+bench: build
+	./bench/setup.sh
+	python3 bench/run.py
 
 clean:
 	cargo clean

@@ -1,0 +1,276 @@
+"""boxd against the upstream Python server: the same workload, the same machine, one run.
+
+Prints one table (metric, upstream, boxd, ratio boxd/upstream, target) and writes bench-out/results.json.
+Every loop is bounded in count and time; only loopback is used.
+"""
+import argparse
+import http.client
+import json
+import os
+import pathlib
+import platform
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+TOKEN = "bench-token"
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+OUT = ROOT / "bench-out"
+UPSTREAM_APP = OUT / "upstream-app" / "agentscope_runtime" / "sandbox" / "box" / "shared"
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Server:
+    """One server process on a fresh git workspace."""
+
+    def __init__(self, kind, args):
+        self.kind = kind
+        self.dir = pathlib.Path(tempfile.mkdtemp(prefix=f"bench-{kind}-"))
+        self.workspace = self.dir / "workspace"
+        self.workspace.mkdir()
+        subprocess.run(["git", "init", "-q"], cwd=self.workspace, check=True)
+        self.port = free_port()
+        env = {**os.environ, "SECRET_TOKEN": TOKEN, "WORKSPACE_DIR": str(self.workspace), "RUST_LOG": "warn"}
+        if kind == "boxd":
+            command = [args.boxd, "serve", "--host", "127.0.0.1", "--port", str(self.port),
+                       "--workspace", str(self.workspace), "--python", args.boxd_python]
+        else:
+            command = [str(pathlib.Path(args.upstream_venv) / "bin" / "uvicorn"), "app:app",
+                       "--app-dir", str(UPSTREAM_APP), "--host", "127.0.0.1", "--port", str(self.port),
+                       "--log-level", "warning"]
+        self.started = time.perf_counter()
+        self.proc = subprocess.Popen(command, cwd=self.workspace, env=env, stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.start_seconds = self._wait_healthy()
+        self.local = threading.local()
+
+    def _wait_healthy(self):
+        deadline = time.perf_counter() + 60
+        while time.perf_counter() < deadline:
+            try:
+                conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=2)
+                conn.request("GET", "/healthz", headers={"Authorization": f"Bearer {TOKEN}"})
+                if conn.getresponse().status == 200:
+                    return time.perf_counter() - self.started
+            except OSError:
+                pass
+            time.sleep(0.002)
+        raise RuntimeError(f"{self.kind} did not become healthy within 60 s")
+
+    def conn(self):
+        if getattr(self.local, "conn", None) is None:
+            self.local.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
+        return self.local.conn
+
+    def request(self, method, path, body=None, headers=None):
+        headers = {"Authorization": f"Bearer {TOKEN}", **(headers or {})}
+        if isinstance(body, (dict, list)):
+            body = json.dumps(body).encode()
+            headers["Content-Type"] = "application/json"
+        conn = self.conn()
+        try:
+            conn.request(method, path, body=body, headers=headers)
+            response = conn.getresponse()
+            data = response.read()
+        except (http.client.HTTPException, OSError):
+            self.local.conn = None
+            raise
+        if response.status >= 400:
+            raise RuntimeError(f"{self.kind} {method} {path} -> {response.status}: {data[:200]!r}")
+        return data
+
+    def rss_kib(self):
+        """Resident memory of the server and all its descendants."""
+        children = {}
+        for status in pathlib.Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = status.read_text().rsplit(")", 1)[1].split()
+                children.setdefault(int(fields[1]), []).append(int(status.parent.name))
+            except (OSError, IndexError, ValueError):
+                continue
+        total, pending = 0, [self.proc.pid]
+        while pending:
+            pid = pending.pop()
+            try:
+                for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1])
+            except OSError:
+                pass
+            pending.extend(children.get(pid, []))
+        return total
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def timed(call, count, budget_seconds=60):
+    samples = []
+    deadline = time.perf_counter() + budget_seconds
+    for _ in range(count):
+        started = time.perf_counter()
+        call()
+        samples.append(time.perf_counter() - started)
+        if time.perf_counter() > deadline:
+            break
+    return samples
+
+
+def percentile(samples, fraction):
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+def workload(server, results, quick):
+    n = 0.2 if quick else 1.0
+    count = lambda full: max(3, int(full * n))  # noqa: E731
+    ms = lambda seconds: seconds * 1000  # noqa: E731
+
+    results["start_ms"] = ms(server.start_seconds)
+    time.sleep(1.5)  # let the kernel warm-up (boxd) settle
+    results["idle_rss_mib"] = server.rss_kib() / 1024
+
+    def latency(name, call, full):
+        samples = timed(call, count(full))
+        results[f"{name}_p50_ms"] = ms(statistics.median(samples))
+        results[f"{name}_p99_ms"] = ms(percentile(samples, 0.99))
+
+    latency("healthz", lambda: server.request("GET", "/healthz"), 1000)
+    latency("shell_echo", lambda: server.request("POST", "/tools/run_shell_command", {"command": "echo x"}), 300)
+    server.request("POST", "/tools/run_ipython_cell", {"code": "x = 0"})
+    latency("ipython_x1", lambda: server.request("POST", "/tools/run_ipython_cell", {"code": "x=1"}), 500)
+    latency("ipython_100kb", lambda: server.request(
+        "POST", "/tools/run_ipython_cell", {"code": "print('a' * 102400)"}), 100)
+
+    for label, size, repeats in [("1kib", 1024, 300), ("1mib", 1 << 20, 30), ("64mib", 64 << 20, 3)]:
+        payload = os.urandom(size)
+        path = f"/workspace/file?path=bench/{label}.bin"
+        puts = timed(lambda: server.request("PUT", path, payload,
+                                            {"Content-Type": "application/octet-stream"}), count(repeats))
+        gets = timed(lambda: server.request("GET", path + "&format=bytes"), count(repeats))
+        results[f"put_{label}_mb_s"] = size / statistics.median(puts) / 1e6
+        results[f"get_{label}_mb_s"] = size / statistics.median(gets) / 1e6
+    server.request("DELETE", "/workspace/entry?path=bench")
+
+    listing = server.workspace / "many"
+    listing.mkdir()
+    for index in range(1000):
+        (listing / f"f{index:04}.txt").write_text("x")
+    latency("list_1000", lambda: server.request("GET", "/workspace/list?path=many"), 50)
+    shutil.rmtree(listing)
+
+    changed = server.workspace / "changed"
+    changed.mkdir()
+    for index in range(100):
+        (changed / f"c{index:03}.txt").write_text("line\n" * 20)
+    server.request("POST", "/watcher/commit_changes", {"commit_message": "base"})
+    diffs, commits = [], []
+    for round_ in range(count(10)):
+        for index in range(100):
+            (changed / f"c{index:03}.txt").write_text(f"round {round_}\n" + "line\n" * 20)
+        diffs += timed(lambda: server.request("POST", "/watcher/generate_diff",
+                                              {"commit_a": "", "commit_b": ""}), 1)
+        commits += timed(lambda: server.request("POST", "/watcher/commit_changes",
+                                                {"commit_message": f"r{round_}"}), 1)
+    results["diff_100_ms"] = ms(statistics.median(diffs))
+    results["commit_100_ms"] = ms(statistics.median(commits))
+
+    for width in (32, 128):
+        def one(_):
+            return server.request("POST", "/tools/run_shell_command", {"command": "sleep 0.1; echo x"})
+        started = time.perf_counter()
+        with ThreadPoolExecutor(width) as pool:
+            list(pool.map(one, range(width)))
+        results[f"concurrent_{width}_wall_ms"] = ms(time.perf_counter() - started)
+
+    if shutil.which("wrk"):
+        out = subprocess.run(
+            ["wrk", "-t2", "-c32", f"-d{2 if quick else 5}s", "-H", f"Authorization: Bearer {TOKEN}",
+             f"http://127.0.0.1:{server.port}/healthz"],
+            capture_output=True, text=True, timeout=60).stdout
+        for line in out.splitlines():
+            if line.startswith("Requests/sec:"):
+                results["healthz_req_s"] = float(line.split()[1])
+    results["rss_after_mib"] = server.rss_kib() / 1024
+
+
+# metric, better direction, target ratio (boxd/upstream) from the benchmark issue, or None
+TABLE = [
+    ("start_ms", "lower", 0.02), ("idle_rss_mib", "lower", 0.15), ("rss_after_mib", "lower", 0.6),
+    ("healthz_p50_ms", "lower", None), ("healthz_p99_ms", "lower", None),
+    ("shell_echo_p50_ms", "lower", 0.8), ("shell_echo_p99_ms", "lower", None),
+    ("ipython_x1_p50_ms", "lower", 1.2), ("ipython_x1_p99_ms", "lower", None),
+    ("ipython_100kb_p50_ms", "lower", None), ("ipython_100kb_p99_ms", "lower", None),
+    ("put_1kib_mb_s", "higher", None), ("get_1kib_mb_s", "higher", None),
+    ("put_1mib_mb_s", "higher", None), ("get_1mib_mb_s", "higher", None),
+    ("put_64mib_mb_s", "higher", 2.0), ("get_64mib_mb_s", "higher", None),
+    ("list_1000_p50_ms", "lower", 0.05), ("diff_100_ms", "lower", 0.3), ("commit_100_ms", "lower", 0.3),
+    ("concurrent_32_wall_ms", "lower", None), ("concurrent_128_wall_ms", "lower", 0.34),
+    ("healthz_req_s", "higher", None),
+]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--boxd", default=str(ROOT / "target" / "release" / "boxd"))
+    parser.add_argument("--boxd-python", default=str(OUT / "upstream-venv" / "bin" / "python"),
+                        help="the kernel's interpreter: the same Python and IPython upstream runs")
+    parser.add_argument("--upstream-venv", default=str(OUT / "upstream-venv"))
+    parser.add_argument("--quick", action="store_true", help="fewer iterations, for a smoke run")
+    args = parser.parse_args()
+
+    measured = {"upstream": {}, "boxd": {}}
+    for kind in ("upstream", "boxd"):
+        print(f"bench: {kind} ...", file=sys.stderr, flush=True)
+        server = Server(kind, args)
+        try:
+            workload(server, measured[kind], args.quick)
+        finally:
+            server.stop()
+
+    rows = []
+    for metric, better, target in TABLE:
+        upstream, boxd = measured["upstream"].get(metric), measured["boxd"].get(metric)
+        ratio = boxd / upstream if upstream and boxd is not None else None
+        met = None
+        if ratio is not None and target is not None:
+            met = ratio <= target if better == "lower" else ratio >= target
+        rows.append({"metric": metric, "upstream": upstream, "boxd": boxd, "ratio": ratio,
+                     "target": target, "better": better, "met": met})
+    for metric in ("mcp_list_tools_1", "mcp_list_tools_16", "mcp_call_tool_1", "mcp_call_tool_16"):
+        rows.append({"metric": metric, "upstream": None, "boxd": None, "ratio": None, "target": None,
+                     "better": "lower", "met": None, "note": "pending: MCP hosting (issue 4)"})
+
+    machine = f"{platform.machine()}, {os.cpu_count()} cores, {platform.platform()}"
+    OUT.mkdir(exist_ok=True)
+    (OUT / "results.json").write_text(json.dumps({"machine": machine, "rows": rows}, indent=2))
+
+    fmt = lambda value: "-" if value is None else f"{value:.3g}" if value < 100 else f"{value:.0f}"  # noqa: E731
+    print(f"machine: {machine}")
+    print(f"| metric | upstream | boxd | boxd/upstream | target |")
+    print(f"|---|---:|---:|---:|---|")
+    for row in rows:
+        target = row.get("note") or ("" if row["target"] is None else
+                                     f"{'≤' if row['better'] == 'lower' else '≥'} {row['target']}"
+                                     f" {'met' if row['met'] else 'MISSED'}")
+        print(f"| {row['metric']} | {fmt(row['upstream'])} | {fmt(row['boxd'])} | {fmt(row['ratio'])} | {target} |")
+
+
+if __name__ == "__main__":
+    main()
