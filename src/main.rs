@@ -88,7 +88,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     ));
     tools.register(ipython::tool(ipython::IpythonBridge::start(
         ipython::KernelConfig {
-            python: args.python.clone(),
+            python: interpreter_path(&args.python),
             workspace: workspace.real_root().to_path_buf(),
             default_timeout: cell_timeout,
             interrupt_grace: Duration::from_secs(3),
@@ -134,6 +134,19 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
             Ok(())
         }
     }
+}
+
+/// A relative interpreter path (`.venv/bin/python`) means relative to where boxd was started, not to the
+/// workspace the kernel runs in; a bare name (`python3`) is looked up on PATH as usual.
+fn interpreter_path(python: &str) -> String {
+    let path = std::path::Path::new(python);
+    if path.is_relative()
+        && path.components().count() > 1
+        && let Ok(cwd) = std::env::current_dir()
+    {
+        return cwd.join(path).to_string_lossy().into_owned();
+    }
+    python.to_owned()
 }
 
 fn positive_seconds(flag: &str, seconds: f64) -> Result<Duration, String> {

@@ -22,6 +22,8 @@ use crate::tools::{CallToolResult, ContentItem, GENERIC_GROUP, Tool, parse_argum
 const HELPER: &str = include_str!("helper.py");
 /// Cells waiting beyond this are refused rather than queued without bound.
 const MAX_QUEUED_CELLS: usize = 256;
+/// Answers carry whole cell outputs; a large buffer avoids ping-ponging the pipe in small reads.
+const ANSWER_BUFFER: usize = 1024 * 1024;
 
 #[derive(Debug, Clone)]
 pub struct KernelConfig {
@@ -307,7 +309,7 @@ impl Kernel {
         let mut kernel = Kernel {
             child,
             stdin,
-            answers: BufReader::new(stdout).lines(),
+            answers: BufReader::with_capacity(ANSWER_BUFFER, stdout).lines(),
             pgid,
             next_id: 1,
         };
