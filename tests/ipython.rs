@@ -113,6 +113,32 @@ async fn timeout_interrupts_and_keeps_state() {
 }
 
 #[tokio::test]
+async fn cell_ignoring_the_interrupt_gets_a_fresh_kernel_and_says_state_was_lost() {
+    let server = start();
+    cell(&server, "x = 1").await;
+    let stubborn = server
+        .post("/tools/run_ipython_cell")
+        .json(&json!({
+            "code": "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nprint('ignoring')\ntime.sleep(60)",
+            "timeout": 1
+        }))
+        .fetch_json()
+        .await;
+    assert_eq!(stubborn["isError"], true);
+    let stderr = item(&stubborn, "stderr").unwrap();
+    assert!(
+        stderr.contains("did not stop on interrupt") && stderr.contains("state"),
+        "{stderr}"
+    );
+    let after = cell(&server, "print('x' in dir())").await;
+    let stdout = item(&after, "stdout").unwrap();
+    assert!(
+        stdout.contains("fresh IPython kernel") && stdout.ends_with("False\n"),
+        "{stdout}"
+    );
+}
+
+#[tokio::test]
 async fn killed_kernel_is_reported_and_replaced() {
     let server = start();
     cell(&server, "x = 1").await;

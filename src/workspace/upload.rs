@@ -1,16 +1,18 @@
 //! Atomic file writes: the body streams into a temporary file beside the target, which is renamed over the
 //! target only once the whole body arrived. A failed or aborted upload leaves the old content intact.
 
-use std::os::unix::fs::PermissionsExt;
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
-use tokio::io::{AsyncWriteExt, BufWriter};
 
 use crate::error::{ApiError, ApiResult};
 
 const WRITE_BUFFER: usize = 1024 * 1024;
+/// Chunks in flight between the request body and the writer thread: bounds memory per upload.
+const WRITE_QUEUE_CHUNKS: usize = 64;
 
 /// A temporary file that is removed unless it was moved into place.
 pub struct StagedFile {
@@ -57,41 +59,44 @@ fn staging_name(dir: &Path) -> PathBuf {
     dir.join(format!(".boxd-upload-{}.tmp", hex::encode(random)))
 }
 
-/// Streams `body` into a new temporary file in `dir` (which must exist).
+/// Streams `body` into a new temporary file in `dir` (which must exist). A blocking writer thread takes the
+/// body's chunks as they arrive (no copies), so network reads and disk writes overlap.
 pub async fn stage<S, E>(dir: &Path, body: S, what: &str) -> ApiResult<StagedFile>
 where
     S: Stream<Item = Result<Bytes, E>>,
     E: std::fmt::Display,
 {
     let path = staging_name(dir);
-    let file = tokio::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&path)
-        .await
-        .map_err(|err| ApiError::from_io(&err, what))?;
+    let file = {
+        let path = path.clone();
+        tokio::task::spawn_blocking(move || {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o644)
+                .open(path)
+        })
+        .await?
+        .map_err(|err| ApiError::from_io(&err, what))?
+    };
     let staged = StagedFile { path: Some(path) };
-    let _ = file
-        .set_permissions(std::fs::Permissions::from_mode(0o644))
-        .await;
-    let mut writer = BufWriter::with_capacity(WRITE_BUFFER, file);
+    let (chunks, mut received) = tokio::sync::mpsc::channel::<Bytes>(WRITE_QUEUE_CHUNKS);
+    let writer = tokio::task::spawn_blocking(move || {
+        let mut out = std::io::BufWriter::with_capacity(WRITE_BUFFER, file);
+        while let Some(chunk) = received.blocking_recv() {
+            out.write_all(&chunk)?;
+        }
+        out.flush()
+    });
     let mut body = std::pin::pin!(body);
     while let Some(chunk) = body.next().await {
         let chunk = chunk
             .map_err(|err| ApiError::BadRequest(format!("upload of {what} interrupted: {err}")))?;
-        writer
-            .write_all(&chunk)
-            .await
-            .map_err(|err| ApiError::from_io(&err, what))?;
+        if chunks.send(chunk).await.is_err() {
+            break; // the writer stopped on an error, reported below
+        }
     }
-    writer
-        .flush()
-        .await
-        .map_err(|err| ApiError::from_io(&err, what))?;
-    writer
-        .into_inner()
-        .shutdown()
-        .await
-        .map_err(|err| ApiError::from_io(&err, what))?;
+    drop(chunks);
+    writer.await?.map_err(|err| ApiError::from_io(&err, what))?;
     Ok(staged)
 }
