@@ -23,6 +23,11 @@ pub enum ApiError {
     Unprocessable(String),
     #[error("{0}")]
     InsufficientStorage(String),
+    /// A hosted MCP server (or other upstream peer) failed.
+    #[error("{0}")]
+    BadGateway(String),
+    #[error("{0}")]
+    GatewayTimeout(String),
     #[error("{0}")]
     Internal(String),
 }
@@ -38,6 +43,8 @@ impl ApiError {
             ApiError::RangeNotSatisfiable(_) => StatusCode::RANGE_NOT_SATISFIABLE,
             ApiError::Unprocessable(_) => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::InsufficientStorage(_) => StatusCode::INSUFFICIENT_STORAGE,
+            ApiError::BadGateway(_) => StatusCode::BAD_GATEWAY,
+            ApiError::GatewayTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }

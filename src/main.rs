@@ -5,6 +5,7 @@ mod error;
 mod git;
 mod http;
 mod ipython;
+mod mcp;
 mod shell;
 mod tools;
 mod workspace;
@@ -72,11 +73,8 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     }
     let workspace = workspace::Workspace::open(&args.workspace)
         .map_err(|err| format!("cannot open workspace {}: {err}", args.workspace.display()))?;
-    if let Some(config) = &args.mcp_config {
-        tracing::warn!(config = %config.display(), "MCP server hosting is not in this build yet; the config is not loaded");
-    }
 
-    let mut tools = ToolRegistry::default();
+    let tools = Arc::new(ToolRegistry::default());
     tools.register(shell::tool(
         workspace.real_root().to_path_buf(),
         shell::ShellLimits {
@@ -97,8 +95,28 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         },
     )));
 
+    let mcp_host = Arc::new(mcp::McpHost::new(
+        Arc::clone(&tools),
+        workspace.real_root().to_path_buf(),
+    ));
+    if let Some(config) = args.mcp_config.clone() {
+        let host = Arc::clone(&mcp_host);
+        // In the background: /healthz must not wait for servers that download themselves (npx, uvx).
+        tokio::spawn(async move {
+            match host.add_from_file(&config).await {
+                Ok(()) => {
+                    tracing::info!(config = %config.display(), "MCP servers from config started")
+                }
+                Err(err) => {
+                    tracing::error!(config = %config.display(), "MCP servers from config: {err}")
+                }
+            }
+        });
+    }
+
     let state = AppState {
-        tools: Arc::new(tools),
+        mcp: Arc::clone(&mcp_host),
+        tools,
         git: Arc::new(git::GitWatcher::new(workspace.real_root().to_path_buf())),
         workspace: Arc::new(workspace),
         token: auth::Token::new(&token),
@@ -124,7 +142,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         let _ = graceful_stop.wait_for(|stopped| *stopped).await;
         tracing::info!("stop signal received; finishing in-flight requests");
     });
-    tokio::select! {
+    let served = tokio::select! {
         served = server => served.map_err(|err| format!("server failed: {err}")),
         _ = async {
             let _ = stop_rx.wait_for(|stopped| *stopped).await;
@@ -133,7 +151,15 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
             tracing::warn!(grace = ?SHUTDOWN_GRACE, "in-flight requests did not finish; exiting anyway");
             Ok(())
         }
+    };
+    // Hosted MCP children run in their own process groups: stop them explicitly, or they outlive boxd.
+    if tokio::time::timeout(SHUTDOWN_GRACE, mcp_host.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!("hosted MCP servers did not stop in time");
     }
+    served
 }
 
 /// A relative interpreter path (`.venv/bin/python`) means relative to where boxd was started, not to the

@@ -15,9 +15,10 @@ use serde_json::Value;
 
 use crate::error::{ApiError, ApiResult};
 use crate::git::GitWatcher;
+use crate::mcp::McpHost;
 use crate::tools::{CallToolResult, ToolRegistry};
 use crate::workspace::Workspace;
-use crate::{git, workspace};
+use crate::{git, mcp, workspace};
 
 /// JSON bodies (tool arguments, file contents sent as strings) up to this size; raw file uploads are
 /// streamed and not limited by it.
@@ -28,7 +29,14 @@ pub struct AppState {
     pub tools: Arc<ToolRegistry>,
     pub workspace: Arc<Workspace>,
     pub git: Arc<GitWatcher>,
+    pub mcp: Arc<McpHost>,
     pub token: auth::Token,
+}
+
+impl FromRef<AppState> for Arc<McpHost> {
+    fn from_ref(state: &AppState) -> Self {
+        Arc::clone(&state.mcp)
+    }
 }
 
 impl FromRef<AppState> for Arc<Workspace> {
@@ -55,6 +63,7 @@ pub fn router(state: AppState) -> Router {
         .route("/tools/{tool_name}", post(call_tool))
         .merge(workspace::routes())
         .merge(git::routes())
+        .merge(mcp::routes())
         .layer(DefaultBodyLimit::max(MAX_JSON_BODY))
         .route_layer(middleware::from_fn_with_state(
             state.token.clone(),
@@ -85,6 +94,6 @@ async fn call_tool(
             "the body must be a JSON object".into(),
         ));
     }
-    let tool = tools.get(&tool_name)?.clone();
+    let tool = tools.get(&tool_name)?;
     Ok(Json(tool.call(arguments).await?))
 }

@@ -8,7 +8,7 @@ pub use result::{CallToolResult, ContentItem};
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use serde_json::{Value, json};
 
@@ -56,8 +56,16 @@ impl Tool {
         (self.handler)(arguments)
     }
 
-    /// The entry shape of upstream's `/mcp/list_tools`.
+    /// The entry shape of upstream's `/mcp/list_tools`. The full schema is kept (`$defs`, enums...), with
+    /// `properties` and `required` always present as upstream guarantees.
     pub fn listing(&self) -> Value {
+        let mut parameters = match &self.input_schema {
+            Value::Object(schema) => schema.clone(),
+            _ => serde_json::Map::new(),
+        };
+        parameters.insert("type".into(), json!("object"));
+        parameters.entry("properties").or_insert_with(|| json!({}));
+        parameters.entry("required").or_insert_with(|| json!([]));
         json!({
             "name": self.name,
             "json_schema": {
@@ -65,41 +73,71 @@ impl Tool {
                 "function": {
                     "name": self.name,
                     "description": self.description,
-                    "parameters": self.input_schema,
+                    "parameters": parameters,
                 }
             }
         })
     }
 }
 
-#[derive(Clone, Default)]
+/// Tools by exposed name. Built-ins register at start; hosted MCP servers add and drop their groups at
+/// runtime, so the map sits behind a lock held only for lookups and inserts, never across a call.
+#[derive(Default)]
 pub struct ToolRegistry {
-    tools: BTreeMap<String, Tool>,
+    tools: RwLock<BTreeMap<String, Tool>>,
 }
 
 impl ToolRegistry {
-    /// First registration of a name wins; a later one is refused and logged, so lookups stay deterministic.
-    pub fn register(&mut self, tool: Tool) {
-        if let Some(existing) = self.tools.get(&tool.name) {
+    /// First registration of a name wins; a later tool of the same name from another group stays reachable
+    /// as `{group}__{name}`, and the collision is logged. Returns the name the tool is exposed under.
+    pub fn register(&self, mut tool: Tool) -> String {
+        let mut tools = self
+            .tools
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(existing) = tools.get(&tool.name)
+            && existing.group != tool.group
+        {
+            let namespaced = format!("{}__{}", tool.group, tool.name);
             tracing::warn!(
                 tool = %tool.name,
                 kept_group = %existing.group,
-                refused_group = %tool.group,
-                "tool name already registered; keeping the first"
+                group = %tool.group,
+                exposed_as = %namespaced,
+                "tool name already registered; the first keeps it"
             );
-            return;
+            tool.name = namespaced;
         }
-        self.tools.insert(tool.name.clone(), tool);
+        let name = tool.name.clone();
+        tools.entry(name.clone()).or_insert(tool);
+        name
     }
 
-    pub fn get(&self, name: &str) -> ApiResult<&Tool> {
-        self.tools
+    pub fn unregister_group(&self, group: &str) {
+        let mut tools = self
+            .tools
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        tools.retain(|_, tool| tool.group != group);
+    }
+
+    pub fn get(&self, name: &str) -> ApiResult<Tool> {
+        let tools = self
+            .tools
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        tools
             .get(name)
+            .cloned()
             .ok_or_else(|| ApiError::NotFound(format!("unknown tool: {name}")))
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = &Tool> {
-        self.tools.values()
+    pub fn snapshot(&self) -> Vec<Tool> {
+        let tools = self
+            .tools
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        tools.values().cloned().collect()
     }
 }
 

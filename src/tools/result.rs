@@ -15,6 +15,9 @@ pub enum ContentItem {
         #[serde(rename = "mimeType")]
         mime_type: String,
     },
+    /// An item relayed as a hosted MCP server sent it (any content type, its own fields).
+    #[serde(untagged)]
+    Raw(serde_json::Value),
 }
 
 impl ContentItem {

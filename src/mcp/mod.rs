@@ -1,0 +1,200 @@
+//! MCP servers hosted by boxd: `/mcp/add_servers`, `/mcp/list_tools`, `/mcp/call_tool`. Each hosted
+//! server's tools live in the shared tool registry under the server's name, so a call goes straight to the
+//! tool's owner (no fan-out) and the same entries serve every other surface.
+
+mod config;
+mod hosted;
+mod sse;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use futures_util::future::join_all;
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use crate::error::{ApiError, ApiResult};
+use crate::http::extract::ApiJson;
+use crate::tools::{CallToolResult, GENERIC_GROUP, ToolRegistry};
+pub use config::parse_servers;
+use hosted::HostedServer;
+
+pub struct McpHost {
+    servers: tokio::sync::Mutex<BTreeMap<String, Arc<HostedServer>>>,
+    tools: Arc<ToolRegistry>,
+    workspace: PathBuf,
+}
+
+impl McpHost {
+    pub fn new(tools: Arc<ToolRegistry>, workspace: PathBuf) -> Self {
+        McpHost {
+            servers: tokio::sync::Mutex::new(BTreeMap::new()),
+            tools,
+            workspace,
+        }
+    }
+
+    /// Starts the servers of `configs` concurrently. A name already hosted is skipped unless `overwrite`
+    /// (then the old one is stopped first). Servers that start stay even if others fail; the failed ones
+    /// are cleaned up and named, with their reasons, in the error.
+    pub async fn add_servers(&self, configs: &Value, overwrite: bool) -> ApiResult<()> {
+        let specs = parse_servers(configs)?;
+        let mut servers = self.servers.lock().await;
+        let mut to_start = Vec::new();
+        for spec in specs {
+            if let Some(existing) = servers.get(&spec.name) {
+                if !overwrite {
+                    tracing::info!(server = %spec.name, "MCP server already hosted; skipped (overwrite is false)");
+                    continue;
+                }
+                tracing::info!(server = %spec.name, "replacing hosted MCP server");
+                existing.stop().await;
+                servers.remove(&spec.name);
+            }
+            to_start.push(spec);
+        }
+        let started = join_all(to_start.into_iter().map(|spec| {
+            let name = spec.name.clone();
+            let start = HostedServer::start(spec, self.workspace.clone(), Arc::clone(&self.tools));
+            async move { (name, start.await) }
+        }))
+        .await;
+        let mut failures = Vec::new();
+        // Connected concurrently, registered one by one in name order: which server keeps a contested tool
+        // name must not depend on which one answered first.
+        let mut started: Vec<_> = started.into_iter().collect();
+        started.sort_by(|a, b| a.0.cmp(&b.0));
+        for (name, outcome) in started {
+            let registered = match outcome {
+                Ok(server) => match server.refresh_tools().await {
+                    Ok(()) => Ok(server),
+                    Err(reason) => {
+                        server.stop().await;
+                        Err(reason)
+                    }
+                },
+                Err(reason) => Err(reason),
+            };
+            match registered {
+                Ok(server) => {
+                    tracing::info!(server = %name, "hosted MCP server ready");
+                    servers.insert(name, server);
+                }
+                Err(reason) => {
+                    tracing::warn!(server = %name, "hosted MCP server failed to start: {reason}");
+                    failures.push(format!("{name}: {reason}"));
+                }
+            }
+        }
+        if failures.is_empty() {
+            Ok(())
+        } else {
+            Err(ApiError::BadGateway(format!(
+                "Failed to initialize MCP servers: {}",
+                failures.join("; ")
+            )))
+        }
+    }
+
+    /// Loads upstream's `mcp_server_configs.json` format from a file (at start-up, in the background).
+    pub async fn add_from_file(&self, path: &Path) -> ApiResult<()> {
+        let text = tokio::fs::read_to_string(path)
+            .await
+            .map_err(|err| ApiError::from_io(&err, &path.display().to_string()))?;
+        let configs: Value = serde_json::from_str(&text)
+            .map_err(|err| ApiError::BadRequest(format!("{}: {err}", path.display())))?;
+        self.add_servers(&configs, false).await
+    }
+
+    /// Upstream's shape: `{SERVER: {TOOL: {"name", "json_schema"}}}` for every group but `generic`.
+    pub fn list_tools(&self) -> Value {
+        let mut groups: BTreeMap<String, Map<String, Value>> = BTreeMap::new();
+        for tool in self.tools.snapshot() {
+            if tool.group != GENERIC_GROUP {
+                groups
+                    .entry(tool.group.clone())
+                    .or_default()
+                    .insert(tool.name.clone(), tool.listing());
+            }
+        }
+        serde_json::to_value(groups).unwrap_or_default()
+    }
+
+    /// Stops every hosted server (and its process group).
+    pub async fn shutdown(&self) {
+        let servers: Vec<_> = std::mem::take(&mut *self.servers.lock().await)
+            .into_values()
+            .collect();
+        join_all(servers.iter().map(|server| server.stop())).await;
+        if !servers.is_empty() {
+            tracing::info!(count = servers.len(), "hosted MCP servers stopped");
+        }
+    }
+}
+
+pub fn routes<S>() -> Router<S>
+where
+    S: Clone + Send + Sync + 'static,
+    Arc<McpHost>: axum::extract::FromRef<S>,
+{
+    Router::new()
+        .route("/mcp/add_servers", post(add_servers))
+        .route("/mcp/list_tools", get(list_tools))
+        .route("/mcp/call_tool", post(call_tool))
+}
+
+#[derive(Deserialize)]
+struct AddServersRequest {
+    #[serde(default)]
+    server_configs: Value,
+    #[serde(default)]
+    overwrite: bool,
+}
+
+async fn add_servers(
+    State(host): State<Arc<McpHost>>,
+    ApiJson(request): ApiJson<AddServersRequest>,
+) -> ApiResult<&'static str> {
+    if !request.server_configs.is_object() {
+        return Err(ApiError::BadRequest("server_configs is required".into()));
+    }
+    host.add_servers(&request.server_configs, request.overwrite)
+        .await?;
+    Ok("OK")
+}
+
+async fn list_tools(State(host): State<Arc<McpHost>>) -> Json<Value> {
+    Json(host.list_tools())
+}
+
+#[derive(Deserialize)]
+struct CallToolRequest {
+    #[serde(default)]
+    tool_name: String,
+    #[serde(default)]
+    arguments: Value,
+}
+
+async fn call_tool(
+    State(host): State<Arc<McpHost>>,
+    ApiJson(request): ApiJson<CallToolRequest>,
+) -> ApiResult<Json<CallToolResult>> {
+    if request.tool_name.is_empty() {
+        return Err(ApiError::BadRequest("tool_name is required".into()));
+    }
+    let arguments = match request.arguments {
+        Value::Null => Value::Object(Map::new()),
+        Value::Object(map) => Value::Object(map),
+        _ => {
+            return Err(ApiError::BadRequest(
+                "arguments must be a JSON object".into(),
+            ));
+        }
+    };
+    let tool = host.tools.get(&request.tool_name)?;
+    Ok(Json(tool.call(arguments).await?))
+}

@@ -1,0 +1,324 @@
+//! Hosting MCP servers: real FastMCP peers (PyPI `mcp`) over stdio, SSE and streamable HTTP.
+
+mod common;
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{Fetch, Server};
+use serde_json::{Value, json};
+
+fn python() -> String {
+    std::env::var("BOXD_TEST_PYTHON")
+        .unwrap_or_else(|_| format!("{}/.venv/bin/python", env!("CARGO_MANIFEST_DIR")))
+}
+
+fn peer_script() -> String {
+    format!("{}/tests/python/mcp_peer.py", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A FastMCP peer serving over the network on a free loopback port; killed on drop.
+struct NetworkPeer {
+    child: Child,
+    port: u16,
+}
+
+impl NetworkPeer {
+    fn start(transport: &str) -> NetworkPeer {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = Command::new(python())
+            .args([peer_script(), transport.to_owned(), port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("peer starts");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "{transport} peer did not listen within 20 s"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        NetworkPeer { child, port }
+    }
+}
+
+impl Drop for NetworkPeer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn stdio_config(extra_env: Value) -> Value {
+    json!({"command": python(), "args": [peer_script(), "stdio"], "env": extra_env})
+}
+
+async fn add(server: &Server, servers: Value, overwrite: bool) -> (u16, Value) {
+    let response = server
+        .post("/mcp/add_servers")
+        .json(&json!({"server_configs": {"mcpServers": servers}, "overwrite": overwrite}))
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    let text = response.text().await.unwrap();
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
+}
+
+async fn call(server: &Server, tool: &str, arguments: Value) -> (u16, Value) {
+    let response = server
+        .post("/mcp/call_tool")
+        .json(&json!({"tool_name": tool, "arguments": arguments}))
+        .send()
+        .await
+        .unwrap();
+    (response.status().as_u16(), response.json().await.unwrap())
+}
+
+fn first_text(result: &Value) -> &str {
+    result["content"][0]["text"].as_str().unwrap_or_default()
+}
+
+fn process_alive(pid: i32) -> bool {
+    std::path::Path::new(&format!("/proc/{pid}")).exists()
+        && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .unwrap_or_default()
+            .contains(") Z ")
+}
+
+async fn peer_pid(server: &Server, tool: &str) -> i32 {
+    let (_, result) = call(server, tool, json!({})).await;
+    first_text(&result)
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn three_transports_listed_by_server_and_called_directly() {
+    let server = Server::start();
+    let sse = NetworkPeer::start("sse");
+    let http = NetworkPeer::start("streamable-http");
+    let (status, answer) = add(
+        &server,
+        json!({
+            "stdio": stdio_config(json!({"PEER_GREETING": "hello"})),
+            "sse": {"url": format!("http://127.0.0.1:{}/sse", sse.port)},
+            "http": {"type": "streamable_http", "url": format!("http://127.0.0.1:{}/mcp", http.port)},
+        }),
+        false,
+    )
+    .await;
+    assert_eq!((status, answer), (200, json!("OK")));
+
+    let listed = server.get("/mcp/list_tools").fetch_json().await;
+    // Same tool names on all three: the first server by name keeps them, the others are name-spaced.
+    let names = |group: &str| -> Vec<String> {
+        listed[group].as_object().unwrap().keys().cloned().collect()
+    };
+    assert_eq!(names("http"), ["add", "echo", "whoami"]);
+    assert_eq!(names("sse"), ["sse__add", "sse__echo", "sse__whoami"]);
+    assert_eq!(
+        names("stdio"),
+        ["stdio__add", "stdio__echo", "stdio__whoami"]
+    );
+    let add_schema = &listed["http"]["add"]["json_schema"];
+    assert_eq!(add_schema["type"], "function");
+    assert_eq!(add_schema["function"]["name"], "add");
+    assert_eq!(
+        add_schema["function"]["parameters"]["required"],
+        json!(["a", "b"])
+    );
+    assert!(listed.get("generic").is_none());
+
+    let (status, result) = call(&server, "add", json!({"a": 2, "b": 3})).await;
+    assert_eq!(status, 200);
+    assert_eq!(first_text(&result), "5");
+    assert_eq!(result["isError"], false);
+    assert_eq!(
+        first_text(
+            &call(&server, "sse__echo", json!({"text": "over sse"}))
+                .await
+                .1
+        ),
+        "echo: over sse"
+    );
+    let (_, whoami) = call(&server, "stdio__whoami", json!({})).await;
+    let whoami = first_text(&whoami);
+    assert!(
+        whoami.ends_with(&format!("{} hello", server.workspace.display())),
+        "{whoami}"
+    );
+
+    let (status, invalid) = call(&server, "add", json!({"a": "x", "b": 1})).await;
+    assert_eq!(status, 200);
+    assert_eq!(invalid["isError"], true);
+    let (status, unknown) = call(&server, "no_such_tool", json!({})).await;
+    assert_eq!(status, 404);
+    assert!(unknown["detail"].as_str().unwrap().contains("no_such_tool"));
+}
+
+#[tokio::test]
+async fn a_server_that_exits_at_start_fails_fast_and_the_others_stay() {
+    let server = Server::start();
+    let started = Instant::now();
+    let (status, answer) = add(
+        &server,
+        json!({
+            "broken": {"command": python(), "args": [peer_script(), "exit-at-start"]},
+            "good": stdio_config(json!({})),
+        }),
+        false,
+    )
+    .await;
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert_eq!(status, 502);
+    let detail = answer["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("broken") && detail.contains("missing API key"),
+        "{detail}"
+    );
+    assert!(!detail.contains("good"), "{detail}");
+    let listed = server.get("/mcp/list_tools").fetch_json().await;
+    assert!(
+        listed.get("good").is_some() && listed.get("broken").is_none(),
+        "{listed}"
+    );
+
+    let (status, answer) = add(
+        &server,
+        json!({"nowhere": {"command": "/nonexistent/server"}}),
+        false,
+    )
+    .await;
+    assert_eq!(status, 502);
+    assert!(
+        answer["detail"]
+            .as_str()
+            .unwrap()
+            .contains("/nonexistent/server")
+    );
+}
+
+#[tokio::test]
+async fn overwrite_replaces_and_a_killed_child_restarts_on_next_use() {
+    let server = Server::start();
+    add(&server, json!({"peer": stdio_config(json!({}))}), false).await;
+    let first = peer_pid(&server, "whoami").await;
+
+    let (status, _) = add(&server, json!({"peer": stdio_config(json!({}))}), false).await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        peer_pid(&server, "whoami").await,
+        first,
+        "without overwrite the server is kept"
+    );
+
+    add(&server, json!({"peer": stdio_config(json!({}))}), true).await;
+    let second = peer_pid(&server, "whoami").await;
+    assert_ne!(second, first);
+    assert!(
+        !process_alive(first),
+        "the replaced server is still running"
+    );
+
+    // SAFETY: kill(2) on the peer process boxd started.
+    unsafe {
+        libc::kill(second, libc::SIGKILL);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let third = peer_pid(&server, "whoami").await;
+    assert_ne!(third, second, "the dead server was not restarted");
+}
+
+#[tokio::test]
+async fn sigterm_leaves_no_hosted_child_behind() {
+    let mut server = Server::start();
+    add(&server, json!({"peer": stdio_config(json!({}))}), false).await;
+    let pid = peer_pid(&server, "whoami").await;
+    assert!(process_alive(pid));
+    let status = server.terminate().expect("boxd exits");
+    assert!(status.success());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while process_alive(pid) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(!process_alive(pid), "hosted MCP child {pid} outlived boxd");
+}
+
+#[tokio::test]
+async fn config_file_is_loaded_in_the_background() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("mcp_server_configs.json");
+    std::fs::write(
+        &config,
+        json!({"mcpServers": {"peer": stdio_config(json!({}))}}).to_string(),
+    )
+    .unwrap();
+    let server = Server::start_with(&["--mcp-config", config.to_str().unwrap()]);
+    assert_eq!(server.get("/healthz").fetch_status().await, 200);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let listed = server.get("/mcp/list_tools").fetch_json().await;
+        if listed.get("peer").is_some() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "config servers never appeared");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        first_text(&call(&server, "echo", json!({"text": "x"})).await.1),
+        "echo: x"
+    );
+}
+
+#[tokio::test]
+async fn bad_requests_are_named_400s() {
+    let server = Server::start();
+    for body in [
+        json!({}),
+        json!({"server_configs": {}}),
+        json!({"server_configs": {"mcpServers": {}}}),
+        json!({"server_configs": {"mcpServers": {"x": {"args": []}}}}),
+        json!({"server_configs": {"mcpServers": {"x": {"url": "http://h", "type": "websocket"}}}}),
+    ] {
+        let response = server
+            .post("/mcp/add_servers")
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status().as_u16(), 400, "{body}");
+    }
+    assert_eq!(
+        server
+            .post("/mcp/call_tool")
+            .json(&json!({"arguments": {}}))
+            .fetch_status()
+            .await,
+        400
+    );
+    assert_eq!(
+        server
+            .post("/mcp/call_tool")
+            .json(&json!({"tool_name": "run_shell_command", "arguments": [1]}))
+            .fetch_status()
+            .await,
+        400
+    );
+}
