@@ -123,10 +123,6 @@ impl HostedServer {
             .map_err(|err| format!("listing its tools failed: {err}"))
     }
 
-    pub fn name(&self) -> &str {
-        &self.spec.name
-    }
-
     async fn connect(&self) -> Result<Connection, String> {
         let watcher = ToolListWatcher {
             server: self.myself.clone(),
