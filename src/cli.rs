@@ -20,6 +20,19 @@ pub struct Cli {
 pub enum Command {
     /// Serve the HTTP API.
     Serve(ServeArgs),
+    /// Be a stdio MCP server that relays to a remote boxd (for stdio-only MCP clients).
+    McpStdio(McpStdioArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct McpStdioArgs {
+    /// The remote boxd: its base URL (`http://host:port`, or with `/fastapi`) or its `/mcp` endpoint.
+    #[arg(long)]
+    pub url: String,
+
+    /// The remote's bearer token. Prefer the env var: argv is visible to other processes.
+    #[arg(long, env = "SECRET_TOKEN", hide_env_values = true)]
+    pub token: String,
 }
 
 #[derive(Debug, Args)]

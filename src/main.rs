@@ -46,6 +46,7 @@ fn main() -> std::process::ExitCode {
     };
     let result = match cli.command {
         Command::Serve(args) => runtime.block_on(serve(args)),
+        Command::McpStdio(args) => runtime.block_on(mcp::relay::run(&args.url, &args.token)),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

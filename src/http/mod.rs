@@ -63,7 +63,7 @@ pub fn router(state: AppState) -> Router {
         .route("/tools/{tool_name}", post(call_tool))
         .merge(workspace::routes())
         .merge(git::routes())
-        .merge(mcp::routes())
+        .merge(mcp::routes(Arc::clone(&state.tools)))
         .layer(DefaultBodyLimit::max(MAX_JSON_BODY))
         .route_layer(middleware::from_fn_with_state(
             state.token.clone(),

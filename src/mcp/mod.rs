@@ -4,6 +4,8 @@
 
 mod config;
 mod hosted;
+pub mod relay;
+mod serve;
 mod sse;
 
 use std::collections::BTreeMap;
@@ -136,12 +138,14 @@ impl McpHost {
     }
 }
 
-pub fn routes<S>() -> Router<S>
+/// The hosting routes, and boxd's own MCP server at `/mcp` over the same `tools`.
+pub fn routes<S>(tools: Arc<ToolRegistry>) -> Router<S>
 where
     S: Clone + Send + Sync + 'static,
     Arc<McpHost>: axum::extract::FromRef<S>,
 {
     Router::new()
+        .route_service("/mcp", serve::service(Arc::clone(&tools)))
         .route("/mcp/add_servers", post(add_servers))
         .route("/mcp/list_tools", get(list_tools))
         .route("/mcp/call_tool", post(call_tool))

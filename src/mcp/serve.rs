@@ -1,0 +1,92 @@
+//! boxd as an MCP server: the whole tool registry (built-ins and hosted tools) over streamable HTTP at
+//! `/mcp`, behind the same bearer auth as every route, so any MCP client can use a sandbox directly.
+
+use std::sync::Arc;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, Implementation, ListToolsResult,
+    PaginatedRequestParams, ServerCapabilities, ServerConfig,
+};
+use rmcp::service::RequestContext;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::{ErrorData, RoleServer, ServerHandler};
+use serde_json::Value;
+
+use crate::error::ApiError;
+use crate::tools::ToolRegistry;
+
+#[derive(Clone)]
+pub struct RegistryServer {
+    tools: Arc<ToolRegistry>,
+}
+
+impl ServerHandler for RegistryServer {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("boxd", env!("CARGO_PKG_VERSION")))
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let tools = self
+            .tools
+            .snapshot()
+            .into_iter()
+            .map(|tool| {
+                let schema = match tool.input_schema {
+                    Value::Object(schema) => schema,
+                    _ => serde_json::Map::new(),
+                };
+                rmcp::model::Tool::new(tool.name, tool.description, Arc::new(schema))
+            })
+            .collect();
+        Ok(ListToolsResult::with_all_items(tools))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let tool = self
+            .tools
+            .get(&request.name)
+            .map_err(|err| ErrorData::invalid_params(err.to_string(), None))?;
+        let arguments = Value::Object(request.arguments.unwrap_or_default());
+        let result = match tool.call(arguments).await {
+            Ok(result) => serde_json::to_value(&result)
+                .and_then(serde_json::from_value::<rmcp::model::CallToolResult>)
+                .map_err(|err| {
+                    ErrorData::internal_error(format!("result of {}: {err}", request.name), None)
+                })?,
+            // Bad arguments are the caller's to fix: a protocol error. Failures while running are results.
+            Err(ApiError::BadRequest(message) | ApiError::Unprocessable(message)) => {
+                return Err(ErrorData::invalid_params(message, None));
+            }
+            Err(err) => rmcp::model::CallToolResult::error(vec![rmcp::model::ContentBlock::text(
+                err.to_string(),
+            )]),
+        };
+        Ok(CallToolResponse::Complete(result))
+    }
+}
+
+/// The tower service mounted at `/mcp`. Host validation is off: behind nginx or a gateway the `Host` is
+/// whatever the client dialled, and the bearer token (which a DNS-rebinding page cannot send) guards it.
+pub fn service(
+    tools: Arc<ToolRegistry>,
+) -> StreamableHttpService<RegistryServer, LocalSessionManager> {
+    StreamableHttpService::new(
+        move || {
+            Ok(RegistryServer {
+                tools: Arc::clone(&tools),
+            })
+        },
+        LocalSessionManager::default().into(),
+        StreamableHttpServerConfig::default().disable_allowed_hosts(),
+    )
+}

@@ -1,0 +1,76 @@
+"""boxd as an MCP server: the Python `mcp` client over /mcp, and through `boxd mcp-stdio`."""
+import asyncio
+import os
+import pathlib
+import sys
+
+import pytest
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamablehttp_client
+
+from conftest import TOKEN, ROOT
+
+PEER = str(pathlib.Path(__file__).with_name("mcp_peer.py"))
+
+
+async def exercise(session):
+    await session.initialize()
+    names = {tool.name for tool in (await session.list_tools()).tools}
+    shell = await session.call_tool("run_shell_command", {"command": "echo over-mcp"})
+    cell = await session.call_tool("run_ipython_cell", {"code": "print(6 * 7)"})
+    hosted = await session.call_tool("add", {"a": 1, "b": 2})
+    return names, shell, cell, hosted
+
+
+def check(names, shell, cell, hosted):
+    assert {"run_shell_command", "run_ipython_cell", "add", "echo"} <= names
+    assert shell.isError is False and shell.content[0].text == "over-mcp\n"
+    assert cell.content[0].text == "42\n"
+    assert hosted.content[0].text == "3"
+
+
+@pytest.fixture
+def hosting(client):
+    assert client.add_mcp_servers(
+        {"mcpServers": {"peer": {"command": sys.executable, "args": [PEER, "stdio"]}}}
+    ) == "OK"
+    return client
+
+
+@pytest.mark.parametrize("prefix", ["", "/fastapi"])
+def test_streamable_http_endpoint(boxd, hosting, prefix):
+    async def run():
+        url = f"http://127.0.0.1:{boxd.port}{prefix}/mcp"
+        async with streamablehttp_client(url, headers={"Authorization": f"Bearer {TOKEN}"}) as (read, write, _):
+            async with ClientSession(read, write) as session:
+                return await exercise(session)
+
+    check(*asyncio.run(run()))
+
+
+def test_endpoint_needs_the_token(boxd):
+    async def run():
+        url = f"http://127.0.0.1:{boxd.port}/mcp"
+        async with streamablehttp_client(url, headers={"Authorization": "Bearer wrong"}) as (read, write, _):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+
+    with pytest.raises(BaseException):
+        asyncio.run(asyncio.wait_for(run(), 20))
+
+
+def test_stdio_relay(boxd, hosting):
+    binary = os.environ.get("BOXD_BIN", str(ROOT / "target" / "debug" / "boxd"))
+
+    async def run():
+        params = StdioServerParameters(
+            command=binary,
+            args=["mcp-stdio", "--url", f"http://127.0.0.1:{boxd.port}/fastapi"],
+            env={**os.environ, "SECRET_TOKEN": TOKEN},
+        )
+        async with stdio_client(params) as (read, write):
+            async with ClientSession(read, write) as session:
+                return await exercise(session)
+
+    check(*asyncio.run(asyncio.wait_for(run(), 60)))
