@@ -127,11 +127,14 @@ async fn three_transports_listed_by_server_and_called_directly() {
     let names = |group: &str| -> Vec<String> {
         listed[group].as_object().unwrap().keys().cloned().collect()
     };
-    assert_eq!(names("http"), ["add", "echo", "whoami"]);
-    assert_eq!(names("sse"), ["sse__add", "sse__echo", "sse__whoami"]);
+    assert_eq!(names("http"), ["add", "echo", "grow", "whoami"]);
+    assert_eq!(
+        names("sse"),
+        ["sse__add", "sse__echo", "sse__grow", "sse__whoami"]
+    );
     assert_eq!(
         names("stdio"),
-        ["stdio__add", "stdio__echo", "stdio__whoami"]
+        ["stdio__add", "stdio__echo", "stdio__grow", "stdio__whoami"]
     );
     let add_schema = &listed["http"]["add"]["json_schema"];
     assert_eq!(add_schema["type"], "function");
@@ -284,6 +287,33 @@ async fn config_file_is_loaded_in_the_background() {
     assert_eq!(
         first_text(&call(&server, "echo", json!({"text": "x"})).await.1),
         "echo: x"
+    );
+}
+
+#[tokio::test]
+async fn tool_list_changed_refreshes_the_registry() {
+    let server = Server::start();
+    add(&server, json!({"peer": stdio_config(json!({}))}), false).await;
+    assert_eq!(call(&server, "grown", json!({})).await.0, 404);
+    assert_eq!(
+        first_text(&call(&server, "grow", json!({})).await.1),
+        "grew"
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let listed = server.get("/mcp/list_tools").fetch_json().await;
+        if listed["peer"].get("grown").is_some() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the new tool never appeared: {listed}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        first_text(&call(&server, "grown", json!({})).await.1),
+        "grown!"
     );
 }
 

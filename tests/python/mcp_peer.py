@@ -9,7 +9,7 @@ if sys.argv[1] == "exit-at-start":
     print("peer: refusing to start (missing API key)", file=sys.stderr, flush=True)
     sys.exit(3)
 
-from mcp.server.fastmcp import FastMCP  # noqa: E402
+from mcp.server.fastmcp import Context, FastMCP  # noqa: E402
 
 port = int(sys.argv[2]) if len(sys.argv) > 2 else 8000
 server = FastMCP("peer", host="127.0.0.1", port=port)
@@ -31,6 +31,19 @@ def add(a: int, b: int) -> int:
 def whoami() -> str:
     """The peer's process id and working directory."""
     return f"{os.getpid()} {os.getcwd()} {os.environ.get('PEER_GREETING', '')}"
+
+
+@server.tool()
+async def grow(ctx: Context) -> str:
+    """Add a tool named `grown` and tell the client the tool list changed."""
+
+    def grown() -> str:
+        """A tool that appeared at runtime."""
+        return "grown!"
+
+    server.add_tool(grown)
+    await ctx.session.send_tool_list_changed()
+    return "grew"
 
 
 print(f"peer: starting over {sys.argv[1]}", file=sys.stderr, flush=True)

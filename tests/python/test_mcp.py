@@ -11,7 +11,7 @@ def test_add_list_and_call_hosted_tools(client):
     )
     assert answer == "OK"
     tools = client.list_tools()
-    assert set(tools["peer"]) == {"add", "echo", "whoami"}
+    assert set(tools["peer"]) == {"add", "echo", "grow", "whoami"}
     assert "run_shell_command" in tools["generic"]  # the client's own group
     assert client.list_tools(tool_type="peer") == {"peer": tools["peer"]}
     result = client.call_tool("add", {"a": 20, "b": 22})
