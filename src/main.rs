@@ -139,6 +139,13 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         let _ = stop_tx.send(true);
     });
     let mut graceful_stop = stop_rx.clone();
+    // Without TCP_NODELAY a streamed body's first small write waits on the client's delayed ACK of the
+    // headers (~40 ms per small file read).
+    let listener = axum::serve::ListenerExt::tap_io(listener, |stream| {
+        if let Err(err) = stream.set_nodelay(true) {
+            tracing::debug!("cannot set TCP_NODELAY: {err}");
+        }
+    });
     let server = axum::serve(listener, http::router(state)).with_graceful_shutdown(async move {
         let _ = graceful_stop.wait_for(|stopped| *stopped).await;
         tracing::info!("stop signal received; finishing in-flight requests");
