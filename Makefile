@@ -1,6 +1,8 @@
 # boxd: `make run` builds and starts boxd on ./workspace; `make test` installs what it needs and tests.
 
 PORT ?= 8000
+# The kernel's interpreter: the project venv (which has IPython) once `make setup`/`make test` made it.
+PYTHON ?= $(shell test -x .venv/bin/python && echo .venv/bin/python || echo python3)
 TARGET := x86_64-unknown-linux-gnu
 STATIC_BIN := target/$(TARGET)/release/boxd
 
@@ -9,7 +11,7 @@ STATIC_BIN := target/$(TARGET)/release/boxd
 run: build
 	mkdir -p workspace
 	@echo "boxd: serving ./workspace at http://127.0.0.1:$(PORT) (token below unless SECRET_TOKEN is set)"
-	./target/release/boxd serve --host 127.0.0.1 --port $(PORT) --workspace ./workspace
+	./target/release/boxd serve --host 127.0.0.1 --port $(PORT) --workspace ./workspace --python $(PYTHON)
 
 build:
 	cargo build --release
