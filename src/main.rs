@@ -6,6 +6,7 @@ mod git;
 mod http;
 mod ipython;
 mod mcp;
+mod process;
 mod shell;
 mod tools;
 mod workspace;
@@ -184,9 +185,7 @@ fn interpreter_path(python: &str) -> String {
 }
 
 fn positive_seconds(flag: &str, seconds: f64) -> Result<Duration, String> {
-    Duration::try_from_secs_f64(seconds)
-        .ok()
-        .filter(|timeout| !timeout.is_zero())
+    tools::positive_seconds(seconds)
         .ok_or_else(|| format!("{flag} must be a positive number of seconds, got {seconds}"))
 }
 

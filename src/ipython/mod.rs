@@ -17,7 +17,10 @@ use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::ApiError;
-use crate::tools::{CallToolResult, ContentItem, GENERIC_GROUP, Tool, parse_arguments};
+use crate::process::signal_group;
+use crate::tools::{
+    CallToolResult, ContentItem, GENERIC_GROUP, Tool, parse_arguments, timeout_argument,
+};
 
 const HELPER: &str = include_str!("helper.py");
 /// Cells waiting beyond this are refused rather than queued without bound.
@@ -130,17 +133,7 @@ pub fn tool(bridge: IpythonBridge) -> Tool {
                 if request.code.trim().is_empty() {
                     return Err(ApiError::BadRequest("Code is required.".into()));
                 }
-                let timeout = match request.timeout {
-                    None => bridge.default_timeout,
-                    Some(seconds) => Duration::try_from_secs_f64(seconds)
-                        .ok()
-                        .filter(|timeout| !timeout.is_zero())
-                        .ok_or_else(|| {
-                            ApiError::BadRequest(format!(
-                                "timeout must be a positive number of seconds, got {seconds}"
-                            ))
-                        })?,
-                };
+                let timeout = timeout_argument(request.timeout, bridge.default_timeout)?;
                 bridge.run_cell(request.code, timeout).await
             }
         },
@@ -265,13 +258,6 @@ impl Drop for Kernel {
         if let Some(pgid) = self.pgid {
             signal_group(pgid, libc::SIGKILL);
         }
-    }
-}
-
-fn signal_group(pgid: i32, signal: i32) {
-    // SAFETY: killpg only sends a signal; a stale pgid yields ESRCH, which is harmless here.
-    unsafe {
-        libc::killpg(pgid, signal);
     }
 }
 

@@ -21,6 +21,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use super::config::{ServerSpec, Transport};
 use super::sse::{SseClientTransport, header_map};
 use crate::error::{ApiError, ApiResult};
+use crate::process::signal_group;
 use crate::tools::{CallToolResult, ContentItem, Tool, ToolRegistry};
 
 const STDERR_TAIL_LINES: usize = 20;
@@ -66,13 +67,6 @@ impl ClientHandler for ToolListWatcher {
                 tracing::warn!(server = %server.spec.name, "refreshing tools after list_changed failed: {err}");
             }
         });
-    }
-}
-
-fn signal_group(pgid: i32, signal: i32) {
-    // SAFETY: killpg only sends a signal; a stale pgid yields ESRCH, which is harmless here.
-    unsafe {
-        libc::killpg(pgid, signal);
     }
 }
 

@@ -25,6 +25,19 @@ use crate::tools::{CallToolResult, GENERIC_GROUP, ToolRegistry};
 pub use config::parse_servers;
 use hosted::HostedServer;
 
+/// What boxd's MCP servers (the `/mcp` endpoint and the stdio relay) announce: tools, under `name`.
+fn tools_server_info(name: &str) -> rmcp::model::ServerConfig {
+    rmcp::model::ServerConfig::new(
+        rmcp::model::ServerCapabilities::builder()
+            .enable_tools()
+            .build(),
+    )
+    .with_server_info(rmcp::model::Implementation::new(
+        name,
+        env!("CARGO_PKG_VERSION"),
+    ))
+}
+
 pub struct McpHost {
     servers: tokio::sync::Mutex<BTreeMap<String, Arc<HostedServer>>>,
     tools: Arc<ToolRegistry>,

@@ -2,8 +2,7 @@
 //! only launch stdio servers (the job of upstream's host-side `runtime-sandbox-mcp`).
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, Implementation, ListToolsResult,
-    PaginatedRequestParams, ServerCapabilities, ServerConfig,
+    CallToolRequestParams, CallToolResponse, ListToolsResult, PaginatedRequestParams, ServerConfig,
 };
 use rmcp::service::{Peer, RequestContext};
 use rmcp::transport::StreamableHttpClientTransport;
@@ -24,8 +23,7 @@ fn remote_error(err: rmcp::service::ServiceError) -> ErrorData {
 
 impl ServerHandler for Relay {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_server_info(Implementation::new("boxd-relay", env!("CARGO_PKG_VERSION")))
+        super::tools_server_info("boxd-relay")
     }
 
     async fn list_tools(

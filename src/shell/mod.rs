@@ -15,7 +15,10 @@ use tokio::process::Command;
 use tokio::time::{Instant, sleep_until};
 
 use crate::error::ApiError;
-use crate::tools::{CallToolResult, ContentItem, GENERIC_GROUP, Tool, parse_arguments};
+use crate::process::signal_group;
+use crate::tools::{
+    CallToolResult, ContentItem, GENERIC_GROUP, Tool, parse_arguments, timeout_argument,
+};
 use output::CappedOutput;
 
 /// The exit code `timeout(1)` uses; scripts and agents already read it as "timed out".
@@ -89,17 +92,7 @@ pub fn tool(workspace: PathBuf, limits: ShellLimits) -> Tool {
                 if request.command.trim().is_empty() {
                     return Err(ApiError::BadRequest("Command is required.".into()));
                 }
-                let timeout = match request.timeout {
-                    None => limits.default_timeout,
-                    Some(seconds) => Duration::try_from_secs_f64(seconds)
-                        .ok()
-                        .filter(|timeout| !timeout.is_zero())
-                        .ok_or_else(|| {
-                            ApiError::BadRequest(format!(
-                                "timeout must be a positive number of seconds, got {seconds}"
-                            ))
-                        })?,
-                };
+                let timeout = timeout_argument(request.timeout, limits.default_timeout)?;
                 let outcome = run(&request.command, workspace, timeout, limits)
                     .await
                     .map_err(|err| ApiError::Internal(format!("cannot start /bin/sh: {err}")))?;
@@ -124,13 +117,6 @@ impl Drop for GroupKillOnDrop {
             );
             signal_group(pgid, libc::SIGKILL);
         }
-    }
-}
-
-fn signal_group(pgid: i32, signal: i32) {
-    // SAFETY: killpg only sends a signal; a stale pgid yields ESRCH, which is harmless here.
-    unsafe {
-        libc::killpg(pgid, signal);
     }
 }
 

@@ -141,6 +141,27 @@ impl ToolRegistry {
     }
 }
 
+/// A tool's optional `timeout` argument (seconds), or `default`; anything but a positive number → 400.
+pub fn timeout_argument(
+    requested: Option<f64>,
+    default: std::time::Duration,
+) -> ApiResult<std::time::Duration> {
+    match requested {
+        None => Ok(default),
+        Some(seconds) => positive_seconds(seconds).ok_or_else(|| {
+            ApiError::BadRequest(format!(
+                "timeout must be a positive number of seconds, got {seconds}"
+            ))
+        }),
+    }
+}
+
+pub fn positive_seconds(seconds: f64) -> Option<std::time::Duration> {
+    std::time::Duration::try_from_secs_f64(seconds)
+        .ok()
+        .filter(|duration| !duration.is_zero())
+}
+
 /// Reads a tool's arguments into its typed request, naming the problem on failure.
 pub fn parse_arguments<T: serde::de::DeserializeOwned>(
     tool: &str,
