@@ -35,6 +35,7 @@ fn main() -> std::process::ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
+    git::configure_library();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

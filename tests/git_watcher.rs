@@ -218,3 +218,25 @@ async fn logs_are_newest_first_with_parent_to_commit_diffs_and_paging() {
         .unwrap();
     assert_eq!(bad.status().as_u16(), 400);
 }
+
+#[tokio::test]
+async fn a_workspace_owned_by_another_user_works_like_a_bind_mount() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root to give the workspace to another user");
+        return;
+    }
+    let server = Server::start();
+    git(&server.workspace, &["init", "-q"]);
+    std::fs::write(server.ws("f.txt"), "x\n").unwrap();
+    let status = std::process::Command::new("chown")
+        .args(["-R", "12345:12345"])
+        .arg(&server.workspace)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let (status, answer) = post(&server, "/watcher/commit_changes", json!({})).await;
+    assert_eq!(status, 200, "{answer}");
+    let (status, _) = post(&server, "/watcher/generate_diff", json!({})).await;
+    assert_eq!(status, 200);
+}

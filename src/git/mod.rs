@@ -21,6 +21,19 @@ use crate::http::extract::{ApiJson, ApiQuery};
 const FALLBACK_NAME: &str = "User";
 const FALLBACK_EMAIL: &str = "user@example.com";
 
+/// Process-wide libgit2 settings; call once at start-up, before any thread uses libgit2.
+///
+/// Ownership validation is off: the workspace is bind-mounted from the host, so it belongs to the host
+/// user while boxd runs as root in the container, and libgit2 would refuse every such repository
+/// ("not owned by current user"). The check exists to stop `git` from running another user's hooks and
+/// fsmonitor commands; libgit2 runs neither, and boxd is the only git user of this directory.
+pub fn configure_library() {
+    // SAFETY: called from main before the async runtime starts, so no other thread touches libgit2.
+    if let Err(err) = unsafe { git2::opts::set_verify_owner_validation(false) } {
+        tracing::warn!("cannot turn off libgit2 owner validation: {err}");
+    }
+}
+
 pub struct GitWatcher {
     workdir: PathBuf,
     lock: Mutex<()>,
