@@ -5,8 +5,10 @@ PORT ?= 8000
 PYTHON ?= $(shell test -x .venv/bin/python && echo .venv/bin/python || echo python3)
 TARGET := x86_64-unknown-linux-gnu
 STATIC_BIN := target/$(TARGET)/release/boxd
+ENGINE ?= $(shell command -v podman || command -v docker)
+IMAGE_BASE ?= boxd-base:latest
 
-.PHONY: run build test setup lint unit python-tests static bench clean
+.PHONY: run build test setup lint unit python-tests static bench image-base image-test clean
 
 run: build
 	mkdir -p workspace
@@ -39,6 +41,14 @@ static:
 	RUSTFLAGS="-C target-feature=+crt-static" cargo build --release --target $(TARGET)
 	file $(STATIC_BIN)
 	@ls -l $(STATIC_BIN)
+
+# The base image (podman or docker; here: ../shared/tools/container-setup.sh makes podman work).
+image-base: static
+	$(ENGINE) build -f images/base/Dockerfile -t $(IMAGE_BASE) .
+
+# Runs the base image as the manager does and drives it with the real client. Not part of `make test`.
+image-test: setup image-base
+	.venv/bin/python tests/image/test_base_image.py --engine $(ENGINE) --image $(IMAGE_BASE)
 
 # boxd against the upstream Python server, side by side, one run; not part of `make test`.
 bench: build

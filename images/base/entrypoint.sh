@@ -1,0 +1,53 @@
+#!/bin/bash
+# The base image's entrypoint (under tini, which reaps orphans and forwards signals): renders nginx's
+# config, runs nginx and boxd, restarts either one if it dies, and stops both on SIGTERM/SIGINT.
+# Two processes do not need supervisord (a Python daemon, ~15 MB); this loop is all the supervision they need.
+set -u
+
+NGINX_TIMEOUT=${NGINX_TIMEOUT:-60}
+if [[ ! $NGINX_TIMEOUT =~ ^[0-9]+$ ]] || ((NGINX_TIMEOUT < 1)); then
+  echo "boxd-entrypoint: NGINX_TIMEOUT must be whole seconds, got '$NGINX_TIMEOUT'; using 60" >&2
+  NGINX_TIMEOUT=60
+fi
+if [[ -z ${SECRET_TOKEN:-} ]]; then
+  echo "boxd-entrypoint: WARNING: SECRET_TOKEN is not set; using upstream's default token secret_token123" >&2
+  export SECRET_TOKEN=secret_token123
+fi
+# Commands and cells stop a little before nginx gives up, so a slow one returns its result, not a 504.
+if ((NGINX_TIMEOUT > 10)); then limit=$((NGINX_TIMEOUT - 5)); else limit=$((NGINX_TIMEOUT * 3 / 4)); fi
+((limit >= 1)) || limit=1
+export BOXD_COMMAND_TIMEOUT=${BOXD_COMMAND_TIMEOUT:-$limit}
+export BOXD_CELL_TIMEOUT=${BOXD_CELL_TIMEOUT:-$limit}
+export BOXD_PYTHON=${BOXD_PYTHON:-/opt/venv/bin/python}
+if [[ -z ${BOXD_MCP_CONFIG:-} && -f /etc/boxd/mcp_server_configs.json ]]; then
+  export BOXD_MCP_CONFIG=/etc/boxd/mcp_server_configs.json
+fi
+sed "s/@NGINX_TIMEOUT@/${NGINX_TIMEOUT}/g" /etc/boxd/nginx.conf.template > /etc/nginx/nginx.conf
+
+stopping=0
+start_nginx() { nginx -g 'daemon off;' & nginx_pid=$!; }
+start_boxd() { boxd serve --host 127.0.0.1 --port 8000 --workspace /workspace & boxd_pid=$!; }
+stop() {
+  stopping=1
+  kill -TERM "$boxd_pid" 2>/dev/null
+  kill -QUIT "$nginx_pid" 2>/dev/null
+}
+trap stop TERM INT
+
+start_nginx
+start_boxd
+while ((stopping == 0)); do
+  wait -n
+  ((stopping)) && break
+  if ! kill -0 "$boxd_pid" 2>/dev/null; then
+    echo "boxd-entrypoint: boxd exited; restarting it" >&2
+    sleep 1
+    start_boxd
+  fi
+  if ! kill -0 "$nginx_pid" 2>/dev/null; then
+    echo "boxd-entrypoint: nginx exited; restarting it" >&2
+    sleep 1
+    start_nginx
+  fi
+done
+wait

@@ -1,0 +1,116 @@
+"""Smoke test of the base image, run for real: the manager's way of starting it, then the real client.
+
+usage: test_base_image.py --engine podman --image boxd-base:latest
+"""
+import argparse
+import hashlib
+import os
+import pathlib
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+from agentscope_runtime.sandbox.client.http_client import SandboxHttpClient
+from agentscope_runtime.sandbox.model import ContainerModel
+
+TOKEN = "image-test-" + os.urandom(6).hex()
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def text(result, description):
+    return next((item["text"] for item in result["content"] if item.get("description") == description), None)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--engine", default="podman")
+    parser.add_argument("--image", default="boxd-base:latest")
+    args = parser.parse_args()
+    engine = args.engine
+
+    size = int(subprocess.check_output([engine, "image", "inspect", "--format", "{{.Size}}", args.image]))
+    print(f"image {args.image}: {size / 1e6:.0f} MB")
+    workspace = pathlib.Path(tempfile.mkdtemp(prefix="boxd-image-ws-"))
+    port = free_port()
+    started = time.perf_counter()
+    container = subprocess.check_output([
+        engine, "run", "-d", "--rm", "-p", f"127.0.0.1:{port}:80",
+        "-e", f"SECRET_TOKEN={TOKEN}", "-e", "NGINX_TIMEOUT=60",
+        "-v", f"{workspace}:/workspace", args.image,
+    ], text=True).strip()
+    try:
+        model = ContainerModel(session_id="s", container_id=container[:12], container_name="boxd-image-test",
+                               url=f"http://localhost:{port}/", ports=[port], runtime_token=TOKEN, timeout=120)
+        client = SandboxHttpClient(model, timeout=60)
+        deadline = time.perf_counter() + 60
+        while not client.check_health():
+            assert time.perf_counter() < deadline, "no /fastapi/healthz 200 within 60 s"
+            time.sleep(0.02)
+        print(f"container start -> healthy: {time.perf_counter() - started:.2f} s")
+
+        shell = client.run_shell_command("echo hello from $(hostname); git --version")
+        assert text(shell, "returncode") == "0" and "hello from" in text(shell, "stdout"), shell
+        cell = client.run_ipython_cell("import sys\nx = 20\nprint(x * 2, sys.prefix)")
+        assert text(cell, "stdout").startswith("40 /opt/venv"), cell
+        assert client.run_ipython_cell("print(x)")["content"][0]["text"] == "20\n"
+
+        client.workspace_write("notes/hello.txt", "from the client")
+        assert (workspace / "notes" / "hello.txt").read_text() == "from the client"
+        (workspace / "from-host.txt").write_text("from the host")
+        assert client.workspace_read("from-host.txt") == "from the host"
+
+        big = workspace.parent / f"{workspace.name}-big.bin"
+        with open(big, "wb") as out:
+            for block in range(64):
+                out.write(hashlib.sha256(str(block).encode()).digest() * (1024 * 1024 // 32))
+        t = time.perf_counter()
+        info = client.workspace_write_from_path("big.bin", str(big))
+        up = time.perf_counter() - t
+        assert info["size"] == 64 * 1024 * 1024, info
+        digest = hashlib.sha256()
+        t = time.perf_counter()
+        for chunk in client.workspace_read("big.bin", fmt="stream"):
+            digest.update(chunk)
+        down = time.perf_counter() - t
+        assert digest.hexdigest() == hashlib.sha256(big.read_bytes()).hexdigest()
+        big.unlink()
+        print(f"64 MiB through nginx: up {64 / up:.0f} MiB/s, down {64 / down:.0f} MiB/s")
+        client.workspace_remove("big.bin")
+
+        commit = client.commit_changes("from the image test")
+        assert len(commit["commit"]) == 40, commit
+        assert client.git_logs()["logs"][0]["message"] == "from the image test"
+
+        added = client.add_mcp_servers({"mcpServers": {
+            "time": {"command": "uvx", "args": ["mcp-server-time"], "timeout": 180},
+        }})
+        assert added == "OK", added
+        assert "get_current_time" in client.list_tools()["time"]
+        now = client.call_tool("get_current_time", {"timezone": "UTC"})
+        assert now["isError"] is False and "UTC" in now["content"][0]["text"], now
+        print("MCP server added with uvx and called: ok")
+    except BaseException:
+        subprocess.run([engine, "logs", "--tail", "40", container])
+        raise
+    finally:
+        t = time.perf_counter()
+        subprocess.run([engine, "stop", "-t", "10", container], stdout=subprocess.DEVNULL, check=False)
+        stopped = time.perf_counter() - t
+        print(f"{engine} stop: {stopped:.2f} s")
+    left = subprocess.run([engine, "ps", "-a", "-q", "--filter", f"id={container}"], capture_output=True, text=True)
+    assert left.stdout.strip() == "", "the container is still there"
+    processes = subprocess.run(["pgrep", "-f", f"boxd serve|{TOKEN}"], capture_output=True, text=True).stdout
+    assert processes.strip() == "", f"processes left behind: {processes}"
+    assert stopped < 8, f"stop took {stopped:.1f} s"
+    print("image test: ok")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
