@@ -161,14 +161,14 @@ def workload(server, results, quick, python_for_peers):
         results[f"{name}_p50_ms"] = ms(statistics.median(samples))
         results[f"{name}_p99_ms"] = ms(percentile(samples, 0.99))
 
-    latency("healthz", lambda: server.request("GET", "/healthz"), 1000)
-    latency("shell_echo", lambda: server.request("POST", "/tools/run_shell_command", {"command": "echo x"}), 300)
+    latency("healthz", lambda: server.request("GET", "/healthz"), 500)
+    latency("shell_echo", lambda: server.request("POST", "/tools/run_shell_command", {"command": "echo x"}), 200)
     server.request("POST", "/tools/run_ipython_cell", {"code": "x = 0"})
-    latency("ipython_x1", lambda: server.request("POST", "/tools/run_ipython_cell", {"code": "x=1"}), 500)
+    latency("ipython_x1", lambda: server.request("POST", "/tools/run_ipython_cell", {"code": "x=1"}), 300)
     latency("ipython_100kb", lambda: server.request(
-        "POST", "/tools/run_ipython_cell", {"code": "print('a' * 102400)"}), 100)
+        "POST", "/tools/run_ipython_cell", {"code": "print('a' * 102400)"}), 50)
 
-    for label, size, repeats in [("1kib", 1024, 300), ("1mib", 1 << 20, 30), ("64mib", 64 << 20, 3)]:
+    for label, size, repeats in [("1kib", 1024, 200), ("1mib", 1 << 20, 30), ("64mib", 64 << 20, 3)]:
         payload = os.urandom(size)
         path = f"/workspace/file?path=bench/{label}.bin"
         puts = timed(lambda: server.request("PUT", path, payload,
@@ -182,7 +182,7 @@ def workload(server, results, quick, python_for_peers):
     listing.mkdir()
     for index in range(1000):
         (listing / f"f{index:04}.txt").write_text("x")
-    latency("list_1000", lambda: server.request("GET", "/workspace/list?path=many"), 50)
+    latency("list_1000", lambda: server.request("GET", "/workspace/list?path=many"), 30)
     shutil.rmtree(listing)
 
     changed = server.workspace / "changed"
@@ -191,7 +191,7 @@ def workload(server, results, quick, python_for_peers):
         (changed / f"c{index:03}.txt").write_text("line\n" * 20)
     server.request("POST", "/watcher/commit_changes", {"commit_message": "base"})
     diffs, commits = [], []
-    for round_ in range(count(10)):
+    for round_ in range(count(8)):
         for index in range(100):
             (changed / f"c{index:03}.txt").write_text(f"round {round_}\n" + "line\n" * 20)
         diffs += timed(lambda: server.request("POST", "/watcher/generate_diff",
@@ -241,9 +241,9 @@ def workload(server, results, quick, python_for_peers):
         configs = {f"peer{index:02}": {"command": peer[0], "args": peer[1:]} for index in range(hosted, total)}
         server.request("POST", "/mcp/add_servers", {"server_configs": {"mcpServers": configs}})
         hosted = total
-        latency(f"mcp_list_tools_{total}", lambda: server.request("GET", "/mcp/list_tools"), 100)
+        latency(f"mcp_list_tools_{total}", lambda: server.request("GET", "/mcp/list_tools"), 50)
         latency(f"mcp_call_tool_{total}", lambda: server.request(
-            "POST", "/mcp/call_tool", {"tool_name": "echo", "arguments": {"text": "x"}}), 200)
+            "POST", "/mcp/call_tool", {"tool_name": "echo", "arguments": {"text": "x"}}), 100)
     results["rss_with_16_mcp_servers_mib"] = server.rss_kib() / 1024
 
 
