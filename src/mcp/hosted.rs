@@ -153,9 +153,15 @@ impl HostedServer {
                         }
                     })
                 });
-                match tokio::time::timeout(timeout, watcher.serve(transport)).await {
-                    Ok(Ok(service)) => (service, process_group),
-                    failed => {
+                let handshake = match tokio::time::timeout(timeout, watcher.serve(transport)).await
+                {
+                    Ok(Ok(service)) => Ok(service),
+                    Ok(Err(err)) => Err(format!("the MCP handshake failed ({err})")),
+                    Err(_) => Err(handshake_timeout()),
+                };
+                match handshake {
+                    Ok(service) => (service, process_group),
+                    Err(reason) => {
                         if let Some(pgid) = process_group {
                             signal_group(pgid, libc::SIGKILL);
                         }
@@ -164,11 +170,6 @@ impl HostedServer {
                             let _ =
                                 tokio::time::timeout(Duration::from_millis(500), forwarder).await;
                         }
-                        let reason = match failed {
-                            Err(_) => handshake_timeout(),
-                            Ok(Err(err)) => format!("the MCP handshake failed ({err})"),
-                            Ok(Ok(_)) => unreachable!("handled above"),
-                        };
                         return Err(format!("{reason}{}", tail_text(&stderr_tail)));
                     }
                 }
