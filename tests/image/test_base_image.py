@@ -109,7 +109,36 @@ def main():
     processes = subprocess.run(["pgrep", "-f", f"boxd serve|{TOKEN}"], capture_output=True, text=True).stdout
     assert processes.strip() == "", f"processes left behind: {processes}"
     assert stopped < 8, f"stop took {stopped:.1f} s"
+    check_defaults(engine, args.image)
     print("image test: ok")
+
+
+def check_defaults(engine, image):
+    """No SECRET_TOKEN → upstream's default token, with a warning; a short NGINX_TIMEOUT → commands stop
+    before nginx does, so a slow one answers 124 instead of a gateway 504."""
+    port = free_port()
+    container = subprocess.check_output([
+        engine, "run", "-d", "--rm", "-p", f"127.0.0.1:{port}:80", "-e", "NGINX_TIMEOUT=8", image,
+    ], text=True).strip()
+    try:
+        model = ContainerModel(session_id="s", container_id=container[:12], container_name="boxd-defaults",
+                               url=f"http://localhost:{port}/", ports=[port], runtime_token="secret_token123",
+                               timeout=60)
+        client = SandboxHttpClient(model, timeout=60)
+        deadline = time.perf_counter() + 60
+        while not client.check_health():
+            assert time.perf_counter() < deadline, "no health with the default token"
+            time.sleep(0.05)
+        started = time.perf_counter()
+        slow = client.run_shell_command("echo started; sleep 30")
+        assert text(slow, "returncode") == "124", slow
+        assert text(slow, "stdout") == "started\n"
+        assert time.perf_counter() - started < 8
+        logs = subprocess.run([engine, "logs", container], capture_output=True, text=True)
+        assert "SECRET_TOKEN is not set" in logs.stdout + logs.stderr
+        print("defaults: secret_token123 with a warning; command timeout below NGINX_TIMEOUT: ok")
+    finally:
+        subprocess.run([engine, "stop", "-t", "10", container], stdout=subprocess.DEVNULL, check=False)
 
 
 if __name__ == "__main__":
