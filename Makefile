@@ -30,9 +30,10 @@ lint:
 unit:
 	cargo test
 
-# The real agentscope-runtime client against the debug binary `cargo test` just built.
+# The real agentscope-runtime client against the debug binary `cargo test` builds. `--no-run` (not
+# `cargo build`) keeps the test build's feature set, so CI does not compile every dependency twice.
 python-tests:
-	cargo build
+	cargo test --no-run -q
 	.venv/bin/python -m pytest -q -p no:cacheprovider -W ignore::DeprecationWarning tests/python
 
 # Fully static release binary (glibc static-pie), with fat LTO: what images ship.
