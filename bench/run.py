@@ -193,7 +193,7 @@ def workload(server, results, quick, python_for_peers):
     diffs, commits = [], []
     for round_ in range(count(8)):
         for index in range(100):
-            (changed / f"c{index:03}.txt").write_text(f"round {round_}\n" + "line\n" * 20)
+            (changed / f"c{index:03}.txt").write_text(f"round {round_} file {index}\n" + "line\n" * 20)
         diffs += timed(lambda: server.request("POST", "/watcher/generate_diff",
                                               {"commit_a": "", "commit_b": ""}), 1)
         commits += timed(lambda: server.request("POST", "/watcher/commit_changes",
