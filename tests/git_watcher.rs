@@ -240,3 +240,52 @@ async fn a_workspace_owned_by_another_user_works_like_a_bind_mount() {
     let (status, _) = post(&server, "/watcher/generate_diff", json!({})).await;
     assert_eq!(status, 200);
 }
+
+#[tokio::test]
+async fn commit_keeps_modes_and_symlinks_and_leaves_a_clean_status() {
+    use std::os::unix::fs::PermissionsExt;
+    let server = Server::start();
+    git(&server.workspace, &["init", "-q"]);
+    std::fs::create_dir_all(server.ws("deep/er")).unwrap();
+    std::fs::write(server.ws("deep/er/run.sh"), "#!/bin/sh\necho hi\n").unwrap();
+    std::fs::set_permissions(
+        server.ws("deep/er/run.sh"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    std::fs::write(server.ws("plain.txt"), "plain\n").unwrap();
+    std::os::unix::fs::symlink("plain.txt", server.ws("link")).unwrap();
+    let (status, _) = post(&server, "/watcher/commit_changes", json!({})).await;
+    assert_eq!(status, 200);
+    let tree = git(&server.workspace, &["ls-tree", "-r", "HEAD"]);
+    assert!(
+        tree.contains("100755 blob") && tree.contains("deep/er/run.sh"),
+        "{tree}"
+    );
+    assert!(
+        tree.contains("120000 blob") && tree.contains("\tlink"),
+        "{tree}"
+    );
+    assert!(
+        tree.contains("100644 blob") && tree.contains("plain.txt"),
+        "{tree}"
+    );
+    assert_eq!(git(&server.workspace, &["show", "HEAD:link"]), "plain.txt");
+    assert_eq!(git(&server.workspace, &["status", "--porcelain"]), "");
+    assert_eq!(git(&server.workspace, &["fsck", "--no-progress"]), "");
+}
+
+#[tokio::test]
+async fn gitattributes_filters_still_apply() {
+    let server = Server::start();
+    git(&server.workspace, &["init", "-q"]);
+    std::fs::write(server.ws(".gitattributes"), "*.txt text eol=lf\n").unwrap();
+    std::fs::write(server.ws("crlf.txt"), "one\r\ntwo\r\n").unwrap();
+    let (status, _) = post(&server, "/watcher/commit_changes", json!({})).await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        git(&server.workspace, &["show", "HEAD:crlf.txt"]),
+        "one\ntwo\n",
+        "CRLF was not normalised"
+    );
+}

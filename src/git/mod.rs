@@ -5,6 +5,8 @@
 mod diff_text;
 
 use std::collections::BTreeMap;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
@@ -91,8 +93,10 @@ impl GitWatcher {
     pub fn commit_all(&self, message: &str) -> ApiResult<CommitOutcome> {
         self.with_repo(|repo| {
             let mut index = repo.index()?;
-            index.add_all(["*"], IndexAddOption::DEFAULT, None)?;
-            index.update_all(["*"], None)?;
+            if !stage_unfiltered(repo, &mut index)? {
+                index.add_all(["*"], IndexAddOption::DEFAULT, None)?;
+                index.update_all(["*"], None)?;
+            }
             index.write()?;
             let tree = repo.find_tree(index.write_tree()?)?;
             let signature = repo
@@ -155,6 +159,104 @@ impl GitWatcher {
             Ok(entries)
         })
     }
+}
+
+/// Files above this go through libgit2's own path, which streams them instead of reading them whole.
+const DIRECT_STAGE_MAX_BYTES: u64 = 8 * 1024 * 1024;
+
+/// `git add -A` for the common case, where no content filter can apply: stages exactly the paths
+/// `statuses()` reports changed in the working tree, writing blobs straight from the files. libgit2's
+/// `add_all` does the same work at ~0.6 ms per changed file (attribute and path lookups for its filters),
+/// six times what `git add` needs. Returns `false`, having changed nothing, whenever a filter might apply
+/// (`core.autocrlf`, any attributes file, `core.filemode` off) or an entry is not a plain file or symlink;
+/// the caller then uses `add_all`.
+fn stage_unfiltered(repo: &Repository, index: &mut git2::Index) -> ApiResult<bool> {
+    let config = repo.config()?;
+    let autocrlf = config
+        .get_string("core.autocrlf")
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    let filemode = config.get_bool("core.filemode").unwrap_or(true);
+    let home_attributes = std::env::var_os("HOME")
+        .map(|home| PathBuf::from(home).join(".config/git/attributes").exists())
+        .unwrap_or(false);
+    if matches!(autocrlf.as_str(), "true" | "input")
+        || !filemode
+        || config.get_string("core.attributesfile").is_ok()
+        || home_attributes
+        || repo.path().join("info/attributes").exists()
+        || index
+            .iter()
+            .any(|entry| entry.path.ends_with(b".gitattributes"))
+    {
+        return Ok(false);
+    }
+    let Some(workdir) = repo.workdir().map(PathBuf::from) else {
+        return Ok(false);
+    };
+    let mut options = git2::StatusOptions::new();
+    options
+        .include_untracked(true)
+        .recurse_untracked_dirs(true)
+        .include_ignored(false)
+        .exclude_submodules(true);
+    let statuses = repo.statuses(Some(&mut options))?;
+    let worktree_changes = git2::Status::WT_NEW
+        | git2::Status::WT_MODIFIED
+        | git2::Status::WT_TYPECHANGE
+        | git2::Status::WT_DELETED;
+    let changes: Vec<(Vec<u8>, git2::Status)> = statuses
+        .iter()
+        .filter(|entry| entry.status().intersects(worktree_changes))
+        .map(|entry| (entry.path_bytes().to_vec(), entry.status()))
+        .collect();
+    if changes
+        .iter()
+        .any(|(path, _)| path.ends_with(b".gitattributes") || path.ends_with(b"/"))
+    {
+        return Ok(false);
+    }
+    for (path, status) in changes {
+        let relative = std::path::Path::new(std::ffi::OsStr::from_bytes(&path));
+        let full = workdir.join(relative);
+        let meta = match std::fs::symlink_metadata(&full) {
+            Err(_) if status.is_wt_deleted() => {
+                index.remove_path(relative)?;
+                continue;
+            }
+            Err(err) => return Err(ApiError::from_io(&err, &relative.display().to_string())),
+            Ok(meta) => meta,
+        };
+        let (content, mode) = if meta.file_type().is_symlink() {
+            let target = std::fs::read_link(&full)
+                .map_err(|err| ApiError::from_io(&err, &relative.display().to_string()))?;
+            (target.into_os_string().into_vec(), 0o120000)
+        } else if meta.is_file() && meta.len() <= DIRECT_STAGE_MAX_BYTES {
+            let content = std::fs::read(&full)
+                .map_err(|err| ApiError::from_io(&err, &relative.display().to_string()))?;
+            let executable = meta.mode() & 0o100 != 0;
+            (content, if executable { 0o100755 } else { 0o100644 })
+        } else {
+            index.add_path(relative)?;
+            continue;
+        };
+        let id = repo.blob(&content)?;
+        index.add(&git2::IndexEntry {
+            ctime: git2::IndexTime::new(meta.ctime() as i32, meta.ctime_nsec() as u32),
+            mtime: git2::IndexTime::new(meta.mtime() as i32, meta.mtime_nsec() as u32),
+            dev: meta.dev() as u32,
+            ino: meta.ino() as u32,
+            mode,
+            uid: meta.uid(),
+            gid: meta.gid(),
+            file_size: meta.len() as u32,
+            id,
+            flags: path.len().min(0xfff) as u16,
+            flags_extended: 0,
+            path,
+        })?;
+    }
+    Ok(true)
 }
 
 fn log_entry(repo: &Repository, oid: Oid) -> ApiResult<LogEntry> {
