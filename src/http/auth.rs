@@ -24,20 +24,22 @@ impl Token {
     }
 }
 
-pub async fn require_bearer(
-    State(token): State<Token>,
-    request: Request,
-    next: Next,
-) -> Result<Response, ApiError> {
-    let presented = request
+pub async fn require_bearer(State(token): State<Token>, request: Request, next: Next) -> Response {
+    let refusal = match request
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|value| value.as_bytes().strip_prefix(b"Bearer "))
-        .ok_or_else(|| ApiError::Forbidden("Missing or invalid authorization header".into()))?;
-    if !token.matches(presented) {
-        return Err(ApiError::Forbidden("Invalid secret token".into()));
+    {
+        None => Some("Missing or invalid authorization header"),
+        Some(presented) if !token.matches(presented) => Some("Invalid secret token"),
+        Some(_) => None,
+    };
+    match refusal {
+        None => next.run(request).await,
+        Some(detail) => {
+            super::reject_unread_body(ApiError::Forbidden(detail.into()), request.into_body()).await
+        }
     }
-    Ok(next.run(request).await)
 }
 
 /// A fresh random token for a server started without `SECRET_TOKEN`.

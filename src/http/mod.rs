@@ -7,8 +7,9 @@ mod log;
 
 use std::sync::Arc;
 
+use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, FromRef, Path, State};
-use axum::response::IntoResponse;
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router, middleware};
 use serde_json::Value;
@@ -76,6 +77,23 @@ pub fn router(state: AppState) -> Router {
         .nest("/fastapi", api)
         .fallback(|| async { ApiError::NotFound("no such route".into()) })
         .layer(middleware::from_fn(log::log_request))
+}
+
+/// Answers `err` to a request whose body was not read. A small body is drained so the client's
+/// keep-alive connection stays usable (otherwise the server drops it and a client reusing it sees
+/// "connection closed without response"); a large one is left unread and the connection is closed
+/// explicitly, so no client reuses it.
+pub async fn reject_unread_body(err: ApiError, body: Body) -> Response {
+    const DRAIN_LIMIT: usize = 1024 * 1024;
+    let drained = axum::body::to_bytes(body, DRAIN_LIMIT).await.is_ok();
+    let mut response = err.into_response();
+    if !drained {
+        response.headers_mut().insert(
+            axum::http::header::CONNECTION,
+            axum::http::HeaderValue::from_static("close"),
+        );
+    }
+    response
 }
 
 async fn healthz() -> impl IntoResponse {

@@ -17,7 +17,7 @@ use axum::Router;
 use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, Multipart, State};
 use axum::http::{HeaderMap, StatusCode, header};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use serde::Deserialize;
 use serde_json::json;
@@ -164,25 +164,37 @@ fn prepare_file_target(
 
 async fn write_file(
     State(workspace): State<Arc<Workspace>>,
-    ApiQuery(query): ApiQuery<PathQuery>,
+    query: Result<ApiQuery<PathQuery>, ApiError>,
     body: Body,
-) -> ApiResult<Json<EntryInfo>> {
-    let target = resolve(&workspace, &query.path).await?;
-    let parent = {
-        let (workspace, target, what) =
-            (Arc::clone(&workspace), target.clone(), query.path.clone());
-        blocking(move || prepare_file_target(&workspace, &target, &what)).await?
+) -> Response {
+    let prepared = async {
+        let ApiQuery(query) = query?;
+        let target = resolve(&workspace, &query.path).await?;
+        let parent = {
+            let (workspace, target, what) =
+                (Arc::clone(&workspace), target.clone(), query.path.clone());
+            blocking(move || prepare_file_target(&workspace, &target, &what)).await?
+        };
+        Ok::<_, ApiError>((query, target, parent))
+    }
+    .await;
+    let (query, target, parent) = match prepared {
+        Ok(prepared) => prepared,
+        Err(err) => return crate::http::reject_unread_body(err, body).await,
     };
-    let staged = upload::stage(&parent, body.into_data_stream(), &query.path).await?;
-    blocking(move || {
-        staged
-            .persist(&target.real)
-            .map_err(|err| ApiError::from_io(&err, &query.path))?;
-        EntryInfo::read(&target.shown, &target.real)
-            .map(Json)
-            .map_err(|err| ApiError::from_io(&err, &query.path))
-    })
-    .await
+    let written = async {
+        let staged = upload::stage(&parent, body.into_data_stream(), &query.path).await?;
+        blocking(move || {
+            staged
+                .persist(&target.real)
+                .map_err(|err| ApiError::from_io(&err, &query.path))?;
+            EntryInfo::read(&target.shown, &target.real)
+                .map(Json)
+                .map_err(|err| ApiError::from_io(&err, &query.path))
+        })
+        .await
+    };
+    written.await.into_response()
 }
 
 /// Multipart `files` parts with optional `paths` fields (same count, else each part's filename). Each part
