@@ -4,13 +4,8 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Fetch, Server, item};
+use common::{Fetch, Server, item, python};
 use serde_json::{Value, json};
-
-fn python() -> String {
-    std::env::var("BOXD_TEST_PYTHON")
-        .unwrap_or_else(|_| format!("{}/.venv/bin/python", env!("CARGO_MANIFEST_DIR")))
-}
 
 fn start() -> Server {
     let python = python();

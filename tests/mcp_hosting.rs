@@ -5,13 +5,8 @@ mod common;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Fetch, Server};
+use common::{Fetch, Server, python};
 use serde_json::{Value, json};
-
-fn python() -> String {
-    std::env::var("BOXD_TEST_PYTHON")
-        .unwrap_or_else(|_| format!("{}/.venv/bin/python", env!("CARGO_MANIFEST_DIR")))
-}
 
 fn peer_script() -> String {
     format!("{}/tests/python/mcp_peer.py", env!("CARGO_MANIFEST_DIR"))

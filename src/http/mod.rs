@@ -112,6 +112,5 @@ async fn call_tool(
             "the body must be a JSON object".into(),
         ));
     }
-    let tool = tools.get(&tool_name)?;
-    Ok(Json(tool.call(arguments).await?))
+    Ok(Json(tools.call(&tool_name, arguments).await?))
 }

@@ -7,7 +7,6 @@
 
 use std::path::PathBuf;
 use std::process::Stdio;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::Deserialize;
@@ -120,14 +119,13 @@ pub fn tool(bridge: IpythonBridge) -> Tool {
         },
         "required": ["code"]
     });
-    let bridge = Arc::new(bridge);
     Tool::new(
         GENERIC_GROUP,
         "run_ipython_cell",
         "Run an IPython cell.",
         schema,
         move |arguments: Value| {
-            let bridge = Arc::clone(&bridge);
+            let bridge = bridge.clone();
             async move {
                 let request: CellRequest = parse_arguments("run_ipython_cell", arguments)?;
                 if request.code.trim().is_empty() {

@@ -279,14 +279,10 @@ impl HostedServer {
     }
 
     pub async fn call(&self, tool: &str, arguments: Value) -> ApiResult<CallToolResult> {
-        let arguments = match arguments {
-            Value::Object(map) => map,
-            Value::Null => serde_json::Map::new(),
-            _ => {
-                return Err(ApiError::BadRequest(
-                    "arguments must be a JSON object".into(),
-                ));
-            }
+        let Value::Object(arguments) = arguments else {
+            return Err(ApiError::BadRequest(
+                "arguments must be a JSON object".into(),
+            ));
         };
         let peer = self.live_peer().await?;
         let request = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments);

@@ -203,15 +203,9 @@ async fn call_tool(
     if request.tool_name.is_empty() {
         return Err(ApiError::BadRequest("tool_name is required".into()));
     }
-    let arguments = match request.arguments {
-        Value::Null => Value::Object(Map::new()),
-        Value::Object(map) => Value::Object(map),
-        _ => {
-            return Err(ApiError::BadRequest(
-                "arguments must be a JSON object".into(),
-            ));
-        }
-    };
-    let tool = host.tools.get(&request.tool_name)?;
-    Ok(Json(tool.call(arguments).await?))
+    Ok(Json(
+        host.tools
+            .call(&request.tool_name, request.arguments)
+            .await?,
+    ))
 }

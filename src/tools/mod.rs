@@ -132,6 +132,21 @@ impl ToolRegistry {
             .ok_or_else(|| ApiError::NotFound(format!("unknown tool: {name}")))
     }
 
+    /// Calls `name` with `arguments`: absent (`null`) means `{}`, anything but an object is a 400. The one
+    /// place every route calls a tool from, so lookups and argument checks are not written per route.
+    pub async fn call(&self, name: &str, arguments: Value) -> ApiResult<CallToolResult> {
+        let arguments = match arguments {
+            Value::Null => Value::Object(serde_json::Map::new()),
+            Value::Object(map) => Value::Object(map),
+            _ => {
+                return Err(ApiError::BadRequest(
+                    "arguments must be a JSON object".into(),
+                ));
+            }
+        };
+        self.get(name)?.call(arguments).await
+    }
+
     pub fn snapshot(&self) -> Vec<Tool> {
         let tools = self
             .tools

@@ -150,6 +150,12 @@ pub fn item<'a>(result: &'a serde_json::Value, description: &str) -> Option<&'a 
         .as_str()
 }
 
+/// The Python of the venv `make test` prepares (IPython, the `mcp` SDK); `BOXD_TEST_PYTHON` overrides it.
+pub fn python() -> String {
+    std::env::var("BOXD_TEST_PYTHON")
+        .unwrap_or_else(|_| format!("{}/.venv/bin/python", env!("CARGO_MANIFEST_DIR")))
+}
+
 pub fn git(workspace: &Path, args: &[&str]) -> String {
     let output = Command::new("git")
         .args(args)
