@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs what `make test` needs, idempotently: Debian packages, then a Python venv with the real client.
+# Installs what `make test` needs, idempotently: Debian packages, a Python venv with the real client, and
+# the reference MCP filesystem server from npm.
 # Safe to run again: it only installs what is missing or out of date.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,6 +14,8 @@ need file file
 need cc gcc
 need make make
 need python3 python3
+need node nodejs
+need npm npm
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || missing+=(python3-venv)
 
 if ((${#missing[@]})); then
@@ -34,5 +37,15 @@ if [[ ! -x .venv/bin/python || ! -f $stamp || $(cat "$stamp") != "$wanted" ]]; t
   echo "setup: preparing .venv from $requirements"
   python3 -m venv .venv
   .venv/bin/pip install -q --disable-pip-version-check -r "$requirements"
+  echo "$wanted" > "$stamp"
+fi
+
+# The reference filesystem MCP server (npm, pinned by its lock file) for the differential test.
+reference=tests/reference-fs
+stamp=$reference/node_modules/.lock.sha256
+wanted=$(sha256sum "$reference/package-lock.json" | cut -d' ' -f1)
+if [[ ! -f $stamp || $(cat "$stamp") != "$wanted" ]]; then
+  echo "setup: installing the reference server-filesystem from npm"
+  npm ci --prefix "$reference" --no-audit --no-fund --loglevel=error
   echo "$wanted" > "$stamp"
 fi

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -70,7 +70,32 @@ pub struct ServeArgs {
     #[arg(long, env = "BOXD_CELL_TIMEOUT", default_value_t = 300.0)]
     pub cell_timeout: f64,
 
+    /// Tool families to register (comma-separated): an image offers only what it needs.
+    #[arg(
+        long,
+        env = "BOXD_TOOLS",
+        value_enum,
+        value_delimiter = ',',
+        default_value = "shell,ipython,filesystem"
+    )]
+    pub tools: Vec<ToolFamily>,
+
+    /// More directories the filesystem tools may use besides the workspace (repeatable; in the env
+    /// var, separated by `:`). Each must exist.
+    #[arg(long = "allow-dir", env = "BOXD_ALLOW_DIRS", value_delimiter = ':')]
+    pub allow_dirs: Vec<PathBuf>,
+
     /// Cap in bytes on each of a command's stdout and stderr (head and tail are kept).
     #[arg(long, env = "BOXD_MAX_OUTPUT", default_value_t = 4 * 1024 * 1024)]
     pub max_output: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ToolFamily {
+    /// `run_shell_command`.
+    Shell,
+    /// `run_ipython_cell` (starts a Python kernel).
+    Ipython,
+    /// The eleven server-filesystem tools (`read_file`, `edit_file`, ...).
+    Filesystem,
 }

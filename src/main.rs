@@ -2,6 +2,7 @@
 
 mod cli;
 mod error;
+mod filesystem;
 mod git;
 mod http;
 mod ipython;
@@ -19,7 +20,7 @@ use clap::Parser;
 use tokio::net::TcpListener;
 use tracing_subscriber::EnvFilter;
 
-use cli::{Cli, Command, ServeArgs};
+use cli::{Cli, Command, ServeArgs, ToolFamily};
 use http::{AppState, auth};
 use tools::ToolRegistry;
 
@@ -78,25 +79,38 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         .map_err(|err| format!("cannot open workspace {}: {err}", args.workspace.display()))?;
 
     let tools = Arc::new(ToolRegistry::default());
-    tools.register(shell::tool(
-        workspace.real_root().to_path_buf(),
-        shell::ShellLimits {
-            default_timeout: command_timeout,
-            max_output_bytes: args.max_output,
-            kill_grace: Duration::from_secs(2),
-            drain: Duration::from_millis(200),
-        },
-    ));
-    tools.register(ipython::tool(ipython::IpythonBridge::start(
-        ipython::KernelConfig {
-            python: interpreter_path(&args.python),
-            workspace: workspace.real_root().to_path_buf(),
-            default_timeout: cell_timeout,
-            interrupt_grace: Duration::from_secs(3),
-            start_timeout: Duration::from_secs(60),
-            max_output_bytes: args.max_output,
-        },
-    )));
+    if args.tools.contains(&ToolFamily::Shell) {
+        tools.register(shell::tool(
+            workspace.real_root().to_path_buf(),
+            shell::ShellLimits {
+                default_timeout: command_timeout,
+                max_output_bytes: args.max_output,
+                kill_grace: Duration::from_secs(2),
+                drain: Duration::from_millis(200),
+            },
+        ));
+    }
+    if args.tools.contains(&ToolFamily::Ipython) {
+        tools.register(ipython::tool(ipython::IpythonBridge::start(
+            ipython::KernelConfig {
+                python: interpreter_path(&args.python),
+                workspace: workspace.real_root().to_path_buf(),
+                default_timeout: cell_timeout,
+                interrupt_grace: Duration::from_secs(3),
+                start_timeout: Duration::from_secs(60),
+                max_output_bytes: args.max_output,
+            },
+        )));
+    }
+    if args.tools.contains(&ToolFamily::Filesystem) {
+        let mut dirs = vec![workspace.root().to_path_buf()];
+        dirs.extend(args.allow_dirs.iter().cloned());
+        let allowed =
+            filesystem::AllowedDirs::new(&dirs).map_err(|err| format!("--allow-dir: {err}"))?;
+        for tool in filesystem::tools(allowed) {
+            tools.register(tool);
+        }
+    }
 
     let mcp_host = Arc::new(mcp::McpHost::new(
         Arc::clone(&tools),

@@ -157,15 +157,16 @@ mod tests {
         }}))
         .unwrap();
         assert_eq!(specs.len(), 3);
-        assert!(matches!(specs[0].transport, Transport::Sse { .. }));
-        assert_eq!(specs[0].initialize_timeout, Duration::from_secs(5));
+        // In the config's order (serde_json keeps object order).
+        assert!(
+            matches!(&specs[0].transport, Transport::Stdio { command, .. } if command == "uvx")
+        );
+        assert!(matches!(specs[1].transport, Transport::Sse { .. }));
+        assert_eq!(specs[1].initialize_timeout, Duration::from_secs(5));
         assert!(matches!(
-            specs[1].transport,
+            specs[2].transport,
             Transport::StreamableHttp { .. }
         ));
-        assert!(
-            matches!(&specs[2].transport, Transport::Stdio { command, .. } if command == "uvx")
-        );
     }
 
     #[test]

@@ -8,6 +8,8 @@ mod upload;
 
 pub use entry::EntryInfo;
 pub use path::{Workspace, WorkspacePath};
+pub(crate) use path::{normalize_lexically, resolve_symlinks};
+pub(crate) use upload::stage_bytes;
 
 use std::path::PathBuf;
 use std::sync::Arc;

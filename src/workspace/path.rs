@@ -89,7 +89,7 @@ impl Workspace {
 }
 
 /// Folds `.` and `..` without touching the filesystem; `..` at `/` stays at `/`.
-fn normalize_lexically(path: &Path) -> PathBuf {
+pub(crate) fn normalize_lexically(path: &Path) -> PathBuf {
     let mut out = PathBuf::from("/");
     for component in path.components() {
         match component {
@@ -105,7 +105,7 @@ fn normalize_lexically(path: &Path) -> PathBuf {
 
 /// `realpath` that tolerates a missing tail: components that exist are resolved (following symlinks,
 /// wherever they point), the first missing one and everything after it are appended as given.
-fn resolve_symlinks(base: &Path, relative: &Path) -> io::Result<PathBuf> {
+pub(crate) fn resolve_symlinks(base: &Path, relative: &Path) -> io::Result<PathBuf> {
     let mut resolved = base.to_path_buf();
     let mut pending: Vec<PathBuf> = relative
         .components()

@@ -59,6 +59,19 @@ fn staging_name(dir: &Path) -> PathBuf {
     dir.join(format!(".boxd-upload-{}.tmp", hex::encode(random)))
 }
 
+/// Blocking. Writes `content` into a new temporary file in `dir` (which must exist).
+pub fn stage_bytes(dir: &Path, content: &[u8]) -> std::io::Result<StagedFile> {
+    let path = staging_name(dir);
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .open(&path)?;
+    let staged = StagedFile { path: Some(path) };
+    file.write_all(content)?;
+    Ok(staged)
+}
+
 /// Streams `body` into a new temporary file in `dir` (which must exist). A blocking writer thread takes the
 /// body's chunks as they arrive (no copies), so network reads and disk writes overlap.
 pub async fn stage<S, E>(dir: &Path, body: S, what: &str) -> ApiResult<StagedFile>

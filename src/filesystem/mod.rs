@@ -1,0 +1,423 @@
+//! The filesystem tool family: the eleven tools of `@modelcontextprotocol/server-filesystem@2025.3.28`,
+//! native, under the group name `filesystem`. Names, argument schemas, result texts and error wording are
+//! the reference's; paths are confined for real (see `allowed`), `create_directory` makes missing parents
+//! and `move_file` never overwrites, as the reference's own descriptions promise.
+
+mod allowed;
+mod args;
+mod edit;
+mod node_error;
+mod walk;
+
+pub use allowed::AllowedDirs;
+
+use std::io::Read;
+use std::path::Path;
+use std::sync::Arc;
+
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+use crate::tools::{CallToolResult, ContentItem, Tool};
+use node_error::{Syscall, describe};
+
+pub const GROUP: &str = "filesystem";
+
+/// Files larger than this are refused by the reading tools: their text would not fit a tool answer.
+const MAX_READ_BYTES: u64 = 32 * 1024 * 1024;
+
+pub fn tools(allowed: AllowedDirs) -> Vec<Tool> {
+    let allowed = Arc::new(allowed);
+    vec![
+        file_tool::<PathArgs>(
+            &allowed,
+            "read_file",
+            "Read the complete contents of a file from the file system. Handles various text encodings and provides detailed error messages if the file cannot be read. Use this tool when you need to examine the contents of a single file. Only works within allowed directories.",
+            object_schema(json!({"path": {"type": "string"}}), &["path"]),
+            |allowed, args| {
+                let path = allowed.check_with_parent(&args.path)?;
+                read_text(&path.real, MAX_READ_BYTES)
+            },
+        ),
+        file_tool::<PathsArgs>(
+            &allowed,
+            "read_multiple_files",
+            "Read the contents of multiple files simultaneously. This is more efficient than reading files one by one when you need to analyze or compare multiple files. Each file's content is returned with its path as a reference. Failed reads for individual files won't stop the entire operation. Only works within allowed directories.",
+            object_schema(
+                json!({"paths": {"type": "array", "items": {"type": "string"}}}),
+                &["paths"],
+            ),
+            |allowed, args| Ok(read_multiple(allowed, &args.paths)),
+        ),
+        file_tool::<WriteArgs>(
+            &allowed,
+            "write_file",
+            "Create a new file or completely overwrite an existing file with new content. Use with caution as it will overwrite existing files without warning. Handles text content with proper encoding. Only works within allowed directories.",
+            object_schema(
+                json!({"path": {"type": "string"}, "content": {"type": "string"}}),
+                &["path", "content"],
+            ),
+            |allowed, args| {
+                let path = allowed.check_with_parent(&args.path)?;
+                write_atomically(&path.real, args.content.as_bytes())?;
+                Ok(format!("Successfully wrote to {}", args.path))
+            },
+        ),
+        file_tool::<EditArgs>(
+            &allowed,
+            "edit_file",
+            "Make line-based edits to a text file. Each edit replaces exact line sequences with new content. Returns a git-style diff showing the changes made. Only works within allowed directories.",
+            object_schema(
+                json!({
+                    "path": {"type": "string"},
+                    "edits": {"type": "array", "items": {
+                        "type": "object",
+                        "properties": {
+                            "oldText": {"type": "string", "description": "Text to search for - must match exactly"},
+                            "newText": {"type": "string", "description": "Text to replace with"}
+                        },
+                        "required": ["oldText", "newText"],
+                        "additionalProperties": false
+                    }},
+                    "dryRun": {"type": "boolean", "default": false, "description": "Preview changes using git-style diff format"}
+                }),
+                &["path", "edits"],
+            ),
+            edit_file,
+        ),
+        file_tool::<PathArgs>(
+            &allowed,
+            "create_directory",
+            "Create a new directory or ensure a directory exists. Can create multiple nested directories in one operation. If the directory already exists, this operation will succeed silently. Perfect for setting up directory structures for projects or ensuring required paths exist. Only works within allowed directories.",
+            object_schema(json!({"path": {"type": "string"}}), &["path"]),
+            |allowed, args| {
+                let path = allowed.check(&args.path)?;
+                std::fs::create_dir_all(&path.real)
+                    .map_err(|err| describe(&err, Syscall::Mkdir(&path.real)))?;
+                Ok(format!("Successfully created directory {}", args.path))
+            },
+        ),
+        file_tool::<PathArgs>(
+            &allowed,
+            "list_directory",
+            "Get a detailed listing of all files and directories in a specified path. Results clearly distinguish between files and directories with [FILE] and [DIR] prefixes. This tool is essential for understanding directory structure and finding specific files within a directory. Only works within allowed directories.",
+            object_schema(json!({"path": {"type": "string"}}), &["path"]),
+            |allowed, args| walk::list_directory(&allowed.check_with_parent(&args.path)?.real),
+        ),
+        file_tool::<PathArgs>(
+            &allowed,
+            "directory_tree",
+            "Get a recursive tree view of files and directories as a JSON structure. Each entry includes 'name', 'type' (file/directory), and 'children' for directories. Files have no children array, while directories always have a children array (which may be empty). The output is formatted with 2-space indentation for readability. Only works within allowed directories.",
+            object_schema(json!({"path": {"type": "string"}}), &["path"]),
+            |allowed, args| walk::directory_tree(&allowed.check_with_parent(&args.path)?.real),
+        ),
+        file_tool::<MoveArgs>(
+            &allowed,
+            "move_file",
+            "Move or rename files and directories. Can move files between directories and rename them in a single operation. If the destination exists, the operation will fail. Works across different directories and can be used for simple renaming within the same directory. Both source and destination must be within allowed directories.",
+            object_schema(
+                json!({"source": {"type": "string"}, "destination": {"type": "string"}}),
+                &["source", "destination"],
+            ),
+            move_file,
+        ),
+        file_tool::<SearchArgs>(
+            &allowed,
+            "search_files",
+            "Recursively search for files and directories matching a pattern. Searches through all subdirectories from the starting path. The search is case-insensitive and matches partial names. Returns full paths to all matching items. Great for finding files when you don't know their exact location. Only searches within allowed directories.",
+            object_schema(
+                json!({
+                    "path": {"type": "string"},
+                    "pattern": {"type": "string"},
+                    "excludePatterns": {"type": "array", "items": {"type": "string"}, "default": []}
+                }),
+                &["path", "pattern"],
+            ),
+            |allowed, args| {
+                let root = allowed.check_with_parent(&args.path)?;
+                walk::search_files(&root.real, &args.pattern, &args.exclude_patterns)
+            },
+        ),
+        file_tool::<PathArgs>(
+            &allowed,
+            "get_file_info",
+            "Retrieve detailed metadata about a file or directory. Returns comprehensive information including size, creation time, last modified time, permissions, and type. This tool is perfect for understanding file characteristics without reading the actual content. Only works within allowed directories.",
+            object_schema(json!({"path": {"type": "string"}}), &["path"]),
+            |allowed, args| file_info(&allowed.check_with_parent(&args.path)?.real),
+        ),
+        file_tool::<NoArgs>(
+            &allowed,
+            "list_allowed_directories",
+            "Returns the list of directories that this server is allowed to access. Use this to understand which directories are available before trying to access files.",
+            json!({"type": "object", "properties": {}, "required": []}),
+            |allowed, _| {
+                let dirs: Vec<String> = allowed
+                    .shown()
+                    .map(|dir| dir.display().to_string())
+                    .collect();
+                Ok(format!("Allowed directories:\n{}", dirs.join("\n")))
+            },
+        ),
+    ]
+}
+
+#[derive(Deserialize)]
+struct PathArgs {
+    path: String,
+}
+
+#[derive(Deserialize)]
+struct PathsArgs {
+    paths: Vec<String>,
+}
+
+#[derive(Deserialize)]
+struct WriteArgs {
+    path: String,
+    content: String,
+}
+
+#[derive(Deserialize)]
+struct EditOperation {
+    #[serde(rename = "oldText")]
+    old_text: String,
+    #[serde(rename = "newText")]
+    new_text: String,
+}
+
+#[derive(Deserialize)]
+struct EditArgs {
+    path: String,
+    edits: Vec<EditOperation>,
+    #[serde(default, rename = "dryRun")]
+    dry_run: bool,
+}
+
+#[derive(Deserialize)]
+struct MoveArgs {
+    source: String,
+    destination: String,
+}
+
+#[derive(Deserialize)]
+struct SearchArgs {
+    path: String,
+    pattern: String,
+    #[serde(default, rename = "excludePatterns")]
+    exclude_patterns: Vec<String>,
+}
+
+#[derive(Deserialize)]
+struct NoArgs {}
+
+/// The reference's schema layout (zod-to-json-schema's): closed objects tagged draft-07.
+fn object_schema(properties: Value, required: &[&str]) -> Value {
+    json!({
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": false,
+        "$schema": "http://json-schema.org/draft-07/schema#"
+    })
+}
+
+/// A tool whose work is blocking file I/O: arguments are checked against the schema, the work runs on the
+/// blocking pool, and failures come back as the reference's `isError` results (`Error: ...`).
+fn file_tool<A>(
+    allowed: &Arc<AllowedDirs>,
+    name: &'static str,
+    description: &str,
+    schema: Value,
+    work: fn(&AllowedDirs, A) -> Result<String, String>,
+) -> Tool
+where
+    A: DeserializeOwned + Send + 'static,
+{
+    let allowed = Arc::clone(allowed);
+    let checked_schema = Arc::new(schema.clone());
+    Tool::new(GROUP, name, description, schema, move |arguments| {
+        let allowed = Arc::clone(&allowed);
+        let schema = Arc::clone(&checked_schema);
+        async move {
+            let outcome = match args::parse::<A>(name, &schema, arguments) {
+                Ok(parsed) => tokio::task::spawn_blocking(move || work(&allowed, parsed))
+                    .await
+                    .unwrap_or_else(|err| Err(format!("{name} failed: {err}"))),
+                Err(message) => Err(message),
+            };
+            Ok(match outcome {
+                Ok(text) => CallToolResult::new(vec![plain_text(text)], false),
+                Err(message) => {
+                    CallToolResult::new(vec![plain_text(format!("Error: {message}"))], true)
+                }
+            })
+        }
+    })
+}
+
+fn plain_text(text: String) -> ContentItem {
+    ContentItem::Text {
+        text,
+        description: None,
+    }
+}
+
+/// The whole file as text (invalid UTF-8 replaced, as Node's `utf-8` decoding does).
+fn read_text(path: &Path, limit: u64) -> Result<String, String> {
+    let bytes = read_bytes(path, limit)?;
+    Ok(match String::from_utf8(bytes) {
+        Ok(text) => text,
+        Err(err) => String::from_utf8_lossy(err.as_bytes()).into_owned(),
+    })
+}
+
+fn read_bytes(path: &Path, limit: u64) -> Result<Vec<u8>, String> {
+    let mut file = std::fs::File::open(path).map_err(|err| describe(&err, Syscall::Open(path)))?;
+    let size = file
+        .metadata()
+        .map_err(|err| describe(&err, Syscall::Stat(path)))?
+        .len();
+    if size > limit {
+        return Err(format!(
+            "{} is {size} bytes; files over {limit} bytes are not read whole (use the workspace file routes)",
+            path.display()
+        ));
+    }
+    let mut bytes = Vec::with_capacity(size as usize);
+    file.by_ref()
+        .take(limit + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|err| describe(&err, Syscall::Read))?;
+    Ok(bytes)
+}
+
+/// Each file under its name, failures inline; all reads share one size budget.
+fn read_multiple(allowed: &AllowedDirs, paths: &[String]) -> String {
+    let mut budget = MAX_READ_BYTES;
+    let parts: Vec<String> = paths
+        .iter()
+        .map(|path| {
+            let read = allowed
+                .check_with_parent(path)
+                .and_then(|checked| read_text(&checked.real, budget));
+            match read {
+                Ok(content) => {
+                    budget = budget.saturating_sub(content.len() as u64);
+                    format!("{path}:\n{content}\n")
+                }
+                Err(message) => format!("{path}: Error - {message}"),
+            }
+        })
+        .collect();
+    parts.join("\n---\n")
+}
+
+/// Replaces the file whole or not at all: a failed write leaves the old content.
+fn write_atomically(target: &Path, content: &[u8]) -> Result<(), String> {
+    let open_error = |err: std::io::Error| describe(&err, Syscall::Open(target));
+    if target.is_dir() {
+        return Err(open_error(std::io::Error::from_raw_os_error(libc::EISDIR)));
+    }
+    let dir = target.parent().unwrap_or(Path::new("/"));
+    let staged = crate::workspace::stage_bytes(dir, content).map_err(open_error)?;
+    staged.persist(target).map_err(open_error)
+}
+
+fn edit_file(allowed: &AllowedDirs, args: EditArgs) -> Result<String, String> {
+    let path = allowed.check_with_parent(&args.path)?;
+    // Strict: rewriting lossily decoded bytes would corrupt everything outside the edit.
+    let original = String::from_utf8(read_bytes(&path.real, MAX_READ_BYTES)?).map_err(|_| {
+        format!(
+            "{} is not UTF-8 text; edit_file would corrupt it",
+            args.path
+        )
+    })?;
+    let content = edit::normalize_line_endings(&original);
+    let edits: Vec<edit::Edit> = args
+        .edits
+        .into_iter()
+        .map(|operation| edit::Edit {
+            old_text: operation.old_text,
+            new_text: operation.new_text,
+        })
+        .collect();
+    let edited = edit::apply(&content, &edits)?;
+    let patch = edit::fenced_patch(&path.real.to_string_lossy(), &content, &edited);
+    if !args.dry_run {
+        write_atomically(&path.real, edited.as_bytes())?;
+    }
+    Ok(patch)
+}
+
+fn move_file(allowed: &AllowedDirs, args: MoveArgs) -> Result<String, String> {
+    let source = allowed.check_with_parent(&args.source)?;
+    let destination = allowed.check_with_parent(&args.destination)?;
+    if allowed.is_allowed_root(&source.real) {
+        return Err(format!(
+            "{} is an allowed directory itself and cannot be moved",
+            args.source
+        ));
+    }
+    rename_no_replace(&source.real, &destination.real)
+        .map_err(|err| describe(&err, Syscall::Rename(&source.real, &destination.real)))?;
+    Ok(format!(
+        "Successfully moved {} to {}",
+        args.source, args.destination
+    ))
+}
+
+/// `rename` that fails with EEXIST instead of replacing, atomically where the filesystem supports it.
+fn rename_no_replace(from: &Path, to: &Path) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let from_c = std::ffi::CString::new(from.as_os_str().as_bytes())?;
+    let to_c = std::ffi::CString::new(to.as_os_str().as_bytes())?;
+    // SAFETY: both are valid NUL-terminated paths that outlive the call.
+    let result = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            from_c.as_ptr(),
+            libc::AT_FDCWD,
+            to_c.as_ptr(),
+            libc::RENAME_NOREPLACE,
+        )
+    };
+    if result == 0 {
+        return Ok(());
+    }
+    let err = std::io::Error::last_os_error();
+    if err.raw_os_error() != Some(libc::EINVAL) {
+        return Err(err);
+    }
+    // Filesystems without RENAME_NOREPLACE: check, then rename (a narrow race, documented).
+    if to.symlink_metadata().is_ok() {
+        return Err(std::io::Error::from_raw_os_error(libc::EEXIST));
+    }
+    std::fs::rename(from, to)
+}
+
+fn file_info(path: &Path) -> Result<String, String> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(path).map_err(|err| describe(&err, Syscall::Stat(path)))?;
+    let created = meta.created().or_else(|_| meta.modified()).ok();
+    let lines = [
+        format!("size: {}", meta.len()),
+        format!("created: {}", js_date(created)),
+        format!("modified: {}", js_date(meta.modified().ok())),
+        format!("accessed: {}", js_date(meta.accessed().ok())),
+        format!("isDirectory: {}", meta.is_dir()),
+        format!("isFile: {}", meta.is_file()),
+        format!("permissions: {:03o}", meta.mode() & 0o777),
+    ];
+    Ok(lines.join("\n"))
+}
+
+/// JavaScript's `Date.prototype.toString`, in UTC (the zone sandboxes run in).
+fn js_date(time: Option<std::time::SystemTime>) -> String {
+    match time {
+        Some(time) => chrono::DateTime::<chrono::Utc>::from(time)
+            .format("%a %b %d %Y %H:%M:%S GMT+0000 (Coordinated Universal Time)")
+            .to_string(),
+        None => "Invalid Date".to_owned(),
+    }
+}

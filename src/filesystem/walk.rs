@@ -1,0 +1,193 @@
+//! The tools that walk directories: `list_directory`, `directory_tree`, `search_files`. Entries are typed
+//! by the link itself (a symlink to a directory is a file and is never descended into), in byte order of
+//! their names, as Node's `readdir` gives them to the reference server.
+
+use std::path::{Path, PathBuf};
+
+use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
+use serde::Serialize;
+
+use super::node_error::{Syscall, describe};
+
+/// Bounds a walk over a huge tree: past it, the tool answers with an error (tree) or stops (search).
+pub const MAX_WALK_ENTRIES: usize = 100_000;
+pub const MAX_SEARCH_MATCHES: usize = 10_000;
+
+pub struct DirEntry {
+    pub name: String,
+    pub is_dir: bool,
+}
+
+pub fn read_dir_sorted(dir: &Path) -> Result<Vec<DirEntry>, String> {
+    let listing = std::fs::read_dir(dir).map_err(|err| describe(&err, Syscall::Scandir(dir)))?;
+    let mut entries = Vec::new();
+    for entry in listing {
+        let entry = entry.map_err(|err| describe(&err, Syscall::Scandir(dir)))?;
+        let is_dir = entry.file_type().is_ok_and(|kind| kind.is_dir());
+        entries.push((entry.file_name(), is_dir));
+    }
+    entries.sort_by(|a, b| a.0.as_encoded_bytes().cmp(b.0.as_encoded_bytes()));
+    Ok(entries
+        .into_iter()
+        .map(|(name, is_dir)| DirEntry {
+            name: name.to_string_lossy().into_owned(),
+            is_dir,
+        })
+        .collect())
+}
+
+pub fn list_directory(dir: &Path) -> Result<String, String> {
+    let lines: Vec<String> = read_dir_sorted(dir)?
+        .into_iter()
+        .map(|entry| {
+            let kind = if entry.is_dir { "[DIR]" } else { "[FILE]" };
+            format!("{kind} {}", entry.name)
+        })
+        .collect();
+    Ok(lines.join("\n"))
+}
+
+#[derive(Serialize)]
+pub struct TreeEntry {
+    name: String,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    children: Option<Vec<TreeEntry>>,
+}
+
+/// The tree as 2-space-indented JSON, the reference's layout.
+pub fn directory_tree(root: &Path) -> Result<String, String> {
+    let mut budget = MAX_WALK_ENTRIES;
+    let tree = build_tree(root, &mut budget)?;
+    serde_json::to_string_pretty(&tree).map_err(|err| err.to_string())
+}
+
+fn build_tree(dir: &Path, budget: &mut usize) -> Result<Vec<TreeEntry>, String> {
+    let entries = read_dir_sorted(dir)?;
+    let mut tree = Vec::with_capacity(entries.len());
+    for entry in entries {
+        *budget = budget.checked_sub(1).ok_or_else(|| {
+            format!(
+                "the tree under {} has more than {MAX_WALK_ENTRIES} entries; list a smaller directory",
+                dir.display()
+            )
+        })?;
+        let children = if entry.is_dir {
+            Some(build_tree(&dir.join(&entry.name), budget)?)
+        } else {
+            None
+        };
+        tree.push(TreeEntry {
+            name: entry.name,
+            kind: if entry.is_dir { "directory" } else { "file" },
+            children,
+        });
+    }
+    Ok(tree)
+}
+
+/// Case-insensitive substring match on names, skipping what an exclude glob matches (a pattern without
+/// `*` excludes any directory of that name, as the reference reads it). Full paths, one per line.
+pub fn search_files(
+    root: &Path,
+    pattern: &str,
+    exclude_patterns: &[String],
+) -> Result<String, String> {
+    let excludes = exclude_set(exclude_patterns)?;
+    let mut search = Search {
+        root,
+        needle: pattern.to_lowercase(),
+        excludes,
+        matches: Vec::new(),
+        visited: 0,
+        truncated: false,
+    };
+    search.walk(root);
+    if search.matches.is_empty() {
+        return Ok("No matches found".to_owned());
+    }
+    let mut lines: Vec<String> = search
+        .matches
+        .iter()
+        .map(|path| path.display().to_string())
+        .collect();
+    if search.truncated {
+        lines.push(format!(
+            "(search stopped after {} matches or {MAX_WALK_ENTRIES} entries; narrow the pattern or path)",
+            search.matches.len()
+        ));
+    }
+    Ok(lines.join("\n"))
+}
+
+fn exclude_set(patterns: &[String]) -> Result<GlobSet, String> {
+    let mut set = GlobSetBuilder::new();
+    for pattern in patterns {
+        let glob = if pattern.contains('*') {
+            pattern.clone()
+        } else {
+            format!("**/{pattern}/**")
+        };
+        let glob = GlobBuilder::new(&glob)
+            .literal_separator(true)
+            .build()
+            .map_err(|err| format!("invalid exclude pattern {pattern:?}: {err}"))?;
+        set.add(glob);
+    }
+    set.build().map_err(|err| err.to_string())
+}
+
+struct Search<'a> {
+    root: &'a Path,
+    needle: String,
+    excludes: GlobSet,
+    matches: Vec<PathBuf>,
+    visited: usize,
+    truncated: bool,
+}
+
+impl Search<'_> {
+    fn walk(&mut self, dir: &Path) {
+        // Unreadable directories are skipped, as the reference skips them.
+        let Ok(entries) = read_dir_sorted(dir) else {
+            return;
+        };
+        for entry in entries {
+            if self.truncated {
+                return;
+            }
+            self.visited += 1;
+            if self.visited > MAX_WALK_ENTRIES || self.matches.len() >= MAX_SEARCH_MATCHES {
+                self.truncated = true;
+                return;
+            }
+            let path = dir.join(&entry.name);
+            let relative = path.strip_prefix(self.root).unwrap_or(&path);
+            if self.excludes.is_match(relative) {
+                continue;
+            }
+            if entry.name.to_lowercase().contains(&self.needle) {
+                self.matches.push(path.clone());
+            }
+            if entry.is_dir {
+                self.walk(&path);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn excludes_read_bare_names_as_directories_and_globs_per_segment() {
+        let set = exclude_set(&["node_modules".into(), "*.log".into()]).unwrap();
+        assert!(set.is_match("node_modules/x"));
+        assert!(set.is_match("a/node_modules/x"));
+        assert!(!set.is_match("node_modules"));
+        assert!(set.is_match("a.log"));
+        assert!(!set.is_match("sub/a.log"));
+    }
+}
