@@ -85,6 +85,22 @@ pub struct ServeArgs {
     #[arg(long = "allow-dir", env = "BOXD_ALLOW_DIRS", value_delimiter = ':')]
     pub allow_dirs: Vec<PathBuf>,
 
+    /// Live processes (`/processes`) running at once.
+    #[arg(long, env = "BOXD_MAX_PROCESSES", default_value_t = 64)]
+    pub max_processes: usize,
+
+    /// Output kept per live process, in bytes (the oldest is dropped first).
+    #[arg(long, env = "BOXD_PROCESS_BUFFER", default_value_t = 1024 * 1024)]
+    pub process_buffer: usize,
+
+    /// Seconds an exited live process stays readable (status and output).
+    #[arg(long, env = "BOXD_PROCESS_RETENTION", default_value_t = 600.0)]
+    pub process_retention: f64,
+
+    /// Workspace watch streams open at once.
+    #[arg(long, env = "BOXD_MAX_WATCHES", default_value_t = 16)]
+    pub max_watches: usize,
+
     /// Cap in bytes on each of a command's stdout and stderr (head and tail are kept).
     #[arg(long, env = "BOXD_MAX_OUTPUT", default_value_t = 4 * 1024 * 1024)]
     pub max_output: usize,

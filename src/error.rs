@@ -23,6 +23,9 @@ pub enum ApiError {
     Unprocessable(String),
     #[error("{0}")]
     InsufficientStorage(String),
+    /// A configured limit (concurrent processes, watches) is reached.
+    #[error("{0}")]
+    TooManyRequests(String),
     /// A hosted MCP server (or other upstream peer) failed.
     #[error("{0}")]
     BadGateway(String),
@@ -43,6 +46,7 @@ impl ApiError {
             ApiError::RangeNotSatisfiable(_) => StatusCode::RANGE_NOT_SATISFIABLE,
             ApiError::Unprocessable(_) => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::InsufficientStorage(_) => StatusCode::INSUFFICIENT_STORAGE,
+            ApiError::TooManyRequests(_) => StatusCode::TOO_MANY_REQUESTS,
             ApiError::BadGateway(_) => StatusCode::BAD_GATEWAY,
             ApiError::GatewayTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,

@@ -8,8 +8,10 @@ mod http;
 mod ipython;
 mod mcp;
 mod process;
+mod processes;
 mod shell;
 mod tools;
+mod watch;
 mod workspace;
 
 use std::net::SocketAddr;
@@ -131,7 +133,23 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         });
     }
 
+    let processes = processes::ProcessManager::new(
+        Arc::new(workspace.clone()),
+        processes::ProcessLimits {
+            max_running: args.max_processes.max(1),
+            max_kept: (args.max_processes * 4).max(64),
+            buffer_bytes: args.process_buffer.max(4096),
+            retention: positive_seconds("--process-retention", args.process_retention)?,
+            kill_grace: Duration::from_secs(2),
+            drain: Duration::from_millis(200),
+        },
+    );
     let state = AppState {
+        processes: Arc::clone(&processes),
+        watches: Arc::new(watch::WatchHub::new(
+            Arc::new(workspace.clone()),
+            args.max_watches,
+        )),
         mcp: Arc::clone(&mcp_host),
         tools,
         git: Arc::new(git::GitWatcher::new(workspace.real_root().to_path_buf())),
@@ -152,6 +170,8 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
         stop_requested.await;
+        // Live processes go first, so the streams following them end and do not hold the stop.
+        processes.shutdown();
         let _ = stop_tx.send(true);
     });
     let mut graceful_stop = stop_rx.clone();

@@ -2,6 +2,7 @@
 //! again under `/fastapi/` (the prefix the Python client appends, which nginx strips in images).
 
 pub mod auth;
+pub mod events;
 pub mod extract;
 mod log;
 
@@ -17,9 +18,11 @@ use serde_json::Value;
 use crate::error::{ApiError, ApiResult};
 use crate::git::GitWatcher;
 use crate::mcp::McpHost;
+use crate::processes::ProcessManager;
 use crate::tools::{CallToolResult, ToolRegistry};
+use crate::watch::WatchHub;
 use crate::workspace::Workspace;
-use crate::{git, mcp, workspace};
+use crate::{git, mcp, processes, watch, workspace};
 
 /// JSON bodies (tool arguments, file contents sent as strings) up to this size; raw file uploads are
 /// streamed and not limited by it.
@@ -31,7 +34,21 @@ pub struct AppState {
     pub workspace: Arc<Workspace>,
     pub git: Arc<GitWatcher>,
     pub mcp: Arc<McpHost>,
+    pub processes: Arc<ProcessManager>,
+    pub watches: Arc<WatchHub>,
     pub token: auth::Token,
+}
+
+impl FromRef<AppState> for Arc<WatchHub> {
+    fn from_ref(state: &AppState) -> Self {
+        Arc::clone(&state.watches)
+    }
+}
+
+impl FromRef<AppState> for Arc<ProcessManager> {
+    fn from_ref(state: &AppState) -> Self {
+        Arc::clone(&state.processes)
+    }
 }
 
 impl FromRef<AppState> for Arc<McpHost> {
@@ -64,6 +81,8 @@ pub fn router(state: AppState) -> Router {
         .route("/tools/{tool_name}", post(call_tool))
         .merge(workspace::routes())
         .merge(git::routes())
+        .merge(processes::routes())
+        .merge(watch::routes())
         .merge(mcp::routes(Arc::clone(&state.tools)))
         .layer(DefaultBodyLimit::max(MAX_JSON_BODY))
         .route_layer(middleware::from_fn_with_state(

@@ -74,10 +74,12 @@ impl Workspace {
         if !real.starts_with(&self.real_root) {
             return Err(self.escape_error(input));
         }
-        Ok(WorkspacePath {
-            shown: self.root.join(&relative),
-            real,
-        })
+        let shown = if relative.as_os_str().is_empty() {
+            self.root.clone()
+        } else {
+            self.root.join(&relative)
+        };
+        Ok(WorkspacePath { shown, real })
     }
 
     fn escape_error(&self, input: &str) -> ApiError {

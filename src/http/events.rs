@@ -1,0 +1,133 @@
+//! Event streams to HTTP clients, in the format they ask for: server-sent events when `Accept` names
+//! `text/event-stream`, else newline-delimited JSON. Both carry the same JSON events and keep-alives, so an
+//! idle stream is not cut by a proxy's read timeout.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::http::{HeaderMap, HeaderValue, header};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures_util::{Stream, StreamExt};
+use serde_json::Value;
+
+const KEEP_ALIVE: Duration = Duration::from_secs(15);
+
+/// One event: its JSON (with a `type` field, which is also the SSE event name) and an optional SSE id
+/// (the offset to resume from, which SSE clients send back as `Last-Event-ID`).
+pub struct Event {
+    pub data: Value,
+    pub id: Option<String>,
+}
+
+impl Event {
+    pub fn new(data: Value) -> Self {
+        Event { data, id: None }
+    }
+
+    pub fn with_id(data: Value, id: impl ToString) -> Self {
+        Event {
+            data,
+            id: Some(id.to_string()),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventFormat {
+    Sse,
+    Ndjson,
+}
+
+impl EventFormat {
+    pub fn negotiate(headers: &HeaderMap) -> Self {
+        let wants_sse = headers
+            .get_all(header::ACCEPT)
+            .iter()
+            .filter_map(|value| value.to_str().ok())
+            .any(|accept| accept.contains("text/event-stream"));
+        if wants_sse {
+            EventFormat::Sse
+        } else {
+            EventFormat::Ndjson
+        }
+    }
+}
+
+/// `Last-Event-ID` as an offset, for SSE clients that reconnect on their own.
+pub fn last_event_offset(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get("last-event-id")
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.trim().parse().ok())
+}
+
+pub fn respond<S>(format: EventFormat, events: S) -> Response
+where
+    S: Stream<Item = Event> + Send + 'static,
+{
+    match format {
+        EventFormat::Sse => {
+            let events = events.map(|event| {
+                let name = event
+                    .data
+                    .get("type")
+                    .and_then(Value::as_str)
+                    .unwrap_or("message")
+                    .to_owned();
+                let mut sse = SseEvent::default().event(name).data(event.data.to_string());
+                if let Some(id) = event.id {
+                    sse = sse.id(id);
+                }
+                Ok::<_, Infallible>(sse)
+            });
+            let mut response = Sse::new(events)
+                .keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
+                .into_response();
+            // nginx buffers proxied responses unless told otherwise.
+            response
+                .headers_mut()
+                .insert("x-accel-buffering", HeaderValue::from_static("no"));
+            response
+        }
+        EventFormat::Ndjson => {
+            let (lines, received) = tokio::sync::mpsc::channel::<Bytes>(16);
+            tokio::spawn(async move {
+                let mut events = std::pin::pin!(events);
+                loop {
+                    let line = tokio::select! {
+                        next = events.next() => match next {
+                            Some(event) => ndjson_line(&event.data),
+                            None => break,
+                        },
+                        _ = tokio::time::sleep(KEEP_ALIVE) => {
+                            ndjson_line(&serde_json::json!({"type": "keepalive"}))
+                        }
+                    };
+                    if lines.send(line).await.is_err() {
+                        break; // the client went away; dropping `events` ends the source too
+                    }
+                }
+            });
+            let body = futures_util::stream::unfold(received, |mut received| async move {
+                received
+                    .recv()
+                    .await
+                    .map(|line| (Ok::<_, Infallible>(line), received))
+            });
+            Response::builder()
+                .header(header::CONTENT_TYPE, "application/x-ndjson")
+                .header(header::CACHE_CONTROL, "no-cache")
+                .header("x-accel-buffering", "no")
+                .body(Body::from_stream(body))
+                .unwrap_or_else(|_| Response::new(Body::empty()))
+        }
+    }
+}
+
+fn ndjson_line(value: &Value) -> Bytes {
+    let mut line = value.to_string().into_bytes();
+    line.push(b'\n');
+    Bytes::from(line)
+}

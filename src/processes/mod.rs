@@ -1,0 +1,683 @@
+//! Live processes: commands that outlive a request. Each runs in its own process group (a PTY session
+//! when asked), its output kept in a bounded log addressed by byte offsets so any number of readers can
+//! follow, fall behind, disconnect and re-attach; its exit status is kept for late readers until reaped.
+
+mod output;
+mod routes;
+mod signals;
+
+pub use output::{StreamName, Utf8Boundary};
+pub use routes::routes;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use portable_pty::{MasterPty, PtySize};
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+
+use crate::error::{ApiError, ApiResult};
+use crate::process::signal_group;
+use crate::workspace::Workspace;
+use output::{OutputLog, ReadOut};
+
+const READ_CHUNK: usize = 64 * 1024;
+const INPUT_QUEUE: usize = 64;
+/// End-of-file character of a terminal in canonical mode: how "close stdin" reaches a PTY process.
+const TERMINAL_EOF: u8 = 0x04;
+
+#[derive(Debug, Clone)]
+pub struct ProcessLimits {
+    /// Running at once; starting one more is refused (429).
+    pub max_running: usize,
+    /// Kept (running or exited) at once: the oldest exited ones make room first.
+    pub max_kept: usize,
+    /// Output log cap per process; older output is dropped first.
+    pub buffer_bytes: usize,
+    /// How long an exited process (status and output) stays readable.
+    pub retention: Duration,
+    /// Between SIGTERM and SIGKILL when a timeout or kill ends a process group.
+    pub kill_grace: Duration,
+    /// How long output is still collected after the process exits, for children holding its pipes.
+    pub drain: Duration,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StartRequest {
+    /// Run with `/bin/sh -c`.
+    #[serde(default)]
+    command: Option<String>,
+    /// Run directly (no shell).
+    #[serde(default)]
+    argv: Option<Vec<String>>,
+    #[serde(default)]
+    cwd: Option<String>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    #[serde(default)]
+    pty: Option<PtyRequest>,
+    /// Seconds before the group gets SIGTERM (then SIGKILL after a grace).
+    #[serde(default)]
+    timeout: Option<f64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum PtyRequest {
+    Enabled(bool),
+    Size { rows: u16, cols: u16 },
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct TerminalSize {
+    pub rows: u16,
+    pub cols: u16,
+}
+
+impl TerminalSize {
+    const DEFAULT: TerminalSize = TerminalSize { rows: 24, cols: 80 };
+
+    fn checked(self) -> ApiResult<Self> {
+        if (1..=1000).contains(&self.rows) && (1..=1000).contains(&self.cols) {
+            Ok(self)
+        } else {
+            Err(ApiError::BadRequest(format!(
+                "terminal size must be 1..=1000 rows and cols, got {}x{}",
+                self.rows, self.cols
+            )))
+        }
+    }
+
+    fn pty_size(self) -> PtySize {
+        PtySize {
+            rows: self.rows,
+            cols: self.cols,
+            pixel_width: 0,
+            pixel_height: 0,
+        }
+    }
+}
+
+enum Input {
+    Data(Bytes),
+    Close,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum RunState {
+    Running,
+    Exited {
+        exit_code: Option<i32>,
+        signal: Option<i32>,
+        timed_out: bool,
+        ended_at: SystemTime,
+    },
+}
+
+/// What a status request, a listing and the final stream event report.
+#[derive(Debug, Clone, Serialize)]
+pub struct ProcessStatus {
+    pub id: String,
+    pub pid: u32,
+    pub command: Vec<String>,
+    pub cwd: PathBuf,
+    pub pty: Option<TerminalSize>,
+    pub status: &'static str,
+    pub exit_code: Option<i32>,
+    pub signal: Option<String>,
+    pub timed_out: bool,
+    pub started_at: String,
+    pub ended_at: Option<String>,
+    /// Offset just past the latest output: where a new reader starts to see only what comes next.
+    pub output_end: u64,
+}
+
+pub struct LiveProcess {
+    pub id: String,
+    pid: u32,
+    command: Vec<String>,
+    cwd: PathBuf,
+    started_at: SystemTime,
+    terminal: Option<Mutex<(Box<dyn MasterPty + Send>, TerminalSize)>>,
+    state: Mutex<RunState>,
+    output: Mutex<OutputLog>,
+    /// Bumped on every output append and on exit; readers wait on it.
+    changed: watch::Sender<u64>,
+    input: mpsc::Sender<Input>,
+}
+
+impl LiveProcess {
+    fn pgid(&self) -> i32 {
+        self.pid as i32
+    }
+
+    pub fn is_running(&self) -> bool {
+        matches!(*lock(&self.state), RunState::Running)
+    }
+
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+
+    pub fn read_output(&self, offset: u64, max_bytes: usize) -> ReadOut {
+        lock(&self.output).read_from(offset, max_bytes)
+    }
+
+    pub fn status(&self) -> ProcessStatus {
+        let state = *lock(&self.state);
+        let (status, exit_code, signal, timed_out, ended_at) = match state {
+            RunState::Running => ("running", None, None, false, None),
+            RunState::Exited {
+                exit_code,
+                signal,
+                timed_out,
+                ended_at,
+            } => (
+                "exited",
+                exit_code,
+                signal.map(signals::name),
+                timed_out,
+                Some(rfc3339(ended_at)),
+            ),
+        };
+        ProcessStatus {
+            id: self.id.clone(),
+            pid: self.pid,
+            command: self.command.clone(),
+            cwd: self.cwd.clone(),
+            pty: self.terminal.as_ref().map(|terminal| lock(terminal).1),
+            status,
+            exit_code,
+            signal,
+            timed_out,
+            started_at: rfc3339(self.started_at),
+            ended_at,
+            output_end: lock(&self.output).end(),
+        }
+    }
+
+    pub async fn write_stdin(&self, data: Bytes) -> ApiResult<()> {
+        if !self.is_running() {
+            return Err(ApiError::Conflict(format!(
+                "process {} has exited",
+                self.id
+            )));
+        }
+        self.input
+            .send(Input::Data(data))
+            .await
+            .map_err(|_| ApiError::Conflict(format!("stdin of process {} is closed", self.id)))
+    }
+
+    pub async fn close_stdin(&self) -> ApiResult<()> {
+        self.input
+            .send(Input::Close)
+            .await
+            .map_err(|_| ApiError::Conflict(format!("stdin of process {} is closed", self.id)))
+    }
+
+    pub fn signal(&self, signal: i32) -> ApiResult<()> {
+        if !self.is_running() {
+            return Err(ApiError::Conflict(format!(
+                "process {} has exited",
+                self.id
+            )));
+        }
+        signal_group(self.pgid(), signal);
+        Ok(())
+    }
+
+    pub fn resize(&self, size: TerminalSize) -> ApiResult<()> {
+        let size = size.checked()?;
+        let terminal = self.terminal.as_ref().ok_or_else(|| {
+            ApiError::Conflict(format!("process {} has no terminal to resize", self.id))
+        })?;
+        let mut terminal = lock(terminal);
+        terminal
+            .0
+            .resize(size.pty_size())
+            .map_err(|err| ApiError::Internal(format!("resize failed: {err}")))?;
+        terminal.1 = size;
+        Ok(())
+    }
+
+    fn append(&self, stream: StreamName, data: Bytes) {
+        if data.is_empty() || !self.is_running() {
+            return;
+        }
+        lock(&self.output).push(stream, data);
+        self.changed.send_modify(|version| *version += 1);
+    }
+
+    fn finish(&self, exit_code: Option<i32>, signal: Option<i32>, timed_out: bool) {
+        *lock(&self.state) = RunState::Exited {
+            exit_code,
+            signal,
+            timed_out,
+            ended_at: SystemTime::now(),
+        };
+        self.changed.send_modify(|version| *version += 1);
+    }
+
+    fn ended_at(&self) -> Option<SystemTime> {
+        match *lock(&self.state) {
+            RunState::Exited { ended_at, .. } => Some(ended_at),
+            RunState::Running => None,
+        }
+    }
+}
+
+pub struct ProcessManager {
+    workspace: Arc<Workspace>,
+    limits: ProcessLimits,
+    processes: Mutex<BTreeMap<String, Arc<LiveProcess>>>,
+}
+
+impl ProcessManager {
+    /// Also starts the reaper of exited processes (it stops when the manager is dropped).
+    pub fn new(workspace: Arc<Workspace>, limits: ProcessLimits) -> Arc<Self> {
+        let manager = Arc::new(ProcessManager {
+            workspace,
+            limits,
+            processes: Mutex::new(BTreeMap::new()),
+        });
+        let weak = Arc::downgrade(&manager);
+        tokio::spawn(reap_exited(weak));
+        manager
+    }
+
+    pub fn get(&self, id: &str) -> ApiResult<Arc<LiveProcess>> {
+        lock(&self.processes)
+            .get(id)
+            .cloned()
+            .ok_or_else(|| ApiError::NotFound(format!("no process {id}")))
+    }
+
+    pub fn list(&self) -> Vec<ProcessStatus> {
+        let processes: Vec<Arc<LiveProcess>> = lock(&self.processes).values().cloned().collect();
+        let mut statuses: Vec<ProcessStatus> =
+            processes.iter().map(|process| process.status()).collect();
+        statuses.sort_by(|a, b| a.started_at.cmp(&b.started_at).then(a.id.cmp(&b.id)));
+        statuses
+    }
+
+    /// Kills the group if it still runs, and forgets the process.
+    pub fn remove(&self, id: &str) -> ApiResult<ProcessStatus> {
+        let process = lock(&self.processes)
+            .remove(id)
+            .ok_or_else(|| ApiError::NotFound(format!("no process {id}")))?;
+        if process.is_running() {
+            signal_group(process.pgid(), libc::SIGKILL);
+        }
+        Ok(process.status())
+    }
+
+    /// Kills every running group: boxd is stopping.
+    pub fn shutdown(&self) {
+        for process in lock(&self.processes).values() {
+            if process.is_running() {
+                signal_group(process.pgid(), libc::SIGKILL);
+            }
+        }
+    }
+
+    pub async fn start(self: &Arc<Self>, request: StartRequest) -> ApiResult<Arc<LiveProcess>> {
+        let command = match (request.command, request.argv) {
+            (Some(command), None) if !command.trim().is_empty() => {
+                vec!["/bin/sh".to_owned(), "-c".to_owned(), command]
+            }
+            (None, Some(argv)) if argv.first().is_some_and(|program| !program.is_empty()) => argv,
+            _ => {
+                return Err(ApiError::BadRequest(
+                    "give exactly one of `command` (a shell string) or `argv` (a non-empty list)"
+                        .into(),
+                ));
+            }
+        };
+        let timeout = request
+            .timeout
+            .map(|seconds| crate::tools::timeout_argument(Some(seconds), Duration::ZERO))
+            .transpose()?;
+        let terminal = match request.pty {
+            None | Some(PtyRequest::Enabled(false)) => None,
+            Some(PtyRequest::Enabled(true)) => Some(TerminalSize::DEFAULT),
+            Some(PtyRequest::Size { rows, cols }) => Some(TerminalSize { rows, cols }.checked()?),
+        };
+        let cwd = {
+            let workspace = Arc::clone(&self.workspace);
+            let requested = request.cwd.unwrap_or_default();
+            tokio::task::spawn_blocking(move || {
+                let resolved = workspace.resolve(&requested)?;
+                if !resolved.real.is_dir() {
+                    return Err(ApiError::BadRequest(format!(
+                        "cwd {requested:?} is not a directory"
+                    )));
+                }
+                Ok(resolved)
+            })
+            .await??
+        };
+        self.make_room()?;
+
+        let spawned = spawn(&command, &cwd.real, &request.env, terminal)
+            .map_err(|err| ApiError::BadRequest(format!("cannot start {:?}: {err}", command[0])))?;
+        let (changed, _) = watch::channel(0);
+        let process = Arc::new(LiveProcess {
+            id: new_id(),
+            pid: spawned.pid,
+            command,
+            cwd: cwd.shown,
+            started_at: SystemTime::now(),
+            terminal: spawned
+                .master
+                .map(|master| Mutex::new((master, terminal.unwrap_or(TerminalSize::DEFAULT)))),
+            state: Mutex::new(RunState::Running),
+            output: Mutex::new(OutputLog::new(self.limits.buffer_bytes)),
+            changed,
+            input: spawned.input,
+        });
+        let readers = spawned
+            .readers
+            .into_iter()
+            .map(|(stream, reader)| spawn_reader(Arc::downgrade(&process), stream, reader))
+            .collect();
+        tokio::spawn(supervise(
+            Arc::clone(&process),
+            spawned.child,
+            readers,
+            timeout,
+            self.limits.clone(),
+        ));
+        lock(&self.processes).insert(process.id.clone(), Arc::clone(&process));
+        tracing::info!(id = %process.id, pid = process.pid, pty = terminal.is_some(), "process started");
+        Ok(process)
+    }
+
+    /// Refuses a start past `max_running`; past `max_kept`, forgets the longest-exited process.
+    fn make_room(&self) -> ApiResult<()> {
+        let mut processes = lock(&self.processes);
+        let running = processes.values().filter(|p| p.is_running()).count();
+        if running >= self.limits.max_running {
+            return Err(ApiError::TooManyRequests(format!(
+                "{running} processes are running, the limit is {}; kill one first",
+                self.limits.max_running
+            )));
+        }
+        while processes.len() >= self.limits.max_kept {
+            let oldest = processes
+                .values()
+                .filter_map(|p| p.ended_at().map(|at| (at, p.id.clone())))
+                .min();
+            match oldest {
+                Some((_, id)) => {
+                    processes.remove(&id);
+                }
+                None => break,
+            }
+        }
+        Ok(())
+    }
+}
+
+struct Spawned {
+    pid: u32,
+    child: tokio::process::Child,
+    master: Option<Box<dyn MasterPty + Send>>,
+    input: mpsc::Sender<Input>,
+    readers: Vec<(StreamName, Reader)>,
+}
+
+enum Reader {
+    Pipe(Box<dyn AsyncRead + Send + Unpin>),
+    /// A PTY master's reads block: they run on the blocking pool.
+    Terminal(Box<dyn std::io::Read + Send>),
+}
+
+fn spawn(
+    argv: &[String],
+    cwd: &std::path::Path,
+    env: &BTreeMap<String, String>,
+    terminal: Option<TerminalSize>,
+) -> std::io::Result<Spawned> {
+    let mut command = tokio::process::Command::new(&argv[0]);
+    command.args(&argv[1..]).current_dir(cwd).envs(env);
+    let (input, inputs) = mpsc::channel(INPUT_QUEUE);
+    match terminal {
+        None => {
+            command
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .process_group(0);
+            let mut child = command.spawn()?;
+            let pid = child.id().ok_or_else(|| std::io::Error::other("no pid"))?;
+            let (Some(stdin), Some(stdout), Some(stderr)) =
+                (child.stdin.take(), child.stdout.take(), child.stderr.take())
+            else {
+                return Err(std::io::Error::other("child pipes missing"));
+            };
+            tokio::spawn(feed_pipe(stdin, inputs));
+            Ok(Spawned {
+                pid,
+                child,
+                master: None,
+                input,
+                readers: vec![
+                    (StreamName::Stdout, Reader::Pipe(Box::new(stdout))),
+                    (StreamName::Stderr, Reader::Pipe(Box::new(stderr))),
+                ],
+            })
+        }
+        Some(size) => {
+            let pair = portable_pty::native_pty_system()
+                .openpty(size.pty_size())
+                .map_err(std::io::Error::other)?;
+            let tty = pair
+                .master
+                .tty_name()
+                .ok_or_else(|| std::io::Error::other("the terminal has no name"))?;
+            // The child gets its own handles on the terminal (portable-pty keeps its slave private), so
+            // it can be a tokio child like every other: one supervisor for both kinds.
+            let open_tty = || {
+                std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open(&tty)
+            };
+            command
+                .stdin(open_tty()?)
+                .stdout(open_tty()?)
+                .stderr(open_tty()?);
+            if !env.contains_key("TERM") {
+                command.env("TERM", "xterm-256color");
+            }
+            // SAFETY: only async-signal-safe calls between fork and exec.
+            unsafe {
+                command.pre_exec(|| {
+                    if libc::setsid() == -1 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    if libc::ioctl(0, libc::TIOCSCTTY as _, 0) == -1 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+            let child = command.spawn()?;
+            drop(command);
+            drop(pair.slave);
+            let pid = child.id().ok_or_else(|| std::io::Error::other("no pid"))?;
+            let reader = pair
+                .master
+                .try_clone_reader()
+                .map_err(std::io::Error::other)?;
+            let writer = pair.master.take_writer().map_err(std::io::Error::other)?;
+            tokio::task::spawn_blocking(move || feed_terminal(writer, inputs));
+            Ok(Spawned {
+                pid,
+                child,
+                master: Some(pair.master),
+                input,
+                readers: vec![(StreamName::Pty, Reader::Terminal(reader))],
+            })
+        }
+    }
+}
+
+async fn feed_pipe(mut stdin: tokio::process::ChildStdin, mut inputs: mpsc::Receiver<Input>) {
+    while let Some(input) = inputs.recv().await {
+        match input {
+            Input::Data(data) => {
+                if stdin.write_all(&data).await.is_err() || stdin.flush().await.is_err() {
+                    break;
+                }
+            }
+            Input::Close => break,
+        }
+    }
+}
+
+fn feed_terminal(mut writer: Box<dyn std::io::Write + Send>, mut inputs: mpsc::Receiver<Input>) {
+    while let Some(input) = inputs.blocking_recv() {
+        let data = match input {
+            Input::Data(data) => data,
+            Input::Close => Bytes::from_static(&[TERMINAL_EOF]),
+        };
+        if writer
+            .write_all(&data)
+            .and_then(|()| writer.flush())
+            .is_err()
+        {
+            break;
+        }
+    }
+}
+
+fn spawn_reader(process: Weak<LiveProcess>, stream: StreamName, reader: Reader) -> JoinHandle<()> {
+    match reader {
+        Reader::Pipe(mut pipe) => tokio::spawn(async move {
+            let mut boundary = Utf8Boundary::default();
+            let mut buffer = vec![0u8; READ_CHUNK];
+            loop {
+                let read = pipe.read(&mut buffer).await;
+                let Some(process) = process.upgrade() else {
+                    return;
+                };
+                match read {
+                    Ok(n) if n > 0 => process.append(stream, boundary.split(&buffer[..n])),
+                    _ => {
+                        process.append(stream, boundary.finish());
+                        return;
+                    }
+                }
+            }
+        }),
+        Reader::Terminal(mut terminal) => tokio::task::spawn_blocking(move || {
+            let mut boundary = Utf8Boundary::default();
+            let mut buffer = vec![0u8; READ_CHUNK];
+            loop {
+                let read = terminal.read(&mut buffer);
+                let Some(process) = process.upgrade() else {
+                    return;
+                };
+                match read {
+                    Ok(n) if n > 0 => process.append(stream, boundary.split(&buffer[..n])),
+                    // EIO once every holder of the terminal's other end has closed it.
+                    _ => {
+                        process.append(stream, boundary.finish());
+                        return;
+                    }
+                }
+            }
+        }),
+    }
+}
+
+/// Waits for the exit (enforcing the timeout on the whole group), lets the readers drain, then records
+/// the exit so streams end after the last output.
+async fn supervise(
+    process: Arc<LiveProcess>,
+    mut child: tokio::process::Child,
+    readers: Vec<JoinHandle<()>>,
+    timeout: Option<Duration>,
+    limits: ProcessLimits,
+) {
+    let pgid = process.pgid();
+    let mut timed_out = false;
+    let status = match timeout {
+        None => child.wait().await,
+        Some(timeout) => match tokio::time::timeout(timeout, child.wait()).await {
+            Ok(status) => status,
+            Err(_) => {
+                timed_out = true;
+                tracing::info!(id = %process.id, ?timeout, "process timed out; SIGTERM to its group");
+                signal_group(pgid, libc::SIGTERM);
+                match tokio::time::timeout(limits.kill_grace, child.wait()).await {
+                    Ok(status) => status,
+                    Err(_) => {
+                        signal_group(pgid, libc::SIGKILL);
+                        child.wait().await
+                    }
+                }
+            }
+        },
+    };
+    if timed_out {
+        // Members of the group that ignored TERM get KILL on schedule, whatever the leader did.
+        tokio::spawn(async move {
+            tokio::time::sleep(limits.kill_grace).await;
+            signal_group(pgid, libc::SIGKILL);
+        });
+    }
+    let drain_until = tokio::time::Instant::now() + limits.drain;
+    for reader in readers {
+        let _ = tokio::time::timeout_at(drain_until, reader).await;
+    }
+    use std::os::unix::process::ExitStatusExt;
+    let (exit_code, signal) = match &status {
+        Ok(status) => (status.code(), status.signal()),
+        Err(_) => (None, None),
+    };
+    process.finish(exit_code, signal, timed_out);
+    tracing::info!(id = %process.id, ?exit_code, ?signal, timed_out, "process exited");
+}
+
+async fn reap_exited(manager: Weak<ProcessManager>) {
+    let mut tick = tokio::time::interval(Duration::from_secs(5));
+    loop {
+        tick.tick().await;
+        let Some(manager) = manager.upgrade() else {
+            return;
+        };
+        let retention = manager.limits.retention;
+        lock(&manager.processes).retain(|_, process| {
+            process
+                .ended_at()
+                .and_then(|ended| ended.elapsed().ok())
+                .is_none_or(|age| age < retention)
+        });
+    }
+}
+
+fn new_id() -> String {
+    let mut random = [0u8; 6];
+    let _ = getrandom::fill(&mut random);
+    format!("p-{}", hex::encode(random))
+}
+
+fn rfc3339(time: SystemTime) -> String {
+    chrono::DateTime::<chrono::Utc>::from(time).to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}

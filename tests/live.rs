@@ -1,0 +1,544 @@
+//! Live processes, their streams and workspace watch, against the real binary: real PTYs, a real
+//! WebSocket client (tokio-tungstenite), real SSE/NDJSON streams, real inotify.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Server, TOKEN};
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{Value, json};
+use tokio::time::timeout;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+async fn start(server: &Server, request: Value) -> Value {
+    let response = server
+        .post("/processes")
+        .json(&request)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 201, "{:?}", response.text().await);
+    response.json().await.unwrap()
+}
+
+async fn status(server: &Server, id: &str) -> Value {
+    server
+        .get(&format!("/processes/{id}"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+type Socket =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+async fn connect(server: &Server, id: &str, offset: u64) -> Socket {
+    let url = format!(
+        "{}/processes/{id}/ws?offset={offset}",
+        server.base.replace("http", "ws")
+    );
+    let mut request = url.into_client_request().unwrap();
+    request
+        .headers_mut()
+        .insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
+    let (socket, _) = tokio_tungstenite::connect_async(request).await.unwrap();
+    socket
+}
+
+/// Terminal text read from the socket until `needle` appears; returns it and the offset after it.
+async fn read_until(socket: &mut Socket, needle: &str) -> (String, u64) {
+    let mut seen = String::new();
+    let mut end = 0;
+    let found = timeout(WAIT, async {
+        while let Some(message) = socket.next().await {
+            let Message::Text(text) = message.unwrap() else {
+                continue;
+            };
+            let event: Value = serde_json::from_str(text.as_str()).unwrap();
+            if event["type"] == "output" {
+                seen.push_str(event["data"].as_str().unwrap());
+                end = event["end"].as_u64().unwrap();
+                if seen.contains(needle) {
+                    return true;
+                }
+            }
+        }
+        false
+    })
+    .await;
+    assert_eq!(found, Ok(true), "never saw {needle:?} in {seen:?}");
+    (seen, end)
+}
+
+async fn send(socket: &mut Socket, message: Value) {
+    socket
+        .send(Message::Text(message.to_string().into()))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn python_in_a_terminal_over_a_websocket() {
+    let server = Server::start_with(&["--tools", "shell"]);
+    let process = start(
+        &server,
+        json!({"argv": ["python3", "-i"], "pty": {"rows": 24, "cols": 80}}),
+    )
+    .await;
+    let id = process["id"].as_str().unwrap();
+    let mut socket = connect(&server, id, 0).await;
+    read_until(&mut socket, ">>> ").await;
+    send(&mut socket, json!({"type": "stdin", "data": "1+1\n"})).await;
+    read_until(&mut socket, "\r\n2\r\n").await;
+
+    // Ctrl-C reaches the foreground process through the terminal, and the session goes on.
+    send(
+        &mut socket,
+        json!({"type": "stdin", "data": "import time; time.sleep(30)\n"}),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    socket
+        .send(Message::Binary(vec![0x03].into()))
+        .await
+        .unwrap();
+    read_until(&mut socket, "KeyboardInterrupt").await;
+    send(&mut socket, json!({"type": "stdin", "data": "40+2\n"})).await;
+    read_until(&mut socket, "\r\n42\r\n").await;
+
+    send(&mut socket, json!({"type": "close_stdin"})).await;
+    let exit = timeout(WAIT, async {
+        while let Some(Ok(message)) = socket.next().await {
+            if let Message::Text(text) = message {
+                let event: Value = serde_json::from_str(text.as_str()).unwrap();
+                if event["type"] == "exit" {
+                    return event;
+                }
+            }
+        }
+        Value::Null
+    })
+    .await
+    .unwrap();
+    assert_eq!(exit["exit_code"], 0, "{exit}");
+}
+
+#[tokio::test]
+async fn stty_sees_the_new_size_after_a_resize() {
+    let server = Server::start_with(&["--tools", "shell"]);
+    let process = start(&server, json!({"argv": ["/bin/sh"], "pty": true})).await;
+    let id = process["id"].as_str().unwrap();
+    let mut socket = connect(&server, id, 0).await;
+    send(&mut socket, json!({"type": "stdin", "data": "stty size\n"})).await;
+    read_until(&mut socket, "24 80").await;
+    send(
+        &mut socket,
+        json!({"type": "resize", "rows": 33, "cols": 101}),
+    )
+    .await;
+    send(&mut socket, json!({"type": "stdin", "data": "stty size\n"})).await;
+    read_until(&mut socket, "33 101").await;
+    assert_eq!(
+        status(&server, id).await["pty"],
+        json!({"rows": 33, "cols": 101})
+    );
+    // Over plain HTTP too.
+    let resized = server
+        .post(&format!("/processes/{id}/resize"))
+        .json(&json!({"rows": 5, "cols": 50}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resized.status(), 204);
+    send(&mut socket, json!({"type": "stdin", "data": "stty size\n"})).await;
+    read_until(&mut socket, "5 50").await;
+}
+
+#[tokio::test]
+async fn a_client_reattaches_from_its_offset_after_closing_the_socket() {
+    let server = Server::start_with(&["--tools", "shell"]);
+    let process = start(&server, json!({"argv": ["/bin/sh"], "pty": true})).await;
+    let id = process["id"].as_str().unwrap();
+    let mut socket = connect(&server, id, 0).await;
+    send(
+        &mut socket,
+        json!({"type": "stdin", "data": "echo first-$((20+1))\n"}),
+    )
+    .await;
+    let (_, resume_at) = read_until(&mut socket, "first-21").await;
+    socket.close(None).await.unwrap();
+
+    // While nobody is attached, the process keeps running and its output is kept.
+    let written = server
+        .post(&format!("/processes/{id}/stdin"))
+        .body("echo second-$((40+2))\n")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(written.status(), 204);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(status(&server, id).await["status"], "running");
+
+    let mut again = connect(&server, id, resume_at).await;
+    let (seen, _) = read_until(&mut again, "second-42").await;
+    assert!(
+        !seen.contains("first-21"),
+        "replayed output before the offset: {seen:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_background_group_is_listed_then_killed_whole() {
+    let server = Server::start_with(&["--tools", "shell"]);
+    let process = start(&server, json!({"command": "sleep 30 & sleep 30; wait"})).await;
+    let id = process["id"].as_str().unwrap();
+    let pgid = process["pid"].as_u64().unwrap();
+    let listing: Value = server
+        .get("/processes")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let listed = listing["processes"].as_array().unwrap();
+    assert!(
+        listed
+            .iter()
+            .any(|p| p["id"] == id && p["status"] == "running"),
+        "{listing}"
+    );
+    let group_size = || {
+        let out = std::process::Command::new("pgrep")
+            .args(["-g", &pgid.to_string()])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).lines().count()
+    };
+    assert!(
+        group_size() >= 2,
+        "the shell and both sleeps run in the group"
+    );
+
+    let killed = server
+        .post(&format!("/processes/{id}/kill"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(killed.status(), 202);
+    let mut last = Value::Null;
+    for _ in 0..100 {
+        last = status(&server, id).await;
+        if last["status"] == "exited" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(last["signal"], "SIGKILL", "{last}");
+    for _ in 0..100 {
+        if group_size() == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(group_size(), 0, "no member of the group survives");
+
+    let removed = server
+        .delete(&format!("/processes/{id}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(removed.status(), 200);
+    let gone = server
+        .get(&format!("/processes/{id}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(gone.status(), 404);
+}
+
+/// Reads server-sent events as (event name, JSON data), calling `each` as each one arrives.
+async fn read_sse(response: reqwest::Response, mut each: impl AsyncFnMut(&str, Value) -> bool) {
+    let mut body = response.bytes_stream();
+    let mut buffer = String::new();
+    while let Some(chunk) = body.next().await {
+        buffer.push_str(&String::from_utf8_lossy(&chunk.unwrap()));
+        while let Some(at) = buffer.find("\n\n") {
+            let block: String = buffer.drain(..at + 2).collect();
+            let mut name = "";
+            let mut data = None;
+            for line in block.lines() {
+                if let Some(value) = line.strip_prefix("event: ") {
+                    name = value;
+                } else if let Some(value) = line.strip_prefix("data: ") {
+                    data = serde_json::from_str(value).ok();
+                }
+            }
+            if let Some(data) = data
+                && !each(name, data).await
+            {
+                return;
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn server_sent_events_deliver_each_line_while_the_command_still_runs() {
+    let server = Server::start_with(&["--tools", "shell"]);
+    let process = start(
+        &server,
+        json!({"command": "for i in 1 2 3; do echo line $i; sleep 0.7; done"}),
+    )
+    .await;
+    let id = process["id"].as_str().unwrap().to_owned();
+    let response = server
+        .get(&format!("/processes/{id}/events"))
+        .header("accept", "text/event-stream")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.headers()["content-type"], "text/event-stream");
+    let mut lines = Vec::new();
+    let mut exit = Value::Null;
+    timeout(
+        WAIT,
+        read_sse(response, async |name, data| {
+            match name {
+                "output" => {
+                    // Each line arrives while the process is still running: streamed, not collected.
+                    let state = status(&server, &id).await;
+                    lines.push((
+                        data["data"].as_str().unwrap().to_owned(),
+                        state["status"].clone(),
+                    ));
+                    true
+                }
+                "exit" => {
+                    exit = data;
+                    false
+                }
+                _ => true,
+            }
+        }),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        lines,
+        vec![
+            ("line 1\n".to_owned(), json!("running")),
+            ("line 2\n".to_owned(), json!("running")),
+            ("line 3\n".to_owned(), json!("running")),
+        ]
+    );
+    assert_eq!(exit["exit_code"], 0);
+
+    // NDJSON for clients that do not ask for SSE, resuming from an offset.
+    let ndjson = server
+        .get(&format!("/processes/{id}/events?offset=7"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let events: Vec<Value> = ndjson
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(events[0]["data"], "line 2\n");
+    assert_eq!(events.last().unwrap()["type"], "exit");
+}
+
+#[tokio::test]
+async fn timeouts_end_the_group_and_limits_answer_clearly() {
+    let server = Server::start_with(&["--tools", "shell", "--max-processes", "1"]);
+    let process = start(&server, json!({"command": "sleep 30", "timeout": 0.5})).await;
+    let id = process["id"].as_str().unwrap();
+    let second = server
+        .post("/processes")
+        .json(&json!({"command": "true"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(second.status(), 429);
+    let events = timeout(WAIT, server.get(&format!("/processes/{id}/events")).send())
+        .await
+        .unwrap()
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let exit: Value = serde_json::from_str(events.lines().last().unwrap()).unwrap();
+    assert_eq!(
+        (exit["timed_out"].clone(), exit["signal"].clone()),
+        (json!(true), json!("SIGTERM"))
+    );
+
+    for (request, expected) in [
+        (json!({}), 400),
+        (json!({"command": "true", "argv": ["true"]}), 400),
+        (json!({"argv": []}), 400),
+        (json!({"command": "true", "cwd": "../.."}), 403),
+        (
+            json!({"command": "true", "pty": {"rows": 0, "cols": 80}}),
+            400,
+        ),
+        (json!({"command": "true", "timeout": -1}), 400),
+        (json!({"argv": ["/no/such/program"]}), 400),
+    ] {
+        let response = server
+            .post("/processes")
+            .json(&request)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), expected, "{request}");
+        let body: Value = response.json().await.unwrap();
+        assert!(body["detail"].as_str().is_some_and(|d| !d.is_empty()));
+    }
+    let exited = server
+        .post(&format!("/processes/{id}/stdin"))
+        .body("x")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(exited.status(), 409);
+    let resize = server
+        .post(&format!("/processes/{id}/resize"))
+        .json(&json!({"rows": 10, "cols": 10}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resize.status(), 409);
+    let signal = server
+        .post(&format!("/processes/{id}/signal"))
+        .json(&json!({"signal": "SIGNOPE"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(signal.status(), 400);
+    assert_eq!(
+        server
+            .get("/processes/p-nope")
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        404
+    );
+}
+
+#[tokio::test]
+async fn pipes_carry_stdin_and_keep_stdout_and_stderr_apart() {
+    let server = Server::start_with(&["--tools", "shell"]);
+    let process = start(&server, json!({"argv": ["sh", "-c", "read line; echo out:$line; echo err:$line >&2; cat"], "env": {"X": "1"}})).await;
+    let id = process["id"].as_str().unwrap();
+    let post = |path: String, body: &'static str| server.post(&path).body(body).send();
+    assert_eq!(
+        post(format!("/processes/{id}/stdin"), "hello\nrest\n")
+            .await
+            .unwrap()
+            .status(),
+        204
+    );
+    assert_eq!(
+        post(format!("/processes/{id}/stdin/close"), "")
+            .await
+            .unwrap()
+            .status(),
+        204
+    );
+    let text = timeout(WAIT, server.get(&format!("/processes/{id}/events")).send())
+        .await
+        .unwrap()
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let events: Vec<Value> = text
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let of = |stream: &str| -> String {
+        events
+            .iter()
+            .filter(|e| e["stream"] == stream)
+            .map(|e| e["data"].as_str().unwrap())
+            .collect()
+    };
+    assert_eq!(of("stdout"), "out:hello\nrest\n");
+    assert_eq!(of("stderr"), "err:hello\n");
+    assert_eq!(events.last().unwrap()["exit_code"], 0);
+    let page: Value = server
+        .get(&format!("/processes/{id}/output?offset=0"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(page["process"]["status"], "exited");
+    assert_eq!(page["next_offset"], page["process"]["output_end"]);
+}
+
+#[tokio::test]
+async fn watch_reports_create_modify_rename_delete_and_skips_git() {
+    let server = Server::start_with(&["--tools", "shell"]);
+    std::fs::create_dir_all(server.ws("sub")).unwrap();
+    let response = server.get("/watch?path=sub").send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    let mut body = response.bytes_stream();
+    let mut buffer = String::new();
+    let mut next_event = async || -> Value {
+        timeout(WAIT, async {
+            loop {
+                if let Some(at) = buffer.find('\n') {
+                    let line: String = buffer.drain(..=at).collect();
+                    return serde_json::from_str::<Value>(&line).unwrap();
+                }
+                let chunk = body.next().await.unwrap().unwrap();
+                buffer.push_str(&String::from_utf8_lossy(&chunk));
+            }
+        })
+        .await
+        .expect("an event within 20 s")
+    };
+    assert_eq!(next_event().await["type"], "ready");
+    std::fs::create_dir_all(server.ws("sub/.git")).unwrap();
+    std::fs::write(server.ws("sub/.git/index"), "ignored").unwrap();
+    std::fs::write(server.ws("sub/a.txt"), "one").unwrap();
+    assert_eq!(
+        next_event().await,
+        json!({"type": "create", "path": "sub/a.txt"})
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    std::fs::write(server.ws("sub/a.txt"), "two").unwrap();
+    assert_eq!(
+        next_event().await,
+        json!({"type": "modify", "path": "sub/a.txt"})
+    );
+    std::fs::rename(server.ws("sub/a.txt"), server.ws("sub/b.txt")).unwrap();
+    assert_eq!(
+        next_event().await,
+        json!({"type": "rename", "path": "sub/a.txt", "to": "sub/b.txt"})
+    );
+    std::fs::remove_file(server.ws("sub/b.txt")).unwrap();
+    assert_eq!(
+        next_event().await,
+        json!({"type": "delete", "path": "sub/b.txt"})
+    );
+
+    let escape = server.get("/watch?path=..").send().await.unwrap();
+    assert_eq!(escape.status(), 403);
+    let missing = server.get("/watch?path=nope").send().await.unwrap();
+    assert_eq!(missing.status(), 404);
+}
