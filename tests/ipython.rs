@@ -242,3 +242,42 @@ async fn missing_ipython_is_a_clear_error() {
             .contains("/nonexistent/python")
     );
 }
+
+#[tokio::test]
+async fn streaming_cell_reports_output_as_it_is_printed_then_the_same_result() {
+    let server = start();
+    let code = "import os, sys, time\nprint('first €')\nprint('warn', file=sys.stderr)\nwhile not os.path.exists('go'):\n    time.sleep(0.05)\nprint('last')";
+    let response = server
+        .post("/tools/run_ipython_cell/stream")
+        .json(&json!({"code": code, "timeout": 20}))
+        .send()
+        .await
+        .unwrap();
+    let mut events = common::NdjsonEvents::new(response);
+    let mut seen = Vec::new();
+    while seen.len() < 2 {
+        let event = events.next().await.unwrap();
+        assert_eq!(event["type"], "output", "{event}");
+        seen.push(format!(
+            "{}:{}",
+            event["stream"].as_str().unwrap(),
+            event["data"].as_str().unwrap()
+        ));
+    }
+    seen.sort();
+    assert_eq!(seen, vec!["stderr:warn\n", "stdout:first €\n"]);
+    std::fs::write(server.ws("go"), "").unwrap();
+    let mut result = Value::Null;
+    while let Some(event) = events.next().await {
+        if event["type"] == "result" {
+            result = event["result"].clone();
+        }
+    }
+    assert_eq!(common::item(&result, "stdout"), Some("first €\nlast\n"));
+    assert_eq!(common::item(&result, "stderr"), Some("warn\n"));
+    // The kernel is in a clean state for the next, blocking, cell.
+    assert_eq!(
+        common::item(&cell(&server, "print(1+1)").await, "stdout"),
+        Some("2\n")
+    );
+}

@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Server, TOKEN};
+use common::{NdjsonEvents, Server, TOKEN};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use tokio::time::timeout;
@@ -496,22 +496,8 @@ async fn watch_reports_create_modify_rename_delete_and_skips_git() {
     std::fs::create_dir_all(server.ws("sub")).unwrap();
     let response = server.get("/watch?path=sub").send().await.unwrap();
     assert_eq!(response.status(), 200);
-    let mut body = response.bytes_stream();
-    let mut buffer = String::new();
-    let mut next_event = async || -> Value {
-        timeout(WAIT, async {
-            loop {
-                if let Some(at) = buffer.find('\n') {
-                    let line: String = buffer.drain(..=at).collect();
-                    return serde_json::from_str::<Value>(&line).unwrap();
-                }
-                let chunk = body.next().await.unwrap().unwrap();
-                buffer.push_str(&String::from_utf8_lossy(&chunk));
-            }
-        })
-        .await
-        .expect("an event within 20 s")
-    };
+    let mut events = NdjsonEvents::new(response);
+    let mut next_event = async || events.next().await.expect("an event");
     assert_eq!(next_event().await["type"], "ready");
     std::fs::create_dir_all(server.ws("sub/.git")).unwrap();
     std::fs::write(server.ws("sub/.git/index"), "ignored").unwrap();
@@ -541,4 +527,64 @@ async fn watch_reports_create_modify_rename_delete_and_skips_git() {
     assert_eq!(escape.status(), 403);
     let missing = server.get("/watch?path=nope").send().await.unwrap();
     assert_eq!(missing.status(), 404);
+}
+
+#[tokio::test]
+async fn streaming_shell_command_reports_output_before_it_ends_then_the_same_result() {
+    let server = Server::start_with(&["--tools", "shell"]);
+    let command = "echo first; echo oops >&2; while [ ! -f go ]; do sleep 0.05; done; echo last";
+    let response = server
+        .post("/tools/run_shell_command/stream")
+        .json(&json!({"command": command, "timeout": 20}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.headers()["content-type"], "application/x-ndjson");
+    let mut events = NdjsonEvents::new(response);
+    let mut seen = Vec::new();
+    while seen.len() < 2 {
+        let event = events.next().await.unwrap();
+        seen.push((event["stream"].clone(), event["data"].clone()));
+    }
+    seen.sort_by_key(|(stream, _)| stream.to_string());
+    assert_eq!(
+        seen,
+        vec![
+            (json!("stderr"), json!("oops\n")),
+            (json!("stdout"), json!("first\n"))
+        ]
+    );
+    // The command is still waiting: the events came while it ran. Now let it finish.
+    std::fs::write(server.ws("go"), "").unwrap();
+    assert_eq!(events.next().await.unwrap()["data"], "last\n");
+    let result = events.next().await.unwrap();
+    assert_eq!(result["type"], "result");
+    assert_eq!(
+        common::item(&result["result"], "stdout"),
+        Some("first\nlast\n")
+    );
+    assert_eq!(common::item(&result["result"], "stderr"), Some("oops\n"));
+    assert_eq!(common::item(&result["result"], "returncode"), Some("0"));
+    assert_eq!(result["result"]["isError"], true);
+    assert!(events.next().await.is_none());
+
+    let unknown = server
+        .post("/tools/nope/stream")
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unknown.status(), 404);
+    let bad = server
+        .post("/tools/run_shell_command/stream")
+        .json(&json!({"command": ""}))
+        .send()
+        .await
+        .unwrap();
+    let mut bad = NdjsonEvents::new(bad);
+    let error = bad.next().await.unwrap();
+    assert_eq!(
+        (error["type"].clone(), error["status"].clone()),
+        (json!("error"), json!(400))
+    );
 }

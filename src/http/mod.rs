@@ -19,7 +19,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::git::GitWatcher;
 use crate::mcp::McpHost;
 use crate::processes::ProcessManager;
-use crate::tools::{CallToolResult, ToolRegistry};
+use crate::tools::{CallToolResult, ToolFuture, ToolRegistry};
 use crate::watch::WatchHub;
 use crate::workspace::Workspace;
 use crate::{git, mcp, processes, watch, workspace};
@@ -79,6 +79,7 @@ pub fn router(state: AppState) -> Router {
     let api: Router = Router::new()
         .route("/healthz", get(healthz))
         .route("/tools/{tool_name}", post(call_tool))
+        .route("/tools/{tool_name}/stream", post(stream_tool))
         .merge(workspace::routes())
         .merge(git::routes())
         .merge(processes::routes())
@@ -132,4 +133,69 @@ async fn call_tool(
         ));
     }
     Ok(Json(tools.call(&tool_name, arguments).await?))
+}
+
+/// `POST /tools/{name}/stream`: the same call, answered as an event stream (SSE or NDJSON): progress
+/// events as they happen (`output` with `stream` and `data`, for tools that report progress), then one
+/// `result` event carrying exactly the CallToolResult the blocking route returns, or one `error` event.
+/// Closing the stream cancels the call, as disconnecting from the blocking route does.
+async fn stream_tool(
+    State(tools): State<Arc<ToolRegistry>>,
+    Path(tool_name): Path<String>,
+    headers: axum::http::HeaderMap,
+    extract::ApiJson(arguments): extract::ApiJson<Value>,
+) -> ApiResult<Response> {
+    if !arguments.is_object() {
+        return Err(ApiError::Unprocessable(
+            "the body must be a JSON object".into(),
+        ));
+    }
+    let (sink, progress) = tokio::sync::mpsc::channel(64);
+    let call = tools.call_streaming(&tool_name, arguments, sink)?;
+    Ok(events::respond(
+        events::EventFormat::negotiate(&headers),
+        call_events(call, progress),
+    ))
+}
+
+fn call_events(
+    call: ToolFuture,
+    progress: tokio::sync::mpsc::Receiver<Value>,
+) -> impl futures_util::Stream<Item = events::Event> + Send {
+    use std::collections::VecDeque;
+    enum Stage {
+        Running(ToolFuture, tokio::sync::mpsc::Receiver<Value>),
+        Finishing(VecDeque<Value>),
+    }
+    futures_util::stream::unfold(Stage::Running(call, progress), |stage| async move {
+        match stage {
+            Stage::Running(mut call, mut progress) => {
+                tokio::select! {
+                    biased;
+                    Some(event) = progress.recv() => {
+                        Some((events::Event::new(event), Stage::Running(call, progress)))
+                    }
+                    outcome = &mut call => {
+                        let mut rest = VecDeque::new();
+                        while let Ok(event) = progress.try_recv() {
+                            rest.push_back(event);
+                        }
+                        rest.push_back(match outcome {
+                            Ok(result) => serde_json::json!({"type": "result", "result": result}),
+                            Err(err) => serde_json::json!({
+                                "type": "error",
+                                "status": err.status().as_u16(),
+                                "detail": err.to_string(),
+                            }),
+                        });
+                        let first = rest.pop_front()?;
+                        Some((events::Event::new(first), Stage::Finishing(rest)))
+                    }
+                }
+            }
+            Stage::Finishing(mut rest) => rest
+                .pop_front()
+                .map(|event| (events::Event::new(event), Stage::Finishing(rest))),
+        }
+    })
 }

@@ -6,12 +6,14 @@ at capture files (so `!cmd`, C extensions and subprocesses are captured too); be
 boxd's log.
 """
 import base64
+import codecs
 import json
 import os
 import re
 import signal
 import sys
 import tempfile
+import threading
 
 proto_in = os.fdopen(os.dup(0), "r", encoding="utf-8")
 proto_out = os.fdopen(os.dup(1), "w", encoding="utf-8")
@@ -21,9 +23,14 @@ os.dup2(devnull, 0)
 os.dup2(log_fd, 1)
 
 
+send_lock = threading.Lock()
+
+
 def send(message):
-    proto_out.write(json.dumps(message) + "\n")
-    proto_out.flush()
+    line = json.dumps(message) + "\n"
+    with send_lock:
+        proto_out.write(line)
+        proto_out.flush()
 
 
 try:
@@ -94,13 +101,50 @@ def read_capped(capture):
     return (head + marker + tail).decode("utf-8", "replace")
 
 
-def run(code):
+class Tail(threading.Thread):
+    """Streams what a cell writes to its capture files while it runs (for streaming calls)."""
+
+    def __init__(self, request_id, captures):
+        super().__init__(daemon=True)
+        self.request_id = request_id
+        self.captures = [(name, capture, codecs.getincrementaldecoder("utf-8")("replace"))
+                         for name, capture in captures]
+        self.positions = {name: 0 for name, _ in captures}
+        self.stopping = threading.Event()
+
+    def pump(self, final=False):
+        for name, capture, decoder in self.captures:
+            while True:
+                chunk = os.pread(capture.fileno(), 65536, self.positions[name])
+                self.positions[name] += len(chunk)
+                text = decoder.decode(chunk, final=final and not chunk)
+                if name == "stderr":
+                    text = ANSI.sub("", text)
+                if text:
+                    send({"id": self.request_id, "output": {"stream": name, "data": text}})
+                if not chunk:
+                    break
+
+    def run(self):
+        while not self.stopping.wait(0.05):
+            self.pump()
+
+    def finish(self):
+        self.stopping.set()
+        self.join()
+        self.pump(final=True)
+
+
+def run(code, request_id, stream):
     images.clear()
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         sys.stdout.flush()
         sys.stderr.flush()
         os.dup2(out.fileno(), 1)
         os.dup2(err.fileno(), 2)
+        tail = Tail(request_id, [("stdout", out), ("stderr", err)]) if stream else None
+        if tail:
+            tail.start()
         try:
             signal.signal(signal.SIGINT, signal.default_int_handler)
             shell.run_cell(code, store_history=True)
@@ -110,6 +154,8 @@ def run(code):
             signal.signal(signal.SIGINT, signal.SIG_IGN)
             sys.stdout.flush()
             sys.stderr.flush()
+            if tail:
+                tail.finish()
             os.dup2(log_fd, 1)
             os.dup2(log_fd, 2)
         return {"stdout": read_capped(out), "stderr": ANSI.sub("", read_capped(err)), "images": list(images)}
@@ -118,6 +164,6 @@ def run(code):
 send({"ready": True, "python": sys.version.split()[0], "ipython": IPython.__version__})
 for line in proto_in:
     request = json.loads(line)
-    answer = run(request["code"])
+    answer = run(request["code"], request["id"], request.get("stream", False))
     answer["id"] = request["id"]
     send(answer)

@@ -18,7 +18,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::error::ApiError;
 use crate::process::signal_group;
 use crate::tools::{
-    CallToolResult, ContentItem, GENERIC_GROUP, Tool, parse_arguments, timeout_argument,
+    CallToolResult, ContentItem, EventSink, GENERIC_GROUP, Tool, parse_arguments, timeout_argument,
 };
 
 const HELPER: &str = include_str!("helper.py");
@@ -47,8 +47,6 @@ struct CellRequest {
 #[derive(Debug, Default, Deserialize)]
 struct CellAnswer {
     #[serde(default)]
-    id: u64,
-    #[serde(default)]
     stdout: String,
     #[serde(default)]
     stderr: String,
@@ -66,6 +64,8 @@ struct CellImage {
 struct QueuedCell {
     code: String,
     timeout: Duration,
+    /// For streaming calls: where the cell's output goes as it is written.
+    progress: Option<EventSink>,
     reply: oneshot::Sender<CallToolResult>,
 }
 
@@ -88,12 +88,18 @@ impl IpythonBridge {
         }
     }
 
-    async fn run_cell(&self, code: String, timeout: Duration) -> Result<CallToolResult, ApiError> {
+    async fn run_cell(
+        &self,
+        code: String,
+        timeout: Duration,
+        progress: Option<EventSink>,
+    ) -> Result<CallToolResult, ApiError> {
         let (reply, answer) = oneshot::channel();
         self.queue
             .try_send(QueuedCell {
                 code,
                 timeout,
+                progress,
                 reply,
             })
             .map_err(|_| {
@@ -119,23 +125,30 @@ pub fn tool(bridge: IpythonBridge) -> Tool {
         },
         "required": ["code"]
     });
+    let streaming_bridge = bridge.clone();
     Tool::new(
         GENERIC_GROUP,
         "run_ipython_cell",
         "Run an IPython cell.",
         schema,
-        move |arguments: Value| {
-            let bridge = bridge.clone();
-            async move {
-                let request: CellRequest = parse_arguments("run_ipython_cell", arguments)?;
-                if request.code.trim().is_empty() {
-                    return Err(ApiError::BadRequest("Code is required.".into()));
-                }
-                let timeout = timeout_argument(request.timeout, bridge.default_timeout)?;
-                bridge.run_cell(request.code, timeout).await
-            }
-        },
+        move |arguments: Value| call(bridge.clone(), arguments, None),
     )
+    .with_streaming(move |arguments: Value, sink: EventSink| {
+        call(streaming_bridge.clone(), arguments, Some(sink))
+    })
+}
+
+async fn call(
+    bridge: IpythonBridge,
+    arguments: Value,
+    progress: Option<EventSink>,
+) -> Result<CallToolResult, ApiError> {
+    let request: CellRequest = parse_arguments("run_ipython_cell", arguments)?;
+    if request.code.trim().is_empty() {
+        return Err(ApiError::BadRequest("Code is required.".into()));
+    }
+    let timeout = timeout_argument(request.timeout, bridge.default_timeout)?;
+    bridge.run_cell(request.code, timeout, progress).await
 }
 
 fn cell_result(answer: CellAnswer, notice: Option<String>, note: Option<String>) -> CallToolResult {
@@ -196,7 +209,12 @@ async fn worker(config: KernelConfig, mut cells: mpsc::Receiver<QueuedCell>) {
         let notice = lost_state.take();
         let seconds = cell.timeout.as_secs_f64();
         let result = match running
-            .execute(&cell.code, cell.timeout, config.interrupt_grace)
+            .execute(
+                &cell.code,
+                cell.timeout,
+                config.interrupt_grace,
+                cell.progress.as_ref(),
+            )
             .await
         {
             Execution::Done(answer) => cell_result(answer, notice, None),
@@ -326,17 +344,23 @@ impl Kernel {
         Ok(kernel)
     }
 
-    async fn execute(&mut self, code: &str, timeout: Duration, grace: Duration) -> Execution {
+    async fn execute(
+        &mut self,
+        code: &str,
+        timeout: Duration,
+        grace: Duration,
+        progress: Option<&EventSink>,
+    ) -> Execution {
         let id = self.next_id;
         self.next_id += 1;
-        let mut request = json!({"id": id, "code": code}).to_string();
+        let mut request = json!({"id": id, "code": code, "stream": progress.is_some()}).to_string();
         request.push('\n');
         if self.stdin.write_all(request.as_bytes()).await.is_err()
             || self.stdin.flush().await.is_err()
         {
             return Execution::Died(self.exit_status().await);
         }
-        match tokio::time::timeout(timeout, self.answer(id)).await {
+        match tokio::time::timeout(timeout, self.answer(id, progress)).await {
             Ok(Some(answer)) => return Execution::Done(answer),
             Ok(None) => return Execution::Died(self.exit_status().await),
             Err(_) => {}
@@ -345,7 +369,7 @@ impl Kernel {
             tracing::info!(pgid, ?timeout, "cell timed out; interrupting the kernel");
             signal_group(pgid, libc::SIGINT);
         }
-        match tokio::time::timeout(grace, self.answer(id)).await {
+        match tokio::time::timeout(grace, self.answer(id, progress)).await {
             Ok(Some(answer)) => Execution::Interrupted(answer),
             Ok(None) => Execution::Died(self.exit_status().await),
             Err(_) => {
@@ -355,13 +379,34 @@ impl Kernel {
         }
     }
 
-    /// The answer to request `id`; `None` once the kernel's stdout closes.
-    async fn answer(&mut self, id: u64) -> Option<CellAnswer> {
+    /// The answer to request `id`, forwarding its output lines to `progress` on the way; `None` once
+    /// the kernel's stdout closes.
+    async fn answer(&mut self, id: u64, progress: Option<&EventSink>) -> Option<CellAnswer> {
         loop {
             let line = self.answers.next_line().await.ok()??;
-            match serde_json::from_str::<CellAnswer>(&line) {
-                Ok(answer) if answer.id == id => return Some(answer),
-                _ => tracing::warn!("ignoring an unexpected line from the kernel"),
+            let Ok(message) = serde_json::from_str::<Value>(&line) else {
+                tracing::warn!("ignoring an unexpected line from the kernel");
+                continue;
+            };
+            if message["id"].as_u64() != Some(id) {
+                tracing::warn!("ignoring a line from the kernel for another cell");
+                continue;
+            }
+            if let Some(output) = message.get("output") {
+                if let Some(sink) = progress {
+                    let event = json!({
+                        "type": "output",
+                        "stream": output["stream"],
+                        "data": output["data"],
+                    });
+                    // A caller that stopped reading loses only its progress events.
+                    let _ = sink.send(event).await;
+                }
+                continue;
+            }
+            match serde_json::from_value::<CellAnswer>(message) {
+                Ok(answer) => return Some(answer),
+                Err(err) => tracing::warn!("ignoring a malformed answer from the kernel: {err}"),
             }
         }
     }

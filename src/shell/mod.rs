@@ -16,8 +16,9 @@ use tokio::time::{Instant, sleep_until};
 
 use crate::error::ApiError;
 use crate::process::signal_group;
+use crate::processes::Utf8Boundary;
 use crate::tools::{
-    CallToolResult, ContentItem, GENERIC_GROUP, Tool, parse_arguments, timeout_argument,
+    CallToolResult, ContentItem, EventSink, GENERIC_GROUP, Tool, parse_arguments, timeout_argument,
 };
 use output::CappedOutput;
 
@@ -79,27 +80,40 @@ pub fn tool(workspace: PathBuf, limits: ShellLimits) -> Tool {
         "required": ["command"]
     });
     let context = Arc::new((workspace, limits));
+    let streaming_context = Arc::clone(&context);
     Tool::new(
         GENERIC_GROUP,
         "run_shell_command",
         "Run a shell command.",
         schema,
-        move |arguments: Value| {
-            let context = Arc::clone(&context);
-            async move {
-                let request: ShellRequest = parse_arguments("run_shell_command", arguments)?;
-                let (workspace, limits) = &*context;
-                if request.command.trim().is_empty() {
-                    return Err(ApiError::BadRequest("Command is required.".into()));
-                }
-                let timeout = timeout_argument(request.timeout, limits.default_timeout)?;
-                let outcome = run(&request.command, workspace, timeout, limits)
-                    .await
-                    .map_err(|err| ApiError::Internal(format!("cannot start /bin/sh: {err}")))?;
-                Ok(outcome.into_result())
-            }
-        },
+        move |arguments: Value| call(Arc::clone(&context), arguments, None),
     )
+    .with_streaming(move |arguments: Value, sink: EventSink| {
+        call(Arc::clone(&streaming_context), arguments, Some(sink))
+    })
+}
+
+async fn call(
+    context: Arc<(PathBuf, ShellLimits)>,
+    arguments: Value,
+    progress: Option<EventSink>,
+) -> Result<CallToolResult, ApiError> {
+    let request: ShellRequest = parse_arguments("run_shell_command", arguments)?;
+    let (workspace, limits) = &*context;
+    if request.command.trim().is_empty() {
+        return Err(ApiError::BadRequest("Command is required.".into()));
+    }
+    let timeout = timeout_argument(request.timeout, limits.default_timeout)?;
+    let outcome = run(
+        &request.command,
+        workspace,
+        timeout,
+        limits,
+        progress.as_ref(),
+    )
+    .await
+    .map_err(|err| ApiError::Internal(format!("cannot start /bin/sh: {err}")))?;
+    Ok(outcome.into_result())
 }
 
 /// Kills the process group if the caller goes away (client disconnect drops the request future)
@@ -125,6 +139,7 @@ pub async fn run(
     cwd: &Path,
     timeout: Duration,
     limits: &ShellLimits,
+    progress: Option<&EventSink>,
 ) -> std::io::Result<ShellOutcome> {
     let mut child = Command::new("/bin/sh")
         .arg("-c")
@@ -146,6 +161,8 @@ pub async fn run(
     let mut stdout_chunk = vec![0u8; READ_CHUNK];
     let mut stderr_chunk = vec![0u8; READ_CHUNK];
     let (mut stdout_open, mut stderr_open) = (true, true);
+    let mut stdout_progress = Progress::new(progress, "stdout");
+    let mut stderr_progress = Progress::new(progress, "stderr");
 
     let started = Instant::now();
     let timeout_at = started + timeout;
@@ -160,12 +177,24 @@ pub async fn run(
         }
         tokio::select! {
             read = stdout.read(&mut stdout_chunk), if stdout_open => match read {
-                Ok(0) | Err(_) => stdout_open = false,
-                Ok(n) => stdout_buf.push(&stdout_chunk[..n]),
+                Ok(0) | Err(_) => {
+                    stdout_open = false;
+                    stdout_progress.finish().await;
+                }
+                Ok(n) => {
+                    stdout_buf.push(&stdout_chunk[..n]);
+                    stdout_progress.report(&stdout_chunk[..n]).await;
+                }
             },
             read = stderr.read(&mut stderr_chunk), if stderr_open => match read {
-                Ok(0) | Err(_) => stderr_open = false,
-                Ok(n) => stderr_buf.push(&stderr_chunk[..n]),
+                Ok(0) | Err(_) => {
+                    stderr_open = false;
+                    stderr_progress.finish().await;
+                }
+                Ok(n) => {
+                    stderr_buf.push(&stderr_chunk[..n]);
+                    stderr_progress.report(&stderr_chunk[..n]).await;
+                }
             },
             status = child.wait(), if exit_status.is_none() => {
                 exit_status = Some(status?);
@@ -218,6 +247,49 @@ pub async fn run(
     })
 }
 
+/// Output events of a streaming call, for one stream, cut at UTF-8 character boundaries.
+struct Progress<'a> {
+    sink: Option<&'a EventSink>,
+    stream: &'static str,
+    boundary: Utf8Boundary,
+}
+
+impl<'a> Progress<'a> {
+    fn new(sink: Option<&'a EventSink>, stream: &'static str) -> Self {
+        Progress {
+            sink,
+            stream,
+            boundary: Utf8Boundary::default(),
+        }
+    }
+
+    async fn report(&mut self, read: &[u8]) {
+        if self.sink.is_some() {
+            let text = self.boundary.split(read);
+            self.send(&text).await;
+        }
+    }
+
+    async fn finish(&mut self) {
+        if self.sink.is_some() {
+            let rest = self.boundary.finish();
+            self.send(&rest).await;
+        }
+    }
+
+    async fn send(&self, text: &[u8]) {
+        if let (Some(sink), false) = (self.sink, text.is_empty()) {
+            let event = json!({
+                "type": "output",
+                "stream": self.stream,
+                "data": String::from_utf8_lossy(text),
+            });
+            // A caller that stopped reading only loses its progress events, not the command.
+            let _ = sink.send(event).await;
+        }
+    }
+}
+
 /// Upstream (Python's asyncio) reports death by signal N as `-N`; keep that.
 fn exit_code_like_python(status: std::process::ExitStatus) -> i32 {
     use std::os::unix::process::ExitStatusExt;
@@ -247,6 +319,7 @@ mod tests {
             Path::new("/"),
             Duration::from_secs(5),
             &limits(),
+            None,
         )
         .await
         .unwrap();
@@ -262,6 +335,7 @@ mod tests {
             Path::new("/"),
             Duration::from_secs(5),
             &limits(),
+            None,
         )
         .await
         .unwrap();
@@ -275,6 +349,7 @@ mod tests {
             Path::new("/"),
             Duration::from_millis(300),
             &limits(),
+            None,
         )
         .await
         .unwrap();

@@ -19,6 +19,9 @@ pub const GENERIC_GROUP: &str = "generic";
 
 pub type ToolFuture = Pin<Box<dyn Future<Output = ApiResult<CallToolResult>> + Send>>;
 type ToolHandler = Arc<dyn Fn(Value) -> ToolFuture + Send + Sync>;
+/// Where a streaming call sends its progress events (JSON objects with a `type`) as they happen.
+pub type EventSink = tokio::sync::mpsc::Sender<Value>;
+type StreamingHandler = Arc<dyn Fn(Value, EventSink) -> ToolFuture + Send + Sync>;
 
 #[derive(Clone)]
 pub struct Tool {
@@ -29,6 +32,8 @@ pub struct Tool {
     /// JSON schema of the arguments object.
     pub input_schema: Value,
     handler: ToolHandler,
+    /// Tools that can report progress (output as it happens) have one; the others stream only their end.
+    streaming: Option<StreamingHandler>,
 }
 
 impl Tool {
@@ -49,11 +54,29 @@ impl Tool {
             description: description.to_owned(),
             input_schema,
             handler: Arc::new(move |args| Box::pin(call(args))),
+            streaming: None,
         }
+    }
+
+    /// Adds the streaming form of the call: the same result at the end, events on the sink before it.
+    pub fn with_streaming<F, Fut>(mut self, call: F) -> Self
+    where
+        F: Fn(Value, EventSink) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ApiResult<CallToolResult>> + Send + 'static,
+    {
+        self.streaming = Some(Arc::new(move |args, sink| Box::pin(call(args, sink))));
+        self
     }
 
     pub fn call(&self, arguments: Value) -> ToolFuture {
         (self.handler)(arguments)
+    }
+
+    pub fn call_streaming(&self, arguments: Value, sink: EventSink) -> ToolFuture {
+        match &self.streaming {
+            Some(streaming) => streaming(arguments, sink),
+            None => self.call(arguments),
+        }
     }
 
     /// The entry shape of upstream's `/mcp/list_tools`. The full schema is kept (`$defs`, enums...), with
@@ -132,19 +155,22 @@ impl ToolRegistry {
             .ok_or_else(|| ApiError::NotFound(format!("unknown tool: {name}")))
     }
 
-    /// Calls `name` with `arguments`: absent (`null`) means `{}`, anything but an object is a 400. The one
-    /// place every route calls a tool from, so lookups and argument checks are not written per route.
+    /// Calls `name` with `arguments`. The one place every route calls a tool from, so lookups and argument
+    /// checks are not written per route.
     pub async fn call(&self, name: &str, arguments: Value) -> ApiResult<CallToolResult> {
-        let arguments = match arguments {
-            Value::Null => Value::Object(serde_json::Map::new()),
-            Value::Object(map) => Value::Object(map),
-            _ => {
-                return Err(ApiError::BadRequest(
-                    "arguments must be a JSON object".into(),
-                ));
-            }
-        };
+        let arguments = object_arguments(arguments)?;
         self.get(name)?.call(arguments).await
+    }
+
+    /// As `call`, with progress events on `sink` for tools that have a streaming form.
+    pub fn call_streaming(
+        &self,
+        name: &str,
+        arguments: Value,
+        sink: EventSink,
+    ) -> ApiResult<ToolFuture> {
+        let arguments = object_arguments(arguments)?;
+        Ok(self.get(name)?.call_streaming(arguments, sink))
     }
 
     pub fn snapshot(&self) -> Vec<Tool> {
@@ -153,6 +179,17 @@ impl ToolRegistry {
             .read()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         tools.values().cloned().collect()
+    }
+}
+
+/// Absent (`null`) arguments mean `{}`; anything but an object is a 400.
+fn object_arguments(arguments: Value) -> ApiResult<Value> {
+    match arguments {
+        Value::Null => Ok(Value::Object(serde_json::Map::new())),
+        Value::Object(map) => Ok(Value::Object(map)),
+        _ => Err(ApiError::BadRequest(
+            "arguments must be a JSON object".into(),
+        )),
     }
 }
 

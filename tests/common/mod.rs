@@ -185,3 +185,35 @@ impl Fetch for reqwest::RequestBuilder {
         self.send().await.expect("request").status().as_u16()
     }
 }
+
+/// Reads a newline-delimited JSON response one event at a time, as the events arrive.
+pub struct NdjsonEvents {
+    body: std::pin::Pin<Box<dyn futures_util::Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>,
+    buffer: Vec<u8>,
+}
+
+impl NdjsonEvents {
+    pub fn new(response: reqwest::Response) -> Self {
+        NdjsonEvents {
+            body: Box::pin(response.bytes_stream()),
+            buffer: Vec::new(),
+        }
+    }
+
+    /// The next event, within 20 s; `None` at the end of the stream.
+    pub async fn next(&mut self) -> Option<serde_json::Value> {
+        use futures_util::StreamExt;
+        tokio::time::timeout(Duration::from_secs(20), async {
+            loop {
+                if let Some(at) = self.buffer.iter().position(|&byte| byte == b'\n') {
+                    let line: Vec<u8> = self.buffer.drain(..=at).collect();
+                    return Some(serde_json::from_slice(&line).expect("a JSON line"));
+                }
+                let chunk = self.body.next().await?.expect("the stream continues");
+                self.buffer.extend_from_slice(&chunk);
+            }
+        })
+        .await
+        .expect("an event within 20 s")
+    }
+}
