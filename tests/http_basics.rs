@@ -88,3 +88,42 @@ async fn sigterm_stops_the_server_cleanly() {
     assert!(status.success(), "{status:?}");
     let _ = TOKEN;
 }
+
+#[tokio::test]
+async fn every_documented_route_exists() {
+    let server = Server::start_with(&["--tools", "shell"]);
+    let document: serde_json::Value = server
+        .get("/openapi.json")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let paths = document["paths"].as_object().unwrap();
+    assert!(paths.len() >= 30);
+    for (path, operations) in paths {
+        // Streams that would stay open, and protocols that need their own handshake.
+        if ["/watch", "/mcp", "/processes/{id}/ws"].contains(&path.as_str()) {
+            continue;
+        }
+        let concrete = path
+            .replace("{tool_name}", "no_such_tool")
+            .replace("{id}", "p-none");
+        for method in operations.as_object().unwrap().keys() {
+            let method: reqwest::Method = method.to_uppercase().parse().unwrap();
+            let response = server
+                .anonymous()
+                .request(method.clone(), server.url(&concrete))
+                .bearer_auth(TOKEN)
+                .json(&serde_json::json!({}))
+                .send()
+                .await
+                .unwrap();
+            let status = response.status();
+            let text = response.text().await.unwrap();
+            assert_ne!(status, 405, "{method} {path}");
+            assert!(!text.contains("no such route"), "{method} {path}: {text}");
+        }
+    }
+}

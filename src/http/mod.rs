@@ -78,6 +78,7 @@ impl FromRef<AppState> for Arc<ToolRegistry> {
 pub fn router(state: AppState) -> Router {
     let api: Router = Router::new()
         .route("/healthz", get(healthz))
+        .route("/openapi.json", get(openapi))
         .route("/tools/{tool_name}", post(call_tool))
         .route("/tools/{tool_name}/stream", post(stream_tool))
         .merge(workspace::routes())
@@ -118,6 +119,14 @@ pub async fn reject_unread_body(err: ApiError, body: Body) -> Response {
 
 async fn healthz() -> impl IntoResponse {
     "OK"
+}
+
+/// The OpenAPI description of every route (`docs/openapi.json`, compiled in).
+async fn openapi() -> impl IntoResponse {
+    (
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        include_str!("../../docs/openapi.json"),
+    )
 }
 
 /// `POST /tools/{name}`: the body is the tool's arguments. Serves `run_shell_command`,
