@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{NdjsonEvents, Server, TOKEN};
+use common::{Fetch, NdjsonEvents, Server, TOKEN};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use tokio::time::timeout;
@@ -26,14 +26,7 @@ async fn start(server: &Server, request: Value) -> Value {
 }
 
 async fn status(server: &Server, id: &str) -> Value {
-    server
-        .get(&format!("/processes/{id}"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
+    server.get(&format!("/processes/{id}")).fetch_json().await
 }
 
 type Socket =
@@ -153,10 +146,9 @@ async fn stty_sees_the_new_size_after_a_resize() {
     let resized = server
         .post(&format!("/processes/{id}/resize"))
         .json(&json!({"rows": 5, "cols": 50}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resized.status(), 204);
+        .fetch_status()
+        .await;
+    assert_eq!(resized, 204);
     send(&mut socket, json!({"type": "stdin", "data": "stty size\n"})).await;
     read_until(&mut socket, "5 50").await;
 }
@@ -179,10 +171,9 @@ async fn a_client_reattaches_from_its_offset_after_closing_the_socket() {
     let written = server
         .post(&format!("/processes/{id}/stdin"))
         .body("echo second-$((40+2))\n")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(written.status(), 204);
+        .fetch_status()
+        .await;
+    assert_eq!(written, 204);
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(status(&server, id).await["status"], "running");
 
@@ -200,14 +191,7 @@ async fn a_background_group_is_listed_then_killed_whole() {
     let process = start(&server, json!({"command": "sleep 30 & sleep 30; wait"})).await;
     let id = process["id"].as_str().unwrap();
     let pgid = process["pid"].as_u64().unwrap();
-    let listing: Value = server
-        .get("/processes")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let listing = server.get("/processes").fetch_json().await;
     let listed = listing["processes"].as_array().unwrap();
     assert!(
         listed
@@ -229,10 +213,9 @@ async fn a_background_group_is_listed_then_killed_whole() {
 
     let killed = server
         .post(&format!("/processes/{id}/kill"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(killed.status(), 202);
+        .fetch_status()
+        .await;
+    assert_eq!(killed, 202);
     let mut last = Value::Null;
     for _ in 0..100 {
         last = status(&server, id).await;
@@ -252,16 +235,11 @@ async fn a_background_group_is_listed_then_killed_whole() {
 
     let removed = server
         .delete(&format!("/processes/{id}"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(removed.status(), 200);
-    let gone = server
-        .get(&format!("/processes/{id}"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(gone.status(), 404);
+        .fetch_status()
+        .await;
+    assert_eq!(removed, 200);
+    let gone = server.get(&format!("/processes/{id}")).fetch_status().await;
+    assert_eq!(gone, 404);
 }
 
 /// Reads server-sent events as (event name, JSON data), calling `each` as each one arrives.
@@ -342,18 +320,10 @@ async fn server_sent_events_deliver_each_line_while_the_command_still_runs() {
     assert_eq!(exit["exit_code"], 0);
 
     // NDJSON for clients that do not ask for SSE, resuming from an offset.
-    let ndjson = server
+    let events = server
         .get(&format!("/processes/{id}/events?offset=7"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let events: Vec<Value> = ndjson
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap())
-        .collect();
+        .fetch_ndjson()
+        .await;
     assert_eq!(events[0]["data"], "line 2\n");
     assert_eq!(events.last().unwrap()["type"], "exit");
 }
@@ -363,21 +333,13 @@ async fn timeouts_end_the_group_and_limits_answer_clearly() {
     let server = Server::start_with(&["--tools", "shell", "--max-processes", "1"]);
     let process = start(&server, json!({"command": "sleep 30", "timeout": 0.5})).await;
     let id = process["id"].as_str().unwrap();
-    let second = server
-        .post("/processes")
-        .json(&json!({"command": "true"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(second.status(), 429);
-    let events = timeout(WAIT, server.get(&format!("/processes/{id}/events")).send())
-        .await
-        .unwrap()
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let exit: Value = serde_json::from_str(events.lines().last().unwrap()).unwrap();
+    let second = server.post("/processes").json(&json!({"command": "true"}));
+    assert_eq!(second.fetch_status().await, 429);
+    let events = server
+        .get(&format!("/processes/{id}/events"))
+        .fetch_ndjson()
+        .await;
+    let exit = events.last().unwrap();
     assert_eq!(
         (exit["timed_out"].clone(), exit["signal"].clone()),
         (json!(true), json!("SIGTERM"))
@@ -408,24 +370,21 @@ async fn timeouts_end_the_group_and_limits_answer_clearly() {
     let exited = server
         .post(&format!("/processes/{id}/stdin"))
         .body("x")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(exited.status(), 409);
+        .fetch_status()
+        .await;
+    assert_eq!(exited, 409);
     let resize = server
         .post(&format!("/processes/{id}/resize"))
         .json(&json!({"rows": 10, "cols": 10}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resize.status(), 409);
+        .fetch_status()
+        .await;
+    assert_eq!(resize, 409);
     let signal = server
         .post(&format!("/processes/{id}/signal"))
         .json(&json!({"signal": "SIGNOPE"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(signal.status(), 400);
+        .fetch_status()
+        .await;
+    assert_eq!(signal, 400);
     assert_eq!(
         server
             .get("/processes/p-nope")
@@ -457,17 +416,10 @@ async fn pipes_carry_stdin_and_keep_stdout_and_stderr_apart() {
             .status(),
         204
     );
-    let text = timeout(WAIT, server.get(&format!("/processes/{id}/events")).send())
-        .await
-        .unwrap()
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let events: Vec<Value> = text
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap())
-        .collect();
+    let events = server
+        .get(&format!("/processes/{id}/events"))
+        .fetch_ndjson()
+        .await;
     let of = |stream: &str| -> String {
         events
             .iter()
@@ -571,10 +523,9 @@ async fn streaming_shell_command_reports_output_before_it_ends_then_the_same_res
     let unknown = server
         .post("/tools/nope/stream")
         .json(&json!({}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(unknown.status(), 404);
+        .fetch_status()
+        .await;
+    assert_eq!(unknown, 404);
     let bad = server
         .post("/tools/run_shell_command/stream")
         .json(&json!({"command": ""}))

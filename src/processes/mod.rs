@@ -561,42 +561,48 @@ fn feed_terminal(mut writer: Box<dyn std::io::Write + Send>, mut inputs: mpsc::R
 }
 
 fn spawn_reader(process: Weak<LiveProcess>, stream: StreamName, reader: Reader) -> JoinHandle<()> {
+    let mut delivery = Delivery {
+        process,
+        stream,
+        boundary: Utf8Boundary::default(),
+    };
+    let mut buffer = vec![0u8; READ_CHUNK];
     match reader {
-        Reader::Pipe(mut pipe) => tokio::spawn(async move {
-            let mut boundary = Utf8Boundary::default();
-            let mut buffer = vec![0u8; READ_CHUNK];
-            loop {
-                let read = pipe.read(&mut buffer).await;
-                let Some(process) = process.upgrade() else {
-                    return;
-                };
-                match read {
-                    Ok(n) if n > 0 => process.append(stream, boundary.split(&buffer[..n])),
-                    _ => {
-                        process.append(stream, boundary.finish());
-                        return;
-                    }
-                }
-            }
-        }),
+        Reader::Pipe(mut pipe) => {
+            tokio::spawn(
+                async move { while delivery.deliver(pipe.read(&mut buffer).await, &buffer) {} },
+            )
+        }
+        // A terminal's reads end with EIO once every holder of its other end has closed it.
         Reader::Terminal(mut terminal) => tokio::task::spawn_blocking(move || {
-            let mut boundary = Utf8Boundary::default();
-            let mut buffer = vec![0u8; READ_CHUNK];
-            loop {
-                let read = terminal.read(&mut buffer);
-                let Some(process) = process.upgrade() else {
-                    return;
-                };
-                match read {
-                    Ok(n) if n > 0 => process.append(stream, boundary.split(&buffer[..n])),
-                    // EIO once every holder of the terminal's other end has closed it.
-                    _ => {
-                        process.append(stream, boundary.finish());
-                        return;
-                    }
-                }
-            }
+            while delivery.deliver(terminal.read(&mut buffer), &buffer) {}
         }),
+    }
+}
+
+/// Hands one stream's reads to the process's log, cut at character boundaries.
+struct Delivery {
+    process: Weak<LiveProcess>,
+    stream: StreamName,
+    boundary: Utf8Boundary,
+}
+
+impl Delivery {
+    /// Appends what a read returned; false once the stream ended (or the process is gone).
+    fn deliver(&mut self, read: std::io::Result<usize>, buffer: &[u8]) -> bool {
+        let Some(process) = self.process.upgrade() else {
+            return false;
+        };
+        match read {
+            Ok(n) if n > 0 => {
+                process.append(self.stream, self.boundary.split(&buffer[..n]));
+                true
+            }
+            _ => {
+                process.append(self.stream, self.boundary.finish());
+                false
+            }
+        }
     }
 }
 

@@ -25,6 +25,8 @@ use output::CappedOutput;
 /// The exit code `timeout(1)` uses; scripts and agents already read it as "timed out".
 const TIMED_OUT_EXIT_CODE: i32 = 124;
 const READ_CHUNK: usize = 64 * 1024;
+/// How long the command's read loop waits for a slow streaming caller before dropping an event.
+const PROGRESS_SEND_TIMEOUT: Duration = Duration::from_millis(500);
 
 #[derive(Debug, Clone)]
 pub struct ShellLimits {
@@ -284,8 +286,15 @@ impl<'a> Progress<'a> {
                 "stream": self.stream,
                 "data": String::from_utf8_lossy(text),
             });
-            // A caller that stopped reading only loses its progress events, not the command.
-            let _ = sink.send(event).await;
+            // A caller that stops reading loses progress events, never the command's timeout or its
+            // result (which carries the whole output).
+            if sink
+                .send_timeout(event, PROGRESS_SEND_TIMEOUT)
+                .await
+                .is_err()
+            {
+                tracing::debug!("a streaming caller is not reading; progress event dropped");
+            }
         }
     }
 }

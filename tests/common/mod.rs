@@ -169,6 +169,8 @@ pub fn git(workspace: &Path, args: &[&str]) -> String {
 pub trait Fetch {
     async fn fetch_json(self) -> serde_json::Value;
     async fn fetch_status(self) -> u16;
+    /// Every event of a newline-delimited JSON stream, read to its end (within 20 s).
+    async fn fetch_ndjson(self) -> Vec<serde_json::Value>;
 }
 
 impl Fetch for reqwest::RequestBuilder {
@@ -183,6 +185,15 @@ impl Fetch for reqwest::RequestBuilder {
 
     async fn fetch_status(self) -> u16 {
         self.send().await.expect("request").status().as_u16()
+    }
+
+    async fn fetch_ndjson(self) -> Vec<serde_json::Value> {
+        let mut events = NdjsonEvents::new(self.send().await.expect("request"));
+        let mut all = Vec::new();
+        while let Some(event) = events.next().await {
+            all.push(event);
+        }
+        all
     }
 }
 
