@@ -539,3 +539,24 @@ async fn streaming_shell_command_reports_output_before_it_ends_then_the_same_res
         (json!("error"), json!(400))
     );
 }
+
+#[tokio::test]
+async fn exited_processes_are_reaped_after_their_retention() {
+    let server = Server::start_with(&["--tools", "shell", "--process-retention", "0.5"]);
+    let process = start(&server, json!({"command": "echo bye"})).await;
+    let id = process["id"].as_str().unwrap();
+    let events = server
+        .get(&format!("/processes/{id}/events"))
+        .fetch_ndjson()
+        .await;
+    assert_eq!(events.last().unwrap()["type"], "exit");
+    let mut status_code = 200;
+    for _ in 0..100 {
+        status_code = server.get(&format!("/processes/{id}")).fetch_status().await;
+        if status_code == 404 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(status_code, 404, "reaped within 5 s of a 0.5 s retention");
+}

@@ -656,7 +656,13 @@ async fn supervise(
 }
 
 async fn reap_exited(manager: Weak<ProcessManager>) {
-    let mut tick = tokio::time::interval(Duration::from_secs(5));
+    let period = match manager.upgrade() {
+        Some(manager) => {
+            (manager.limits.retention / 2).clamp(Duration::from_millis(100), Duration::from_secs(5))
+        }
+        None => return,
+    };
+    let mut tick = tokio::time::interval(period);
     loop {
         tick.tick().await;
         let Some(manager) = manager.upgrade() else {
