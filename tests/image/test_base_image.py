@@ -12,6 +12,8 @@ import sys
 import tempfile
 import time
 
+import requests
+
 from agentscope_runtime.sandbox.client.http_client import SandboxHttpClient
 from agentscope_runtime.sandbox.model import ContainerModel
 
@@ -87,6 +89,21 @@ def main():
         commit = client.commit_changes("from the image test")
         assert len(commit["commit"]) == 40, commit
         assert client.git_logs()["logs"][0]["message"] == "from the image test"
+
+        listing = client.call_tool("list_directory", {"path": "notes"})
+        assert listing["content"][0]["text"] == "[FILE] hello.txt", listing
+        print("native filesystem tools: ok")
+
+        # A terminal and a streamed process through nginx (unbuffered SSE, upgrade headers).
+        base, auth = f"http://localhost:{port}/fastapi", {"Authorization": f"Bearer {TOKEN}"}
+        started_process = requests.post(f"{base}/processes", headers=auth, timeout=30, json={
+            "command": "for i in 1 2 3; do echo line $i; sleep 0.3; done", "pty": True}).json()
+        with requests.get(f"{base}/processes/{started_process['id']}/events", stream=True, timeout=30,
+                          headers={**auth, "Accept": "text/event-stream"}) as stream:
+            assert stream.headers["content-type"] == "text/event-stream", stream.headers
+            data = [line for line in stream.iter_lines(decode_unicode=True) if line.startswith("data:")]
+        assert "line 3" in "".join(data) and '"type":"exit"' in data[-1], data
+        print("live process streamed through nginx: ok")
 
         added = client.add_mcp_servers({"mcpServers": {
             "time": {"command": "uvx", "args": ["mcp-server-time"], "timeout": 180},
