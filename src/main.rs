@@ -171,7 +171,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     tokio::spawn(async move {
         stop_requested.await;
         // Live processes go first, so the streams following them end and do not hold the stop.
-        processes.shutdown();
+        let _ = tokio::task::spawn_blocking(move || processes.shutdown()).await;
         let _ = stop_tx.send(true);
     });
     let mut graceful_stop = stop_rx.clone();

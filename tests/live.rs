@@ -185,6 +185,41 @@ async fn a_client_reattaches_from_its_offset_after_closing_the_socket() {
     );
 }
 
+/// How many processes `pgrep` finds in a process group (`-g`) or session (`-s`).
+fn members(selector: &str, id: u64) -> usize {
+    let out = std::process::Command::new("pgrep")
+        .args([selector, &id.to_string()])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).lines().count()
+}
+
+/// Waits (5 s at most) for the group or session to be empty, and says so if it never is.
+async fn assert_all_gone(selector: &str, id: u64) {
+    for _ in 0..100 {
+        if members(selector, id) == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!(
+        "{} process(es) of {selector} {id} survive",
+        members(selector, id)
+    );
+}
+
+async fn wait_exited(server: &Server, id: &str) -> Value {
+    let mut last = Value::Null;
+    for _ in 0..100 {
+        last = status(server, id).await;
+        if last["status"] == "exited" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    last
+}
+
 #[tokio::test]
 async fn a_background_group_is_listed_then_killed_whole() {
     let server = Server::start_with(&["--tools", "shell"]);
@@ -199,15 +234,8 @@ async fn a_background_group_is_listed_then_killed_whole() {
             .any(|p| p["id"] == id && p["status"] == "running"),
         "{listing}"
     );
-    let group_size = || {
-        let out = std::process::Command::new("pgrep")
-            .args(["-g", &pgid.to_string()])
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout).lines().count()
-    };
     assert!(
-        group_size() >= 2,
+        members("-g", pgid) >= 2,
         "the shell and both sleeps run in the group"
     );
 
@@ -216,22 +244,9 @@ async fn a_background_group_is_listed_then_killed_whole() {
         .fetch_status()
         .await;
     assert_eq!(killed, 202);
-    let mut last = Value::Null;
-    for _ in 0..100 {
-        last = status(&server, id).await;
-        if last["status"] == "exited" {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let last = wait_exited(&server, id).await;
     assert_eq!(last["signal"], "SIGKILL", "{last}");
-    for _ in 0..100 {
-        if group_size() == 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert_eq!(group_size(), 0, "no member of the group survives");
+    assert_all_gone("-g", pgid).await;
 
     let removed = server
         .delete(&format!("/processes/{id}"))
@@ -240,6 +255,55 @@ async fn a_background_group_is_listed_then_killed_whole() {
     assert_eq!(removed, 200);
     let gone = server.get(&format!("/processes/{id}")).fetch_status().await;
     assert_eq!(gone, 404);
+}
+
+#[tokio::test]
+async fn what_outlives_the_leader_can_still_be_killed() {
+    let server = Server::start_with(&["--tools", "shell"]);
+    let process = start(&server, json!({"command": "sleep 30 & echo started"})).await;
+    let id = process["id"].as_str().unwrap();
+    let pgid = process["pid"].as_u64().unwrap();
+    let last = wait_exited(&server, id).await;
+    assert_eq!(last["exit_code"], 0, "{last}");
+    assert_eq!(
+        members("-g", pgid),
+        1,
+        "the background sleep outlives the shell"
+    );
+
+    let kill = |server: &Server| server.post(&format!("/processes/{id}/kill")).fetch_status();
+    assert_eq!(kill(&server).await, 202);
+    assert_all_gone("-g", pgid).await;
+    assert_eq!(kill(&server).await, 409, "nothing is left to kill");
+}
+
+#[tokio::test]
+async fn a_terminal_kill_reaches_the_jobs_of_an_interactive_shell() {
+    let server = Server::start_with(&["--tools", "shell"]);
+    let process = start(
+        &server,
+        json!({"argv": ["bash", "--norc", "--noprofile", "-i"], "pty": true}),
+    )
+    .await;
+    let id = process["id"].as_str().unwrap();
+    let session = process["pid"].as_u64().unwrap();
+    let mut socket = connect(&server, id, 0).await;
+    // With job control each job gets a process group of its own: the shell's group alone misses it.
+    send(
+        &mut socket,
+        json!({"type": "stdin", "data": "sleep 30 & echo started-$((6*7))\n"}),
+    )
+    .await;
+    read_until(&mut socket, "started-42").await;
+    assert!(members("-s", session) >= 2, "the shell and its job");
+    assert_eq!(members("-g", session), 1, "the job has a group of its own");
+
+    let killed = server
+        .delete(&format!("/processes/{id}"))
+        .fetch_status()
+        .await;
+    assert_eq!(killed, 200);
+    assert_all_gone("-s", session).await;
 }
 
 /// Reads server-sent events as (event name, JSON data), calling `each` as each one arrives.

@@ -12,7 +12,8 @@ use axum::response::{IntoResponse, Response};
 use futures_util::{Stream, StreamExt};
 use serde_json::Value;
 
-const KEEP_ALIVE: Duration = Duration::from_secs(15);
+/// Also the WebSocket ping period: any stream idle longer than a proxy's read timeout would be cut.
+pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
 
 /// One event: its JSON (with a `type` field, which is also the SSE event name) and an optional SSE id
 /// (the offset to resume from, which SSE clients send back as `Last-Event-ID`).

@@ -23,7 +23,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 use crate::error::{ApiError, ApiResult};
-use crate::process::signal_group;
+use crate::process::{signal_group, signal_session};
 use crate::workspace::Workspace;
 use output::{OutputLog, ReadOut};
 
@@ -150,7 +150,8 @@ pub struct LiveProcess {
     output: Mutex<OutputLog>,
     /// Bumped on every output append and on exit; readers wait on it.
     changed: watch::Sender<u64>,
-    input: mpsc::Sender<Input>,
+    /// Dropped at exit, which ends the task (or, for a terminal, the blocking thread) feeding stdin.
+    input: Mutex<Option<mpsc::Sender<Input>>>,
 }
 
 impl LiveProcess {
@@ -204,34 +205,50 @@ impl LiveProcess {
     }
 
     pub async fn write_stdin(&self, data: Bytes) -> ApiResult<()> {
-        if !self.is_running() {
-            return Err(ApiError::Conflict(format!(
-                "process {} has exited",
-                self.id
-            )));
-        }
-        self.input
-            .send(Input::Data(data))
-            .await
-            .map_err(|_| ApiError::Conflict(format!("stdin of process {} is closed", self.id)))
+        self.send_input(Input::Data(data)).await
     }
 
     pub async fn close_stdin(&self) -> ApiResult<()> {
-        self.input
-            .send(Input::Close)
+        self.send_input(Input::Close).await
+    }
+
+    async fn send_input(&self, input: Input) -> ApiResult<()> {
+        let sender = lock(&self.input)
+            .clone()
+            .ok_or_else(|| ApiError::Conflict(format!("process {} has exited", self.id)))?;
+        sender
+            .send(input)
             .await
             .map_err(|_| ApiError::Conflict(format!("stdin of process {} is closed", self.id)))
     }
 
-    pub fn signal(&self, signal: i32) -> ApiResult<()> {
-        if !self.is_running() {
-            return Err(ApiError::Conflict(format!(
-                "process {} has exited",
+    /// Sends `signal` to everything the process started: its group and, on a terminal, its whole
+    /// session. Members can outlive the leader (`cmd &`), so this still works after the exit, until
+    /// nothing of it is left (then 409).
+    pub async fn signal(self: &Arc<Self>, signal: i32) -> ApiResult<()> {
+        let reached = if self.terminal.is_some() {
+            let process = Arc::clone(self);
+            tokio::task::spawn_blocking(move || process.signal_members(signal))
+                .await
+                .unwrap_or(false)
+        } else {
+            self.signal_members(signal)
+        };
+        if reached {
+            Ok(())
+        } else {
+            Err(ApiError::Conflict(format!(
+                "process {} has exited and nothing it started is left",
                 self.id
-            )));
+            )))
         }
-        signal_group(self.pgid(), signal);
-        Ok(())
+    }
+
+    /// Blocking for a terminal's process (it scans `/proc` for the session).
+    fn signal_members(&self, signal: i32) -> bool {
+        let group = signal_group(self.pgid(), signal);
+        let session = self.terminal.is_some() && signal_session(self.pgid(), signal) > 0;
+        group || session
     }
 
     pub fn resize(&self, size: TerminalSize) -> ApiResult<()> {
@@ -257,6 +274,7 @@ impl LiveProcess {
     }
 
     fn finish(&self, exit_code: Option<i32>, signal: Option<i32>, timed_out: bool) {
+        lock(&self.input).take();
         *lock(&self.state) = RunState::Exited {
             exit_code,
             signal,
@@ -308,23 +326,20 @@ impl ProcessManager {
         statuses
     }
 
-    /// Kills the group if it still runs, and forgets the process.
-    pub fn remove(&self, id: &str) -> ApiResult<ProcessStatus> {
+    /// Kills whatever of the process is left (leader, group, terminal session) and forgets it.
+    pub async fn remove(&self, id: &str) -> ApiResult<ProcessStatus> {
         let process = lock(&self.processes)
             .remove(id)
             .ok_or_else(|| ApiError::NotFound(format!("no process {id}")))?;
-        if process.is_running() {
-            signal_group(process.pgid(), libc::SIGKILL);
-        }
+        let _ = process.signal(libc::SIGKILL).await;
         Ok(process.status())
     }
 
-    /// Kills every running group: boxd is stopping.
+    /// Kills whatever is left of every process: boxd is stopping. Blocking (it scans `/proc`).
     pub fn shutdown(&self) {
-        for process in lock(&self.processes).values() {
-            if process.is_running() {
-                signal_group(process.pgid(), libc::SIGKILL);
-            }
+        let processes: Vec<Arc<LiveProcess>> = lock(&self.processes).values().cloned().collect();
+        for process in processes {
+            process.signal_members(libc::SIGKILL);
         }
     }
 
@@ -381,7 +396,7 @@ impl ProcessManager {
             state: Mutex::new(RunState::Running),
             output: Mutex::new(OutputLog::new(self.limits.buffer_bytes)),
             changed,
-            input: spawned.input,
+            input: Mutex::new(Some(spawned.input)),
         });
         let readers = spawned
             .readers
@@ -615,7 +630,6 @@ async fn supervise(
     timeout: Option<Duration>,
     limits: ProcessLimits,
 ) {
-    let pgid = process.pgid();
     let mut timed_out = false;
     let status = match timeout {
         None => child.wait().await,
@@ -624,11 +638,11 @@ async fn supervise(
             Err(_) => {
                 timed_out = true;
                 tracing::info!(id = %process.id, ?timeout, "process timed out; SIGTERM to its group");
-                signal_group(pgid, libc::SIGTERM);
+                let _ = process.signal(libc::SIGTERM).await;
                 match tokio::time::timeout(limits.kill_grace, child.wait()).await {
                     Ok(status) => status,
                     Err(_) => {
-                        signal_group(pgid, libc::SIGKILL);
+                        let _ = process.signal(libc::SIGKILL).await;
                         child.wait().await
                     }
                 }
@@ -636,10 +650,11 @@ async fn supervise(
         },
     };
     if timed_out {
-        // Members of the group that ignored TERM get KILL on schedule, whatever the leader did.
+        // Members that ignored TERM get KILL on schedule, whatever the leader did.
+        let process = Arc::clone(&process);
         tokio::spawn(async move {
             tokio::time::sleep(limits.kill_grace).await;
-            signal_group(pgid, libc::SIGKILL);
+            let _ = process.signal(libc::SIGKILL).await;
         });
     }
     let drain_until = tokio::time::Instant::now() + limits.drain;

@@ -64,7 +64,7 @@ async fn remove(
     State(manager): State<Arc<ProcessManager>>,
     Path(id): Path<String>,
 ) -> ApiResult<Json<ProcessStatus>> {
-    Ok(Json(manager.remove(&id)?))
+    Ok(Json(manager.remove(&id).await?))
 }
 
 async fn write_stdin(
@@ -108,7 +108,7 @@ async fn signal(
     ApiJson(request): ApiJson<SignalRequest>,
 ) -> ApiResult<StatusCode> {
     let signal = parse_signal(&request.signal)?;
-    manager.get(&id)?.signal(signal)?;
+    manager.get(&id)?.signal(signal).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -117,7 +117,7 @@ async fn kill(
     Path(id): Path<String>,
 ) -> ApiResult<(StatusCode, Json<ProcessStatus>)> {
     let process = manager.get(&id)?;
-    process.signal(libc::SIGKILL)?;
+    process.signal(libc::SIGKILL).await?;
     Ok((StatusCode::ACCEPTED, Json(process.status())))
 }
 
@@ -277,8 +277,15 @@ async fn websocket(
 
 async fn attach(mut socket: WebSocket, process: Arc<LiveProcess>, offset: u64) {
     let mut events = std::pin::pin!(event_stream(Arc::clone(&process), offset));
+    let first_ping = tokio::time::Instant::now() + events::KEEP_ALIVE;
+    let mut keep_alive = tokio::time::interval_at(first_ping, events::KEEP_ALIVE);
     loop {
         tokio::select! {
+            _ = keep_alive.tick() => {
+                if socket.send(Message::Ping(Bytes::new())).await.is_err() {
+                    return;
+                }
+            }
             event = events.next() => {
                 let Some(event) = event else {
                     let _ = socket.send(Message::Close(None)).await;
@@ -315,13 +322,13 @@ enum SocketCommand {
     CloseStdin,
 }
 
-async fn socket_command(process: &LiveProcess, text: &str) -> ApiResult<()> {
+async fn socket_command(process: &Arc<LiveProcess>, text: &str) -> ApiResult<()> {
     let command: SocketCommand = serde_json::from_str(text)
         .map_err(|err| ApiError::BadRequest(format!("unknown message: {err}")))?;
     match command {
         SocketCommand::Stdin { data } => process.write_stdin(Bytes::from(data)).await,
         SocketCommand::Resize { rows, cols } => process.resize(TerminalSize { rows, cols }),
-        SocketCommand::Signal { signal } => process.signal(parse_signal(&signal)?),
+        SocketCommand::Signal { signal } => process.signal(parse_signal(&signal)?).await,
         SocketCommand::CloseStdin => process.close_stdin().await,
     }
 }

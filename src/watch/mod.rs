@@ -126,19 +126,26 @@ async fn watch(
             }
         }
     };
-    let mut debouncer = new_debouncer(debounce, None, handler)
-        .map_err(|err| ApiError::Internal(format!("cannot watch: {err}")))?;
     let mode = if query.recursive {
         RecursiveMode::Recursive
     } else {
         RecursiveMode::NonRecursive
     };
-    debouncer.watch(&target.real, mode).map_err(|err| {
-        ApiError::InsufficientStorage(format!(
-            "cannot watch {}: {err} (inotify limits?)",
-            query.path
-        ))
-    })?;
+    // A recursive watch walks the whole tree to add one inotify watch per directory: blocking work.
+    let debouncer = {
+        let (real, shown) = (target.real.clone(), query.path.clone());
+        tokio::task::spawn_blocking(move || {
+            let mut debouncer = new_debouncer(debounce, None, handler)
+                .map_err(|err| ApiError::Internal(format!("cannot watch: {err}")))?;
+            debouncer.watch(&real, mode).map_err(|err| {
+                ApiError::InsufficientStorage(format!(
+                    "cannot watch {shown}: {err} (inotify limits?)"
+                ))
+            })?;
+            Ok::<_, ApiError>(debouncer)
+        })
+        .await??
+    };
     tracing::info!(path = %target.shown.display(), recursive = query.recursive, "watch opened");
 
     let ready = json!({"type": "ready", "path": target.shown});
