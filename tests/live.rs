@@ -420,6 +420,8 @@ async fn timeouts_end_the_group_and_limits_answer_clearly() {
         ),
         (json!({"command": "true", "timeout": -1}), 400),
         (json!({"argv": ["/no/such/program"]}), 400),
+        (json!({"command": "true", "env": {"": "x"}}), 400),
+        (json!({"command": "true", "env": {"A=B": "x"}}), 400),
     ] {
         let response = server
             .post("/processes")
@@ -449,6 +451,14 @@ async fn timeouts_end_the_group_and_limits_answer_clearly() {
         .fetch_status()
         .await;
     assert_eq!(signal, 400);
+    let not_upgraded = server
+        .get(&format!("/processes/{id}/ws"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(not_upgraded.status(), 400);
+    let body: Value = not_upgraded.json().await.unwrap();
+    assert!(body["detail"].as_str().unwrap().contains("WebSocket"));
     assert_eq!(
         server
             .get("/processes/p-nope")
@@ -514,7 +524,7 @@ async fn watch_reports_create_modify_rename_delete_and_skips_git() {
     assert_eq!(response.status(), 200);
     let mut events = NdjsonEvents::new(response);
     let mut next_event = async || events.next().await.expect("an event");
-    assert_eq!(next_event().await["type"], "ready");
+    assert_eq!(next_event().await, json!({"type": "ready", "path": "sub"}));
     std::fs::create_dir_all(server.ws("sub/.git")).unwrap();
     std::fs::write(server.ws("sub/.git/index"), "ignored").unwrap();
     std::fs::write(server.ws("sub/a.txt"), "one").unwrap();
@@ -538,6 +548,11 @@ async fn watch_reports_create_modify_rename_delete_and_skips_git() {
         next_event().await,
         json!({"type": "delete", "path": "sub/b.txt"})
     );
+
+    // Deleting the watched directory itself ends the stream (its watch is gone) after saying so.
+    std::fs::remove_dir_all(server.ws("sub")).unwrap();
+    assert_eq!(next_event().await, json!({"type": "delete", "path": "sub"}));
+    assert!(events.next().await.is_none(), "the stream ended");
 
     let escape = server.get("/watch?path=..").send().await.unwrap();
     assert_eq!(escape.status(), 403);

@@ -356,6 +356,15 @@ impl ProcessManager {
                 ));
             }
         };
+        if let Some(name) = request
+            .env
+            .keys()
+            .find(|name| name.is_empty() || name.contains(['=', '\0']))
+        {
+            return Err(ApiError::BadRequest(format!(
+                "invalid environment variable name {name:?}"
+            )));
+        }
         let timeout = request
             .timeout
             .map(|seconds| crate::tools::timeout_argument(Some(seconds), Duration::ZERO))

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use axum::body::Bytes;
+use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{FromRef, Path, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -268,9 +269,12 @@ async fn websocket(
     State(manager): State<Arc<ProcessManager>>,
     Path(id): Path<String>,
     ApiQuery(query): ApiQuery<OutputQuery>,
-    upgrade: WebSocketUpgrade,
+    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> ApiResult<impl IntoResponse> {
     let process = manager.get(&id)?;
+    let upgrade = upgrade.map_err(|rejection| {
+        ApiError::BadRequest(format!("a WebSocket upgrade is needed: {rejection}"))
+    })?;
     let offset = query.offset.unwrap_or(0);
     Ok(upgrade.on_upgrade(move |socket| attach(socket, process, offset)))
 }

@@ -148,13 +148,20 @@ async fn watch(
     };
     tracing::info!(path = %target.shown.display(), recursive = query.recursive, "watch opened");
 
-    let ready = json!({"type": "ready", "path": target.shown});
+    let watched = target
+        .real
+        .strip_prefix(hub.workspace.real_root())
+        .unwrap_or(&target.real)
+        .to_string_lossy()
+        .into_owned();
     let state = WatchStream {
         receiver,
         overflowed,
         _debouncer: Box::new(debouncer),
         _slot: slot,
-        pending_ready: Some(ready),
+        pending_ready: Some(json!({"type": "ready", "path": watched})),
+        watched,
+        ended: false,
     };
     Ok(events::respond(
         EventFormat::negotiate(&headers),
@@ -169,10 +176,18 @@ struct WatchStream {
     _debouncer: Box<dyn std::any::Any + Send>,
     _slot: Slot,
     pending_ready: Option<Value>,
+    /// Workspace-relative, like every event's path.
+    watched: String,
+    ended: bool,
 }
 
+/// Ends after the watched path itself is deleted or renamed away: its inotify watch is gone, so the
+/// stream could only stay silent.
 fn watch_events(state: WatchStream) -> impl Stream<Item = Event> + Send {
     futures_util::stream::unfold(state, |mut state| async move {
+        if state.ended {
+            return None;
+        }
         if let Some(ready) = state.pending_ready.take() {
             return Some((Event::new(ready), state));
         }
@@ -181,6 +196,8 @@ fn watch_events(state: WatchStream) -> impl Stream<Item = Event> + Send {
             return Some((Event::new(overflow), state));
         }
         let event = state.receiver.recv().await?;
+        state.ended = matches!(event["type"].as_str(), Some("delete" | "rename"))
+            && event["path"].as_str() == Some(state.watched.as_str());
         Some((Event::new(event), state))
     })
 }
