@@ -1,7 +1,7 @@
 //! `edit_file`'s matching and its patch text, with the reference's semantics: edits apply in order, an
 //! exact match first, else a run of lines equal after trimming, re-indented like the lines it replaces.
 
-use similar::{ChangeTag, TextDiff};
+use super::line_diff::unified_patch;
 
 pub struct Edit {
     pub old_text: String,
@@ -85,61 +85,6 @@ pub fn fenced_patch(path: &str, old: &str, new: &str) -> String {
     format!("{fence}diff\n{patch}{fence}\n\n")
 }
 
-fn unified_patch(path: &str, old: &str, new: &str) -> String {
-    let mut out = format!(
-        "Index: {path}\n{}\n--- {path}\toriginal\n+++ {path}\tmodified\n",
-        "=".repeat(67)
-    );
-    let diff = TextDiff::configure()
-        .timeout(std::time::Duration::from_secs(5))
-        .diff_lines(old, new);
-    for group in diff.grouped_ops(4) {
-        let (Some(first), Some(last)) = (group.first(), group.last()) else {
-            continue;
-        };
-        let old_range = first.old_range().start..last.old_range().end;
-        let new_range = first.new_range().start..last.new_range().end;
-        out.push_str(&format!(
-            "@@ -{},{} +{},{} @@\n",
-            hunk_start(&old_range),
-            old_range.len(),
-            hunk_start(&new_range),
-            new_range.len()
-        ));
-        for op in &group {
-            for change in diff.iter_changes(op) {
-                let sign = match change.tag() {
-                    ChangeTag::Equal => ' ',
-                    ChangeTag::Delete => '-',
-                    ChangeTag::Insert => '+',
-                };
-                let line = change.value();
-                out.push(sign);
-                match line.strip_suffix('\n') {
-                    Some(line) => {
-                        out.push_str(line);
-                        out.push('\n');
-                    }
-                    None => {
-                        out.push_str(line);
-                        out.push_str("\n\\ No newline at end of file\n");
-                    }
-                }
-            }
-        }
-    }
-    out
-}
-
-/// 1-based first line, or the line before an empty range, as jsdiff writes it.
-fn hunk_start(range: &std::ops::Range<usize>) -> usize {
-    if range.is_empty() {
-        range.start
-    } else {
-        range.start + 1
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -175,20 +120,5 @@ mod tests {
     fn a_missing_match_names_the_edit() {
         let err = apply("abc\n", &[edit("abc", "x"), edit("zzz", "y")]).unwrap_err();
         assert_eq!(err, "Could not find exact match for edit:\nzzz");
-    }
-
-    #[test]
-    fn patch_matches_jsdiff_layout() {
-        let patch = unified_patch("/w/f.txt", "a\nb\nc\n", "a\nB\nc\n");
-        assert_eq!(
-            patch,
-            "Index: /w/f.txt\n===================================================================\n\
-             --- /w/f.txt\toriginal\n+++ /w/f.txt\tmodified\n@@ -1,3 +1,3 @@\n a\n-b\n+B\n c\n"
-        );
-        let no_newline = unified_patch("f", "a\nb", "a\nc");
-        assert!(no_newline.ends_with(
-            "@@ -1,2 +1,2 @@\n a\n-b\n\\ No newline at end of file\n+c\n\\ No newline at end of file\n"
-        ));
-        assert!(unified_patch("f", "", "x\n").ends_with("@@ -0,0 +1,1 @@\n+x\n"));
     }
 }

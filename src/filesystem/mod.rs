@@ -6,6 +6,7 @@
 mod allowed;
 mod args;
 mod edit;
+mod line_diff;
 mod node_error;
 mod walk;
 

@@ -103,7 +103,8 @@ pub fn search_files(
         visited: 0,
         truncated: false,
     };
-    search.walk(root);
+    // The start directory must be readable (its failure is the answer); deeper ones are skipped.
+    search.visit(root, read_dir_sorted(root)?);
     if search.matches.is_empty() {
         return Ok("No matches found".to_owned());
     }
@@ -148,11 +149,7 @@ struct Search<'a> {
 }
 
 impl Search<'_> {
-    fn walk(&mut self, dir: &Path) {
-        // Unreadable directories are skipped, as the reference skips them.
-        let Ok(entries) = read_dir_sorted(dir) else {
-            return;
-        };
+    fn visit(&mut self, dir: &Path, entries: Vec<DirEntry>) {
         for entry in entries {
             if self.truncated {
                 return;
@@ -170,8 +167,11 @@ impl Search<'_> {
             if entry.name.to_lowercase().contains(&self.needle) {
                 self.matches.push(path.clone());
             }
-            if entry.is_dir {
-                self.walk(&path);
+            // Unreadable directories below the start are skipped, as the reference skips them.
+            if entry.is_dir
+                && let Ok(entries) = read_dir_sorted(&path)
+            {
+                self.visit(&path, entries);
             }
         }
     }

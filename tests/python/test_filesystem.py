@@ -145,6 +145,33 @@ SCRIPT = [
     ("get_file_info", {"path": "@/hello.txt"}),
     ("get_file_info", {"path": "@/sub"}),
     ("get_file_info", {"path": "@/missing"}),
+    # Edge cases: unicode names and content, empty files and lists, first-occurrence edits, paths through a
+    # file, unknown extra arguments, missing roots for tree and search.
+    ("write_file", {"path": "@/ünï côde ✓.txt", "content": "naïve — 日本語 🙂\n"}),
+    ("read_file", {"path": "@/ünï côde ✓.txt"}),
+    ("write_file", {"path": "@/empty.txt", "content": ""}),
+    ("read_file", {"path": "@/empty.txt"}),
+    ("get_file_info", {"path": "@/empty.txt"}),
+    ("read_multiple_files", {"paths": []}),
+    ("write_file", {"path": "@/twice.txt", "content": "dup\ndup\n"}),
+    ("edit_file", {"path": "@/twice.txt", "edits": [{"oldText": "dup", "newText": "once"}]}),
+    ("edit_file", {"path": "@/twice.txt", "edits": [{"oldText": "", "newText": "top\n"}]}),
+    ("read_file", {"path": "@/twice.txt"}),
+    ("edit_file", {"path": "@/ünï côde ✓.txt", "edits": [{"oldText": "日本語", "newText": "にほんご"}]}),
+    ("create_directory", {"path": "@/hello.txt/sub"}),
+    ("create_directory", {"path": "@/made/ünï"}),
+    ("move_file", {"source": "@/made", "destination": "@/sub/made-moved"}),
+    ("list_directory", {"path": "@/empty"}),
+    ("list_directory", {"path": "@/sub"}),
+    ("directory_tree", {"path": "@/sub"}),
+    ("directory_tree", {"path": "@/missing"}),
+    ("directory_tree", {"path": "@/hello.txt"}),
+    ("search_files", {"path": "@/missing", "pattern": "a"}),
+    ("search_files", {"path": "@", "pattern": "MADE"}),
+    ("search_files", {"path": "@", "pattern": "ünï"}),
+    ("get_file_info", {"path": "@/link-to-sub"}),
+    ("read_file", {"path": "hello.txt", "extra": 1}),
+    ("list_allowed_directories", {"unexpected": True}),
 ]
 
 
@@ -251,3 +278,38 @@ def test_allow_dir_and_tool_families(tmp_path):
             assert shell["isError"] is True
     finally:
         server.stop()
+
+
+def random_edit_cases(count, seed=7):
+    """Files over a tiny alphabet (many equal lines, so many equally short diffs) and one edit each."""
+    import random
+    rng = random.Random(seed)
+    words = ["a", "b", "dup", "", "x y", "  indented"]
+    for _ in range(count):
+        lines = [rng.choice(words) for _ in range(rng.randint(0, 40))]
+        content = "\n".join(lines) + ("\n" if lines and rng.random() < 0.7 else "")
+        if not content:
+            content = rng.choice(["", "a", "a\n"])
+        start = rng.randint(0, len(content))
+        old_text = content[start:start + rng.randint(0, 30)]
+        new_lines = [rng.choice(words) for _ in range(rng.randint(0, 6))]
+        new_text = "\n".join(new_lines) + ("\n" if rng.random() < 0.5 else "")
+        yield content, old_text, new_text
+
+
+def test_edit_patches_equal_the_reference_on_random_edits(pair):
+    """jsdiff picks among equally short diffs by its own rule; boxd's patches must pick the same."""
+    call, reference_root, boxd_root, client = pair
+    mismatches, cases = [], 0
+    for content, old_text, new_text in random_edit_cases(150):
+        for root in (reference_root, boxd_root):
+            (root / "random.txt").write_text(content)
+        reference, native = call("edit_file", {
+            "path": "random.txt", "dryRun": True,
+            "edits": [{"oldText": old_text, "newText": new_text}]})
+        cases += 1
+        if reference != native:
+            mismatches.append(f"{content!r} {old_text!r} -> {new_text!r}:\n  reference: {reference}\n"
+                              f"  boxd:      {native}")
+    assert cases == 150
+    assert not mismatches, f"{len(mismatches)} of {cases} differ:\n" + "\n".join(mismatches[:5])
