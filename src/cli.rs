@@ -97,6 +97,11 @@ pub struct ServeArgs {
     #[arg(long, env = "BOXD_PROCESS_RETENTION", default_value_t = 600.0)]
     pub process_retention: f64,
 
+    /// Seconds between keep-alives on idle event streams and WebSocket pings: below the read timeout of
+    /// any proxy in front (images set it from NGINX_TIMEOUT).
+    #[arg(long, env = "BOXD_KEEP_ALIVE", default_value_t = 15.0)]
+    pub keep_alive: f64,
+
     /// Workspace watch streams open at once.
     #[arg(long, env = "BOXD_MAX_WATCHES", default_value_t = 16)]
     pub max_watches: usize,

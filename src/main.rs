@@ -133,6 +133,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         });
     }
 
+    http::events::set_keep_alive(positive_seconds("--keep-alive", args.keep_alive)?);
     let processes = processes::ProcessManager::new(
         Arc::new(workspace.clone()),
         processes::ProcessLimits {

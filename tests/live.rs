@@ -639,3 +639,32 @@ async fn exited_processes_are_reaped_after_their_retention() {
     }
     assert_eq!(status_code, 404, "reaped within 5 s of a 0.5 s retention");
 }
+
+#[tokio::test]
+async fn idle_terminals_and_streams_send_keep_alives() {
+    let server = Server::start_with(&["--tools", "shell", "--keep-alive", "0.3"]);
+    let terminal = start(&server, json!({"argv": ["/bin/sh"], "pty": true})).await;
+    let mut socket = connect(&server, terminal["id"].as_str().unwrap(), 0).await;
+    let pinged = timeout(WAIT, async {
+        while let Some(Ok(message)) = socket.next().await {
+            if matches!(message, Message::Ping(_)) {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    assert_eq!(pinged, Ok(true), "an idle terminal is pinged");
+
+    let quiet = start(&server, json!({"command": "sleep 1.5"})).await;
+    let response = server
+        .get(&format!(
+            "/processes/{}/events",
+            quiet["id"].as_str().unwrap()
+        ))
+        .send()
+        .await
+        .unwrap();
+    let mut events = NdjsonEvents::new(response);
+    assert_eq!(events.next().await.unwrap()["type"], "keepalive");
+}

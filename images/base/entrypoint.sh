@@ -18,6 +18,10 @@ if ((NGINX_TIMEOUT > 10)); then limit=$((NGINX_TIMEOUT - 5)); else limit=$((NGIN
 ((limit >= 1)) || limit=1
 export BOXD_COMMAND_TIMEOUT=${BOXD_COMMAND_TIMEOUT:-$limit}
 export BOXD_CELL_TIMEOUT=${BOXD_CELL_TIMEOUT:-$limit}
+# Idle streams (SSE, NDJSON, terminal WebSockets) send keep-alives well inside nginx's read timeout.
+keep_alive=$((NGINX_TIMEOUT / 2 < 15 ? NGINX_TIMEOUT / 2 : 15))
+((keep_alive >= 1)) || keep_alive=1
+export BOXD_KEEP_ALIVE=${BOXD_KEEP_ALIVE:-$keep_alive}
 export BOXD_PYTHON=${BOXD_PYTHON:-/opt/venv/bin/python}
 if [[ -z ${BOXD_MCP_CONFIG:-} && -f /etc/boxd/mcp_server_configs.json ]]; then
   export BOXD_MCP_CONFIG=/etc/boxd/mcp_server_configs.json

@@ -3,6 +3,7 @@
 //! idle stream is not cut by a proxy's read timeout.
 
 use std::convert::Infallible;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
@@ -12,8 +13,19 @@ use axum::response::{IntoResponse, Response};
 use futures_util::{Stream, StreamExt};
 use serde_json::Value;
 
-/// Also the WebSocket ping period: any stream idle longer than a proxy's read timeout would be cut.
-pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
+/// Set once at start-up (`--keep-alive`) and read by every stream, so it is a process-wide setting rather
+/// than state threaded through each route.
+static KEEP_ALIVE: OnceLock<Duration> = OnceLock::new();
+
+pub fn set_keep_alive(period: Duration) {
+    let _ = KEEP_ALIVE.set(period);
+}
+
+/// Between keep-alives on an idle stream, and between WebSocket pings: a stream idle for longer than a
+/// proxy's read timeout would be cut.
+pub fn keep_alive() -> Duration {
+    KEEP_ALIVE.get().copied().unwrap_or(Duration::from_secs(15))
+}
 
 /// One event: its JSON (with a `type` field, which is also the SSE event name) and an optional SSE id
 /// (the offset to resume from, which SSE clients send back as `Last-Event-ID`).
@@ -84,7 +96,7 @@ where
                 Ok::<_, Infallible>(sse)
             });
             let mut response = Sse::new(events)
-                .keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
+                .keep_alive(KeepAlive::new().interval(keep_alive()))
                 .into_response();
             // nginx buffers proxied responses unless told otherwise.
             response
@@ -102,7 +114,7 @@ where
                             Some(event) => ndjson_line(&event.data),
                             None => break,
                         },
-                        _ = tokio::time::sleep(KEEP_ALIVE) => {
+                        _ = tokio::time::sleep(keep_alive()) => {
                             ndjson_line(&serde_json::json!({"type": "keepalive"}))
                         }
                     };

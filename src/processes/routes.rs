@@ -281,8 +281,8 @@ async fn websocket(
 
 async fn attach(mut socket: WebSocket, process: Arc<LiveProcess>, offset: u64) {
     let mut events = std::pin::pin!(event_stream(Arc::clone(&process), offset));
-    let first_ping = tokio::time::Instant::now() + events::KEEP_ALIVE;
-    let mut keep_alive = tokio::time::interval_at(first_ping, events::KEEP_ALIVE);
+    let period = events::keep_alive();
+    let mut keep_alive = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
     loop {
         tokio::select! {
             _ = keep_alive.tick() => {

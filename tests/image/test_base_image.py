@@ -4,6 +4,7 @@ usage: test_base_image.py --engine podman --image boxd-base:latest
 """
 import argparse
 import hashlib
+import json
 import os
 import pathlib
 import socket
@@ -154,8 +155,44 @@ def check_defaults(engine, image):
         logs = subprocess.run([engine, "logs", container], capture_output=True, text=True)
         assert "SECRET_TOKEN is not set" in logs.stdout + logs.stderr
         print("defaults: secret_token123 with a warning; command timeout below NGINX_TIMEOUT: ok")
+        check_idle_streams_outlive_nginx_timeout(port, idle=10)
     finally:
         subprocess.run([engine, "stop", "-t", "10", container], stdout=subprocess.DEVNULL, check=False)
+
+
+def check_idle_streams_outlive_nginx_timeout(port, idle):
+    """With NGINX_TIMEOUT=8, a terminal WebSocket and an SSE stream that stay silent for `idle` > 8 s still
+    work: boxd's keep-alives (every NGINX_TIMEOUT/2 s) keep nginx from cutting them."""
+    from websockets.sync.client import connect
+
+    base, auth = f"http://localhost:{port}/fastapi", {"Authorization": "Bearer secret_token123"}
+    terminal = requests.post(f"{base}/processes", headers=auth, timeout=30,
+                             json={"argv": ["/bin/sh"], "pty": True}).json()
+    # ping_interval=None: only boxd's pings may keep the connection alive.
+    with connect(f"ws://localhost:{port}/fastapi/processes/{terminal['id']}/ws", additional_headers=auth,
+                 open_timeout=30, ping_interval=None) as socket_:
+        quiet_until = time.perf_counter() + idle
+        while (left := quiet_until - time.perf_counter()) > 0:
+            try:
+                socket_.recv(timeout=left)
+            except TimeoutError:
+                break
+        socket_.send(json.dumps({"type": "stdin", "data": "echo alive-$((6*7))\n"}))
+        seen, answer_by = "", time.perf_counter() + 10
+        while "alive-42\r\n" not in seen:
+            event = json.loads(socket_.recv(timeout=answer_by - time.perf_counter()))
+            seen += event.get("data", "")
+    print(f"terminal WebSocket idle {idle} s through nginx (NGINX_TIMEOUT=8), then answered: ok")
+
+    quiet = requests.post(f"{base}/processes", headers=auth, timeout=30,
+                          json={"command": f"sleep {idle}; echo done"}).json()
+    with requests.get(f"{base}/processes/{quiet['id']}/events", stream=True, timeout=30,
+                      headers={**auth, "Accept": "text/event-stream"}) as stream:
+        lines = list(stream.iter_lines(decode_unicode=True))
+    assert any(line.startswith(":") for line in lines), lines
+    assert any('"data":"done\\n"' in line for line in lines), lines
+    assert any('"type":"exit"' in line for line in lines[-3:]), lines
+    print(f"SSE stream silent {idle} s through nginx, kept alive, then done and exit: ok")
 
 
 if __name__ == "__main__":
