@@ -99,8 +99,8 @@ fn forward_search(old: &[&str], new: &[&str]) -> Option<Vec<Run>> {
     };
     let extend = |nodes: &mut Vec<Node>, path: Path, tag: Tag| -> Path {
         let old_step = isize::from(tag == Tag::Delete);
-        let node = match path.last.map(|index| (index, &nodes[index])) {
-            Some((_, last)) if last.run.tag == tag => Node {
+        let node = match path.last.map(|index| &nodes[index]) {
+            Some(last) if last.run.tag == tag => Node {
                 run: Run {
                     tag,
                     count: last.run.count + 1,
