@@ -70,6 +70,24 @@ async fn read_until(socket: &mut Socket, needle: &str) -> (String, u64) {
     (seen, end)
 }
 
+/// The first message `pick` accepts, within `WAIT`; `None` if the socket ends or time runs out first.
+async fn first_message<T>(
+    socket: &mut Socket,
+    mut pick: impl FnMut(Message) -> Option<T>,
+) -> Option<T> {
+    timeout(WAIT, async {
+        while let Some(Ok(message)) = socket.next().await {
+            if let Some(found) = pick(message) {
+                return Some(found);
+            }
+        }
+        None
+    })
+    .await
+    .ok()
+    .flatten()
+}
+
 async fn send(socket: &mut Socket, message: Value) {
     socket
         .send(Message::Text(message.to_string().into()))
@@ -107,19 +125,15 @@ async fn python_in_a_terminal_over_a_websocket() {
     read_until(&mut socket, "\r\n42\r\n").await;
 
     send(&mut socket, json!({"type": "close_stdin"})).await;
-    let exit = timeout(WAIT, async {
-        while let Some(Ok(message)) = socket.next().await {
-            if let Message::Text(text) = message {
-                let event: Value = serde_json::from_str(text.as_str()).unwrap();
-                if event["type"] == "exit" {
-                    return event;
-                }
-            }
-        }
-        Value::Null
+    let exit = first_message(&mut socket, |message| {
+        let Message::Text(text) = message else {
+            return None;
+        };
+        let event: Value = serde_json::from_str(text.as_str()).unwrap();
+        (event["type"] == "exit").then_some(event)
     })
     .await
-    .unwrap();
+    .expect("an exit event");
     assert_eq!(exit["exit_code"], 0, "{exit}");
 }
 
@@ -645,16 +659,11 @@ async fn idle_terminals_and_streams_send_keep_alives() {
     let server = Server::start_with(&["--tools", "shell", "--keep-alive", "0.3"]);
     let terminal = start(&server, json!({"argv": ["/bin/sh"], "pty": true})).await;
     let mut socket = connect(&server, terminal["id"].as_str().unwrap(), 0).await;
-    let pinged = timeout(WAIT, async {
-        while let Some(Ok(message)) = socket.next().await {
-            if matches!(message, Message::Ping(_)) {
-                return true;
-            }
-        }
-        false
+    let pinged = first_message(&mut socket, |message| {
+        matches!(message, Message::Ping(_)).then_some(())
     })
     .await;
-    assert_eq!(pinged, Ok(true), "an idle terminal is pinged");
+    assert_eq!(pinged, Some(()), "an idle terminal is pinged");
 
     let quiet = start(&server, json!({"command": "sleep 1.5"})).await;
     let response = server

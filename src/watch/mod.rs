@@ -148,12 +148,7 @@ async fn watch(
     };
     tracing::info!(path = %target.shown.display(), recursive = query.recursive, "watch opened");
 
-    let watched = target
-        .real
-        .strip_prefix(hub.workspace.real_root())
-        .unwrap_or(&target.real)
-        .to_string_lossy()
-        .into_owned();
+    let watched = workspace_relative(hub.workspace.real_root(), &target.real).unwrap_or_default();
     let state = WatchStream {
         receiver,
         overflowed,
@@ -236,10 +231,16 @@ impl EventFilter {
 
     /// Workspace-relative, or `None` for paths to leave out (under `.git`, or outside).
     fn relative(&self, path: &Path) -> Option<String> {
-        let relative = path.strip_prefix(&self.real_root).ok()?;
-        if !self.include_git && relative.components().any(|part| part.as_os_str() == ".git") {
-            return None;
-        }
-        Some(relative.to_string_lossy().into_owned())
+        let relative = workspace_relative(&self.real_root, path)?;
+        let under_git = Path::new(&relative)
+            .components()
+            .any(|part| part.as_os_str() == ".git");
+        (self.include_git || !under_git).then_some(relative)
     }
+}
+
+/// How the watch names a path: relative to the workspace's real root (`None` outside it).
+fn workspace_relative(real_root: &Path, path: &Path) -> Option<String> {
+    let relative = path.strip_prefix(real_root).ok()?;
+    Some(relative.to_string_lossy().into_owned())
 }
