@@ -1,6 +1,8 @@
 //! boxd: the one process inside every agent-sandbox container.
 
+mod child;
 mod cli;
+mod deadline;
 mod error;
 mod filesystem;
 mod git;
@@ -31,6 +33,8 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    // Before any thread or child exists: the token was read into `cli`; no child may inherit it.
+    child::withhold_from_children(&["SECRET_TOKEN"]);
     tracing_subscriber::fmt()
         .with_env_filter(
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
@@ -81,28 +85,33 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         .map_err(|err| format!("cannot open workspace {}: {err}", args.workspace.display()))?;
 
     let tools = Arc::new(ToolRegistry::default());
+    tools.reserve_group(tools::GENERIC_GROUP);
     if args.tools.contains(&ToolFamily::Shell) {
-        tools.register(shell::tool(
-            workspace.real_root().to_path_buf(),
-            shell::ShellLimits {
-                default_timeout: command_timeout,
-                max_output_bytes: args.max_output,
-                kill_grace: Duration::from_secs(2),
-                drain: Duration::from_millis(200),
-            },
-        ));
+        tools
+            .register_builtin(shell::tool(
+                workspace.real_root().to_path_buf(),
+                shell::ShellLimits {
+                    default_timeout: command_timeout,
+                    max_output_bytes: args.max_output,
+                    kill_grace: Duration::from_secs(2),
+                    drain: Duration::from_millis(200),
+                },
+            ))
+            .map_err(|err| err.to_string())?;
     }
     if args.tools.contains(&ToolFamily::Ipython) {
-        tools.register(ipython::tool(ipython::IpythonBridge::start(
-            ipython::KernelConfig {
-                python: interpreter_path(&args.python),
-                workspace: workspace.real_root().to_path_buf(),
-                default_timeout: cell_timeout,
-                interrupt_grace: Duration::from_secs(3),
-                start_timeout: Duration::from_secs(60),
-                max_output_bytes: args.max_output,
-            },
-        )));
+        tools
+            .register_builtin(ipython::tool(ipython::IpythonBridge::start(
+                ipython::KernelConfig {
+                    python: interpreter_path(&args.python),
+                    workspace: workspace.real_root().to_path_buf(),
+                    default_timeout: cell_timeout,
+                    interrupt_grace: Duration::from_secs(3),
+                    start_timeout: Duration::from_secs(60),
+                    max_output_bytes: args.max_output,
+                },
+            )))
+            .map_err(|err| err.to_string())?;
     }
     if args.tools.contains(&ToolFamily::Filesystem) {
         let mut dirs = vec![workspace.root().to_path_buf()];
@@ -110,7 +119,9 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         let allowed =
             filesystem::AllowedDirs::new(&dirs).map_err(|err| format!("--allow-dir: {err}"))?;
         for tool in filesystem::tools(allowed) {
-            tools.register(tool);
+            tools
+                .register_builtin(tool)
+                .map_err(|err| err.to_string())?;
         }
     }
 

@@ -122,3 +122,39 @@ async fn bad_input_is_a_client_error() {
         .unwrap();
     assert_eq!(malformed.status().as_u16(), 422);
 }
+
+/// A timeout too large for `Instant` once panicked the server (and, with `panic = "abort"`, killed it
+/// with every child orphaned). Now it is a 400 that names the bound, and the server goes on.
+#[tokio::test]
+async fn a_huge_timeout_is_refused_and_the_server_survives() {
+    let server = Server::start();
+    for timeout in [json!(1e19), json!(86_401), json!(1.7976931348623157e308)] {
+        let response = server
+            .post("/tools/run_shell_command")
+            .json(&json!({"command": "true", "timeout": timeout}))
+            .send()
+            .await
+            .expect("the server answers");
+        assert_eq!(response.status().as_u16(), 400, "timeout {timeout}");
+        let body: serde_json::Value = response.json().await.expect("json");
+        let detail = body["detail"].as_str().unwrap_or_default();
+        assert!(detail.contains("at most 86400"), "{detail}");
+    }
+    let still_alive = server.shell("echo alive").await;
+    assert_eq!(item(&still_alive, "stdout"), Some("alive\n"));
+}
+
+/// Children never see boxd's API token: not in their environment, not in boxd's `/proc/PID/environ`.
+#[tokio::test]
+async fn children_cannot_read_the_api_token() {
+    let server = Server::start();
+    let result = server
+        .shell(&format!(
+            "env; tr '\\0' '\\n' < /proc/{}/environ",
+            server.pid()
+        ))
+        .await;
+    let seen = item(&result, "stdout").unwrap_or_default();
+    assert!(!seen.is_empty());
+    assert!(!seen.contains(common::TOKEN), "the token leaked:\n{seen}");
+}

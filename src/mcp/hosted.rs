@@ -219,12 +219,12 @@ impl HostedServer {
     ) -> Pin<Box<dyn Future<Output = Result<(), ServiceError>> + Send + 'a>> {
         Box::pin(async move {
             let listed = peer.list_all_tools().await?;
-            self.tools.unregister_group(&self.spec.name);
+            let mut tools = Vec::with_capacity(listed.len());
             for remote in listed {
                 let remote_name = remote.name.to_string();
                 let server = self.myself.clone();
                 let call_name = remote_name.clone();
-                let exposed = self.tools.register(Tool::new(
+                tools.push(Tool::new(
                     &self.spec.name,
                     &remote_name,
                     remote.description.as_deref().unwrap_or_default(),
@@ -240,7 +240,23 @@ impl HostedServer {
                         }
                     },
                 ));
-                tracing::debug!(server = %self.spec.name, tool = %exposed, "registered hosted tool");
+            }
+            let outcomes = self
+                .tools
+                .replace_group(&self.spec.name, tools)
+                .map_err(|err| {
+                    ServiceError::McpError(rmcp::model::ErrorData::invalid_params(
+                        err.to_string(),
+                        None,
+                    ))
+                })?;
+            for outcome in outcomes {
+                match outcome {
+                    Ok(exposed) => {
+                        tracing::debug!(server = %self.spec.name, tool = %exposed, "registered hosted tool")
+                    }
+                    Err(err) => tracing::warn!(server = %self.spec.name, "tool left out: {err}"),
+                }
             }
             Ok(())
         })

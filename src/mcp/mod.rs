@@ -58,6 +58,9 @@ impl McpHost {
     /// are cleaned up and named, with their reasons, in the error.
     pub async fn add_servers(&self, configs: &Value, overwrite: bool) -> ApiResult<()> {
         let specs = parse_servers(configs)?;
+        if let Some(taken) = specs.iter().find(|spec| self.tools.is_reserved(&spec.name)) {
+            return Err(crate::tools::RegistryError::ReservedGroup(taken.name.clone()).into());
+        }
         let mut servers = self.servers.lock().await;
         let mut to_start = Vec::new();
         for spec in specs {

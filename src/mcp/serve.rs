@@ -35,11 +35,15 @@ impl ServerHandler for RegistryServer {
             .snapshot()
             .into_iter()
             .map(|tool| {
-                let schema = match tool.input_schema {
-                    Value::Object(schema) => schema,
+                let schema = match &tool.input_schema {
+                    Value::Object(schema) => schema.clone(),
                     _ => serde_json::Map::new(),
                 };
-                rmcp::model::Tool::new(tool.name, tool.description, Arc::new(schema))
+                rmcp::model::Tool::new(
+                    tool.name.clone(),
+                    tool.description.clone(),
+                    Arc::new(schema),
+                )
             })
             .collect();
         Ok(ListToolsResult::with_all_items(tools))

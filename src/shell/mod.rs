@@ -14,6 +14,7 @@ use tokio::io::AsyncReadExt;
 use tokio::process::Command;
 use tokio::time::{Instant, sleep_until};
 
+use crate::deadline::Deadline;
 use crate::error::ApiError;
 use crate::process::signal_group;
 use crate::processes::Utf8Boundary;
@@ -167,7 +168,7 @@ pub async fn run(
     let mut stderr_progress = Progress::new(progress, "stderr");
 
     let started = Instant::now();
-    let timeout_at = started + timeout;
+    let timeout_at = Deadline::from(started, timeout).instant();
     let mut exit_status = None;
     let mut drain_until = None;
     let mut kill_at = None;
@@ -201,7 +202,7 @@ pub async fn run(
             status = child.wait(), if exit_status.is_none() => {
                 exit_status = Some(status?);
                 guard.pgid = None;
-                drain_until = Some(Instant::now() + limits.drain);
+                drain_until = Some(Deadline::after(limits.drain).instant());
             },
             _ = sleep_until(timeout_at), if !timed_out && exit_status.is_none() => {
                 timed_out = true;
@@ -209,7 +210,7 @@ pub async fn run(
                     tracing::info!(pgid, ?timeout, "command timed out; sending SIGTERM to its group");
                     signal_group(pgid, libc::SIGTERM);
                 }
-                kill_at = Some(Instant::now() + limits.kill_grace);
+                kill_at = Some(Deadline::after(limits.kill_grace).instant());
             },
             _ = sleep_until(kill_at.unwrap_or(timeout_at)), if kill_at.is_some() => {
                 if let Some(pgid) = pgid {

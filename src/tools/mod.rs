@@ -5,7 +5,7 @@ mod result;
 
 pub use result::{CallToolResult, ContentItem};
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, RwLock};
@@ -103,25 +103,54 @@ impl Tool {
     }
 }
 
-/// Tools by exposed name. Built-ins register at start; hosted MCP servers add and drop their groups at
-/// runtime, so the map sits behind a lock held only for lookups and inserts, never across a call.
-#[derive(Default)]
-pub struct ToolRegistry {
-    tools: RwLock<BTreeMap<String, Tool>>,
+/// Why a tool could not be registered.
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    #[error(
+        "group {0} is a built-in tool family's; a hosted MCP server cannot take its name (choose another)"
+    )]
+    ReservedGroup(String),
+    #[error(
+        "tool {name} of group {group} collides with an existing tool, and so does {namespaced}"
+    )]
+    Collision {
+        name: String,
+        group: String,
+        namespaced: String,
+    },
 }
 
-impl ToolRegistry {
-    /// First registration of a name wins; a later tool of the same name from another group stays reachable
-    /// as `{group}__{name}`, and the collision is logged. Returns the name the tool is exposed under.
-    pub fn register(&self, mut tool: Tool) -> String {
-        let mut tools = self
-            .tools
-            .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if let Some(existing) = tools.get(&tool.name)
+impl From<RegistryError> for ApiError {
+    fn from(err: RegistryError) -> Self {
+        match err {
+            RegistryError::ReservedGroup(_) => ApiError::BadRequest(err.to_string()),
+            RegistryError::Collision { .. } => ApiError::Conflict(err.to_string()),
+        }
+    }
+}
+
+#[derive(Default)]
+struct Entries {
+    tools: BTreeMap<String, Arc<Tool>>,
+    /// Groups of the built-in families: no hosted server may replace or remove them.
+    reserved: BTreeSet<String>,
+}
+
+impl Entries {
+    /// First registration of a name wins; a later tool of the same name from another group is exposed as
+    /// `{group}__{name}`. When that name is taken too, the tool is refused (never silently dropped).
+    fn insert(&mut self, mut tool: Tool) -> Result<String, RegistryError> {
+        if let Some(existing) = self.tools.get(&tool.name)
             && existing.group != tool.group
         {
             let namespaced = format!("{}__{}", tool.group, tool.name);
+            if self.tools.contains_key(&namespaced) {
+                return Err(RegistryError::Collision {
+                    name: tool.name,
+                    group: tool.group,
+                    namespaced,
+                });
+            }
             tracing::warn!(
                 tool = %tool.name,
                 kept_group = %existing.group,
@@ -132,24 +161,75 @@ impl ToolRegistry {
             tool.name = namespaced;
         }
         let name = tool.name.clone();
-        tools.entry(name.clone()).or_insert(tool);
-        name
+        self.tools.insert(name.clone(), Arc::new(tool));
+        Ok(name)
     }
+}
 
-    pub fn unregister_group(&self, group: &str) {
-        let mut tools = self
-            .tools
-            .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        tools.retain(|_, tool| tool.group != group);
-    }
+/// Tools by exposed name. Built-in families register at start; hosted MCP servers replace their groups
+/// at runtime, so the map sits behind a lock held only for lookups and inserts, never across a call.
+#[derive(Default)]
+pub struct ToolRegistry {
+    entries: RwLock<Entries>,
+}
 
-    pub fn get(&self, name: &str) -> ApiResult<Tool> {
-        let tools = self
-            .tools
+impl ToolRegistry {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Entries> {
+        self.entries
             .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        tools
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Entries> {
+        self.entries
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Registers a built-in family's tool; its group becomes reserved. Returns the exposed name.
+    pub fn register_builtin(&self, tool: Tool) -> Result<String, RegistryError> {
+        let mut entries = self.write();
+        entries.reserved.insert(tool.group.clone());
+        entries.insert(tool)
+    }
+
+    /// Reserves a group name for a built-in family that registers its tools later (or none).
+    pub fn reserve_group(&self, group: &str) {
+        self.write().reserved.insert(group.to_owned());
+    }
+
+    pub fn is_reserved(&self, group: &str) -> bool {
+        self.read().reserved.contains(group)
+    }
+
+    /// Replaces every tool of a (non-reserved) group by `tools` in one step, so a call during a hosted
+    /// server's tool-list refresh never sees the group missing. Tools that collide are left out and
+    /// named in the returned errors; the others are registered.
+    pub fn replace_group(
+        &self,
+        group: &str,
+        tools: Vec<Tool>,
+    ) -> Result<Vec<Result<String, RegistryError>>, RegistryError> {
+        let mut entries = self.write();
+        if entries.reserved.contains(group) {
+            return Err(RegistryError::ReservedGroup(group.to_owned()));
+        }
+        entries.tools.retain(|_, tool| tool.group != group);
+        Ok(tools.into_iter().map(|tool| entries.insert(tool)).collect())
+    }
+
+    /// Removes a hosted group; built-in groups are never removed.
+    pub fn unregister_group(&self, group: &str) {
+        let mut entries = self.write();
+        if entries.reserved.contains(group) {
+            return;
+        }
+        entries.tools.retain(|_, tool| tool.group != group);
+    }
+
+    pub fn get(&self, name: &str) -> ApiResult<Arc<Tool>> {
+        self.read()
+            .tools
             .get(name)
             .cloned()
             .ok_or_else(|| ApiError::NotFound(format!("unknown tool: {name}")))
@@ -173,12 +253,8 @@ impl ToolRegistry {
         Ok(self.get(name)?.call_streaming(arguments, sink))
     }
 
-    pub fn snapshot(&self) -> Vec<Tool> {
-        let tools = self
-            .tools
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        tools.values().cloned().collect()
+    pub fn snapshot(&self) -> Vec<Arc<Tool>> {
+        self.read().tools.values().cloned().collect()
     }
 }
 
@@ -193,18 +269,16 @@ fn object_arguments(arguments: Value) -> ApiResult<Value> {
     }
 }
 
-/// A tool's optional `timeout` argument (seconds), or `default`; anything but a positive number → 400.
+/// A tool's optional `timeout` argument (seconds), or `default`; anything but a positive number up to
+/// [`crate::deadline::MAX_TIMEOUT`] → 400 naming the bound.
 pub fn timeout_argument(
     requested: Option<f64>,
     default: std::time::Duration,
 ) -> ApiResult<std::time::Duration> {
     match requested {
         None => Ok(default),
-        Some(seconds) => positive_seconds(seconds).ok_or_else(|| {
-            ApiError::BadRequest(format!(
-                "timeout must be a positive number of seconds, got {seconds}"
-            ))
-        }),
+        Some(seconds) => crate::deadline::user_timeout(seconds)
+            .map_err(|err| ApiError::BadRequest(err.to_string())),
     }
 }
 
@@ -221,4 +295,52 @@ pub fn parse_arguments<T: serde::de::DeserializeOwned>(
 ) -> ApiResult<T> {
     serde_json::from_value(arguments)
         .map_err(|err| ApiError::BadRequest(format!("invalid arguments for {tool}: {err}")))
+}
+
+#[cfg(test)]
+mod registry_tests {
+    use super::*;
+
+    fn tool(group: &str, name: &str) -> Tool {
+        Tool::new(group, name, "", json!({}), |_| async {
+            Ok(CallToolResult::new(Vec::new(), false))
+        })
+    }
+
+    #[test]
+    fn a_hosted_group_cannot_take_or_remove_a_built_in_group() {
+        let registry = ToolRegistry::default();
+        registry
+            .register_builtin(tool("filesystem", "read_file"))
+            .ok();
+        assert!(matches!(
+            registry.replace_group("filesystem", vec![tool("filesystem", "x")]),
+            Err(RegistryError::ReservedGroup(_))
+        ));
+        registry.unregister_group("filesystem");
+        assert!(registry.get("read_file").is_ok());
+    }
+
+    #[test]
+    fn a_namespaced_collision_is_an_error_not_a_silent_drop() {
+        let registry = ToolRegistry::default();
+        registry.register_builtin(tool("generic", "echo")).ok();
+        registry.register_builtin(tool("generic", "a__echo")).ok();
+        let outcome = registry.replace_group("a", vec![tool("a", "echo")]).ok();
+        assert!(matches!(
+            outcome.as_deref(),
+            Some([Err(RegistryError::Collision { .. })])
+        ));
+    }
+
+    #[test]
+    fn replacing_a_group_swaps_its_tools_at_once() {
+        let registry = ToolRegistry::default();
+        registry
+            .replace_group("srv", vec![tool("srv", "one"), tool("srv", "two")])
+            .ok();
+        registry.replace_group("srv", vec![tool("srv", "two")]).ok();
+        assert!(registry.get("one").is_err());
+        assert!(registry.get("two").is_ok());
+    }
 }

@@ -1,0 +1,6 @@
+//! What every child of boxd (shell commands, cells, live processes, hosted MCP servers, and next Xvfb,
+//! Chromium and adb) inherits, and what it must not.
+
+mod environment;
+
+pub use environment::withhold_from_children;
