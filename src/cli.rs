@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -70,15 +70,15 @@ pub struct ServeArgs {
     #[arg(long, env = "BOXD_CELL_TIMEOUT", default_value_t = 300.0)]
     pub cell_timeout: f64,
 
-    /// Tool families to register (comma-separated): an image offers only what it needs.
+    /// Families to enable (comma-separated; default: all): their tools and their routes. An image
+    /// offers only what it needs.
     #[arg(
         long,
         env = "BOXD_TOOLS",
-        value_enum,
         value_delimiter = ',',
-        default_value = "shell,ipython,filesystem"
+        value_parser = clap::builder::PossibleValuesParser::new(crate::family_names())
     )]
-    pub tools: Vec<ToolFamily>,
+    pub tools: Vec<String>,
 
     /// More directories the filesystem tools may use besides the workspace (repeatable; in the env
     /// var, separated by `:`). Each must exist.
@@ -111,12 +111,8 @@ pub struct ServeArgs {
     pub max_output: usize,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ToolFamily {
-    /// `run_shell_command`.
-    Shell,
-    /// `run_ipython_cell` (starts a Python kernel).
-    Ipython,
-    /// The eleven server-filesystem tools (`read_file`, `edit_file`, ...).
-    Filesystem,
+/// A flag's seconds as a positive duration, or the start-up error naming the flag.
+pub fn positive_seconds(flag: &str, seconds: f64) -> Result<std::time::Duration, String> {
+    crate::tools::positive_seconds(seconds)
+        .ok_or_else(|| format!("{flag} must be a positive number of seconds, got {seconds}"))
 }

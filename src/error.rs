@@ -31,6 +31,12 @@ pub enum ApiError {
     BadGateway(String),
     #[error("{0}")]
     GatewayTimeout(String),
+    /// A family that is starting or failed; the client may retry after the given seconds.
+    #[error("{message}")]
+    Unavailable {
+        message: String,
+        retry_after_seconds: u64,
+    },
     #[error("{0}")]
     Internal(String),
 }
@@ -49,6 +55,7 @@ impl ApiError {
             ApiError::TooManyRequests(_) => StatusCode::TOO_MANY_REQUESTS,
             ApiError::BadGateway(_) => StatusCode::BAD_GATEWAY,
             ApiError::GatewayTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
+            ApiError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -86,8 +93,50 @@ impl IntoResponse for ApiError {
         if status.is_server_error() {
             tracing::error!(status = status.as_u16(), detail = %self, "request failed");
         }
-        (status, Json(json!({ "detail": self.to_string() }))).into_response()
+        let retry_after = match &self {
+            ApiError::Unavailable {
+                retry_after_seconds,
+                ..
+            } => Some(*retry_after_seconds),
+            _ => None,
+        };
+        let mut response = (status, Json(json!({ "detail": self.to_string() }))).into_response();
+        if let Some(reason) = reason_phrase(&self.to_string()) {
+            response.extensions_mut().insert(reason);
+        }
+        if let Some(seconds) = retry_after {
+            response
+                .headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, seconds.into());
+        }
+        response
     }
 }
 
 pub type ApiResult<T> = Result<T, ApiError>;
+
+/// The message also travels as the HTTP/1 reason phrase (`HTTP/1.1 503 the ipython tools are failed:
+/// ...`), because the Python client reports an error status as `raise_for_status()` words it, with
+/// the reason phrase and without the body: that way a model reading the error still learns why.
+fn reason_phrase(detail: &str) -> Option<hyper::ext::ReasonPhrase> {
+    const MAX_REASON: usize = 300;
+    let mut reason: String = detail
+        .chars()
+        .map(|c| {
+            if c.is_ascii_graphic() || c == ' ' {
+                c
+            } else {
+                ' '
+            }
+        })
+        .take(MAX_REASON)
+        .collect();
+    if detail.chars().count() > MAX_REASON {
+        reason.push_str("...");
+    }
+    let reason = reason.trim();
+    if reason.is_empty() {
+        return None;
+    }
+    hyper::ext::ReasonPhrase::try_from(reason.to_owned()).ok()
+}

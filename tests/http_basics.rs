@@ -91,7 +91,7 @@ async fn sigterm_stops_the_server_cleanly() {
 
 #[tokio::test]
 async fn every_documented_route_exists() {
-    let server = Server::start_with(&["--tools", "shell"]);
+    let server = Server::start();
     let document: serde_json::Value = server
         .get("/openapi.json")
         .send()

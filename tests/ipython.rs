@@ -228,19 +228,50 @@ async fn missing_ipython_is_a_clear_error() {
         std::os::unix::fs::PermissionsExt::from_mode(0o755),
     )
     .unwrap();
+    // The family is `failed` with the reason: cells answer 503 with it (in the body, in the reason
+    // phrase the Python client shows, with Retry-After), and /readyz shows it.
     let server = Server::start_with(&["--python", bare_python.to_str().unwrap()]);
-    let result = cell(&server, "1").await;
-    assert_eq!(result["isError"], true);
-    let stderr = item(&result, "stderr").unwrap();
-    assert!(stderr.contains("IPython is not installed"), "{stderr}");
+    let started = std::time::Instant::now();
+    let response = server
+        .post("/tools/run_ipython_cell")
+        .json(&serde_json::json!({"code": "1"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 503);
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    assert!(response.headers().contains_key("retry-after"));
+    let reason = response
+        .status()
+        .canonical_reason()
+        .unwrap_or_default()
+        .to_owned();
+    let detail = response.json::<serde_json::Value>().await.unwrap()["detail"].to_string();
+    assert!(
+        detail.contains("IPython is not installed"),
+        "{detail} / {reason}"
+    );
+    let readiness: serde_json::Value = server.get("/readyz").fetch_json().await;
+    assert_eq!(readiness["ready"], false);
+    assert_eq!(readiness["families"]["ipython"]["status"], "failed");
+    assert!(
+        readiness["families"]["ipython"]["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("IPython is not installed")
+    );
+    assert_eq!(readiness["families"]["shell"]["status"], "ready");
 
     let no_interpreter = Server::start_with(&["--python", "/nonexistent/python"]);
-    let result = cell(&no_interpreter, "1").await;
-    assert!(
-        item(&result, "stderr")
-            .unwrap()
-            .contains("/nonexistent/python")
-    );
+    let response = no_interpreter
+        .post("/tools/run_ipython_cell")
+        .json(&serde_json::json!({"code": "1"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 503);
+    let detail = response.json::<serde_json::Value>().await.unwrap()["detail"].to_string();
+    assert!(detail.contains("/nonexistent/python"), "{detail}");
 }
 
 #[tokio::test]

@@ -97,7 +97,7 @@ async fn send(socket: &mut Socket, message: Value) {
 
 #[tokio::test]
 async fn python_in_a_terminal_over_a_websocket() {
-    let server = Server::start_with(&["--tools", "shell"]);
+    let server = Server::start_with(&["--tools", "shell,processes,watch"]);
     let process = start(
         &server,
         json!({"argv": ["python3", "-i"], "pty": {"rows": 24, "cols": 80}}),
@@ -139,7 +139,7 @@ async fn python_in_a_terminal_over_a_websocket() {
 
 #[tokio::test]
 async fn stty_sees_the_new_size_after_a_resize() {
-    let server = Server::start_with(&["--tools", "shell"]);
+    let server = Server::start_with(&["--tools", "shell,processes,watch"]);
     let process = start(&server, json!({"argv": ["/bin/sh"], "pty": true})).await;
     let id = process["id"].as_str().unwrap();
     let mut socket = connect(&server, id, 0).await;
@@ -169,7 +169,7 @@ async fn stty_sees_the_new_size_after_a_resize() {
 
 #[tokio::test]
 async fn a_client_reattaches_from_its_offset_after_closing_the_socket() {
-    let server = Server::start_with(&["--tools", "shell"]);
+    let server = Server::start_with(&["--tools", "shell,processes,watch"]);
     let process = start(&server, json!({"argv": ["/bin/sh"], "pty": true})).await;
     let id = process["id"].as_str().unwrap();
     let mut socket = connect(&server, id, 0).await;
@@ -236,7 +236,7 @@ async fn wait_exited(server: &Server, id: &str) -> Value {
 
 #[tokio::test]
 async fn a_background_group_is_listed_then_killed_whole() {
-    let server = Server::start_with(&["--tools", "shell"]);
+    let server = Server::start_with(&["--tools", "shell,processes,watch"]);
     let process = start(&server, json!({"command": "sleep 30 & sleep 30; wait"})).await;
     let id = process["id"].as_str().unwrap();
     let pgid = process["pid"].as_u64().unwrap();
@@ -273,7 +273,7 @@ async fn a_background_group_is_listed_then_killed_whole() {
 
 #[tokio::test]
 async fn what_outlives_the_leader_can_still_be_killed() {
-    let server = Server::start_with(&["--tools", "shell"]);
+    let server = Server::start_with(&["--tools", "shell,processes,watch"]);
     let process = start(&server, json!({"command": "sleep 30 & echo started"})).await;
     let id = process["id"].as_str().unwrap();
     let pgid = process["pid"].as_u64().unwrap();
@@ -293,7 +293,7 @@ async fn what_outlives_the_leader_can_still_be_killed() {
 
 #[tokio::test]
 async fn a_terminal_kill_reaches_the_jobs_of_an_interactive_shell() {
-    let server = Server::start_with(&["--tools", "shell"]);
+    let server = Server::start_with(&["--tools", "shell,processes,watch"]);
     let process = start(
         &server,
         json!({"argv": ["bash", "--norc", "--noprofile", "-i"], "pty": true}),
@@ -348,7 +348,7 @@ async fn read_sse(response: reqwest::Response, mut each: impl AsyncFnMut(&str, V
 
 #[tokio::test]
 async fn server_sent_events_deliver_each_line_while_the_command_still_runs() {
-    let server = Server::start_with(&["--tools", "shell"]);
+    let server = Server::start_with(&["--tools", "shell,processes,watch"]);
     let process = start(
         &server,
         json!({"command": "for i in 1 2 3; do echo line $i; sleep 0.7; done"}),
@@ -408,7 +408,7 @@ async fn server_sent_events_deliver_each_line_while_the_command_still_runs() {
 
 #[tokio::test]
 async fn timeouts_end_the_group_and_limits_answer_clearly() {
-    let server = Server::start_with(&["--tools", "shell", "--max-processes", "1"]);
+    let server = Server::start_with(&["--tools", "shell,processes", "--max-processes", "1"]);
     let process = start(&server, json!({"command": "sleep 30", "timeout": 0.5})).await;
     let id = process["id"].as_str().unwrap();
     let second = server.post("/processes").json(&json!({"command": "true"}));
@@ -486,7 +486,7 @@ async fn timeouts_end_the_group_and_limits_answer_clearly() {
 
 #[tokio::test]
 async fn pipes_carry_stdin_and_keep_stdout_and_stderr_apart() {
-    let server = Server::start_with(&["--tools", "shell"]);
+    let server = Server::start_with(&["--tools", "shell,processes,watch"]);
     let process = start(&server, json!({"argv": ["sh", "-c", "read line; echo out:$line; echo err:$line >&2; cat"], "env": {"X": "1"}})).await;
     let id = process["id"].as_str().unwrap();
     let post = |path: String, body: &'static str| server.post(&path).body(body).send();
@@ -532,7 +532,7 @@ async fn pipes_carry_stdin_and_keep_stdout_and_stderr_apart() {
 
 #[tokio::test]
 async fn watch_reports_create_modify_rename_delete_and_skips_git() {
-    let server = Server::start_with(&["--tools", "shell"]);
+    let server = Server::start_with(&["--tools", "shell,processes,watch"]);
     std::fs::create_dir_all(server.ws("sub")).unwrap();
     let response = server.get("/watch?path=sub").send().await.unwrap();
     assert_eq!(response.status(), 200);
@@ -576,7 +576,7 @@ async fn watch_reports_create_modify_rename_delete_and_skips_git() {
 
 #[tokio::test]
 async fn streaming_shell_command_reports_output_before_it_ends_then_the_same_result() {
-    let server = Server::start_with(&["--tools", "shell"]);
+    let server = Server::start_with(&["--tools", "shell,processes,watch"]);
     let command = "echo first; echo oops >&2; while [ ! -f go ]; do sleep 0.05; done; echo last";
     let response = server
         .post("/tools/run_shell_command/stream")
@@ -635,7 +635,7 @@ async fn streaming_shell_command_reports_output_before_it_ends_then_the_same_res
 
 #[tokio::test]
 async fn exited_processes_are_reaped_after_their_retention() {
-    let server = Server::start_with(&["--tools", "shell", "--process-retention", "0.5"]);
+    let server = Server::start_with(&["--tools", "shell,processes", "--process-retention", "0.5"]);
     let process = start(&server, json!({"command": "echo bye"})).await;
     let id = process["id"].as_str().unwrap();
     let events = server
@@ -656,7 +656,7 @@ async fn exited_processes_are_reaped_after_their_retention() {
 
 #[tokio::test]
 async fn idle_terminals_and_streams_send_keep_alives() {
-    let server = Server::start_with(&["--tools", "shell", "--keep-alive", "0.3"]);
+    let server = Server::start_with(&["--tools", "shell,processes,watch", "--keep-alive", "0.3"]);
     let terminal = start(&server, json!({"argv": ["/bin/sh"], "pty": true})).await;
     let mut socket = connect(&server, terminal["id"].as_str().unwrap(), 0).await;
     let pinged = first_message(&mut socket, |message| {

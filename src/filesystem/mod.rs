@@ -3,6 +3,9 @@
 //! the reference's; paths are confined for real (see `allowed`), `create_directory` makes missing parents
 //! and `move_file` never overwrites, as the reference's own descriptions promise.
 
+mod family;
+pub use family::family;
+
 mod allowed;
 mod args;
 mod edit;

@@ -2,6 +2,9 @@
 //! the log with per-commit diffs. Diffs never touch the user's index; calls are serialised because libgit2
 //! and `git` itself take the same index lock.
 
+mod family;
+pub use family::family;
+
 mod diff_text;
 
 use std::collections::BTreeMap;

@@ -9,95 +9,80 @@ mod log;
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::{DefaultBodyLimit, FromRef, Path, State};
+use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router, middleware};
 use serde_json::Value;
 
 use crate::error::{ApiError, ApiResult};
-use crate::git::GitWatcher;
-use crate::mcp::McpHost;
-use crate::processes::ProcessManager;
-use crate::tools::{CallToolResult, ToolFuture, ToolRegistry};
-use crate::watch::WatchHub;
-use crate::workspace::Workspace;
-use crate::{git, mcp, processes, watch, workspace};
+use crate::family::Families;
+use crate::tools::{
+    CallContext, CallToolResult, PROGRESS_CAPACITY, ProgressSink, ToolFuture, ToolRegistry,
+};
 
 /// JSON bodies (tool arguments, file contents sent as strings) up to this size; raw file uploads are
 /// streamed and not limited by it.
 const MAX_JSON_BODY: usize = 64 * 1024 * 1024;
 
-#[derive(Clone)]
-pub struct AppState {
+/// What the router serves besides the families' own routes.
+pub struct Core {
     pub tools: Arc<ToolRegistry>,
-    pub workspace: Arc<Workspace>,
-    pub git: Arc<GitWatcher>,
-    pub mcp: Arc<McpHost>,
-    pub processes: Arc<ProcessManager>,
-    pub watches: Arc<WatchHub>,
+    pub families: Arc<Families>,
+    /// Routes every image has whatever its families (the tool listing and call routes, `/mcp`).
+    pub tool_routes: Router,
     pub token: auth::Token,
 }
 
-impl FromRef<AppState> for Arc<WatchHub> {
-    fn from_ref(state: &AppState) -> Self {
-        Arc::clone(&state.watches)
-    }
-}
-
-impl FromRef<AppState> for Arc<ProcessManager> {
-    fn from_ref(state: &AppState) -> Self {
-        Arc::clone(&state.processes)
-    }
-}
-
-impl FromRef<AppState> for Arc<McpHost> {
-    fn from_ref(state: &AppState) -> Self {
-        Arc::clone(&state.mcp)
-    }
-}
-
-impl FromRef<AppState> for Arc<Workspace> {
-    fn from_ref(state: &AppState) -> Self {
-        Arc::clone(&state.workspace)
-    }
-}
-
-impl FromRef<AppState> for Arc<GitWatcher> {
-    fn from_ref(state: &AppState) -> Self {
-        Arc::clone(&state.git)
-    }
-}
-
-impl FromRef<AppState> for Arc<ToolRegistry> {
-    fn from_ref(state: &AppState) -> Self {
-        Arc::clone(&state.tools)
-    }
-}
-
-pub fn router(state: AppState) -> Router {
+pub fn router(core: Core) -> Router {
+    let tools = Router::new()
+        .route("/tools/{tool_name}", post(call_tool))
+        .route("/tools/{tool_name}/stream", post(stream_tool))
+        .with_state(Arc::clone(&core.tools));
+    let readiness = Arc::clone(&core.families);
     let api: Router = Router::new()
         .route("/healthz", get(healthz))
         .route("/openapi.json", get(openapi))
-        .route("/tools/{tool_name}", post(call_tool))
-        .route("/tools/{tool_name}/stream", post(stream_tool))
-        .merge(workspace::routes())
-        .merge(git::routes())
-        .merge(processes::routes())
-        .merge(watch::routes())
-        .merge(mcp::routes(Arc::clone(&state.tools)))
+        .route(
+            "/readyz",
+            get(move || async move { readyz(&readiness, true) }),
+        )
+        .merge(tools)
+        .merge(core.tool_routes)
+        .merge(core.families.routes())
         .layer(DefaultBodyLimit::max(MAX_JSON_BODY))
         .route_layer(middleware::from_fn_with_state(
-            state.token.clone(),
+            core.token.clone(),
             auth::require_bearer,
-        ))
-        .with_state(state);
-    Router::new()
-        .route("/livez", get(|| async { "OK" }))
+        ));
+    let public = Router::new().route("/livez", get(|| async { "OK" })).route(
+        "/readyz/status",
+        get(move || async move { readyz(&core.families, false) }),
+    );
+    public
+        .clone()
         .merge(api.clone())
-        .nest("/fastapi", api)
+        .nest("/fastapi", public.merge(api))
         .fallback(|| async { ApiError::NotFound("no such route".into()) })
         .layer(middleware::from_fn(log::log_request))
+}
+
+/// `GET /readyz` (bearer): every family's state; `GET /readyz/status` (no token, for orchestrators):
+/// only whether boxd is ready. Both answer 200 when every enabled family serves, else 503.
+fn readyz(families: &Families, detailed: bool) -> Response {
+    let (ready, details) = families.readiness();
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    let body = if detailed {
+        details
+    } else {
+        serde_json::json!({ "ready": ready })
+    };
+    (status, Json(body)).into_response()
 }
 
 /// Answers `err` to a request whose body was not read. A small body is drained so the client's
@@ -134,33 +119,26 @@ async fn openapi() -> impl IntoResponse {
 async fn call_tool(
     State(tools): State<Arc<ToolRegistry>>,
     Path(tool_name): Path<String>,
+    context: CallContext,
     extract::ApiJson(arguments): extract::ApiJson<Value>,
 ) -> ApiResult<Json<CallToolResult>> {
-    if !arguments.is_object() {
-        return Err(ApiError::Unprocessable(
-            "the body must be a JSON object".into(),
-        ));
-    }
-    Ok(Json(tools.call(&tool_name, arguments).await?))
+    Ok(Json(tools.call(&tool_name, arguments, context)?.await?))
 }
 
 /// `POST /tools/{name}/stream`: the same call, answered as an event stream (SSE or NDJSON): progress
-/// events as they happen (`output` with `stream` and `data`, for tools that report progress), then one
-/// `result` event carrying exactly the CallToolResult the blocking route returns, or one `error` event.
-/// Closing the stream cancels the call, as disconnecting from the blocking route does.
+/// events as they happen (`output` with `stream` and `data`, for tools that report progress; `dropped`
+/// when the reader fell behind), then one `result` event carrying exactly the CallToolResult the
+/// blocking route returns, or one `error` event. Closing the stream cancels the call, as disconnecting
+/// from the blocking route does.
 async fn stream_tool(
     State(tools): State<Arc<ToolRegistry>>,
     Path(tool_name): Path<String>,
     headers: axum::http::HeaderMap,
+    context: CallContext,
     extract::ApiJson(arguments): extract::ApiJson<Value>,
 ) -> ApiResult<Response> {
-    if !arguments.is_object() {
-        return Err(ApiError::Unprocessable(
-            "the body must be a JSON object".into(),
-        ));
-    }
-    let (sink, progress) = tokio::sync::mpsc::channel(64);
-    let call = tools.call_streaming(&tool_name, arguments, sink)?;
+    let (sink, progress) = ProgressSink::channel(PROGRESS_CAPACITY);
+    let call = tools.call(&tool_name, arguments, context.with_progress(sink))?;
     Ok(events::respond(
         events::EventFormat::negotiate(&headers),
         call_events(call, progress),

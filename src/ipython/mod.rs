@@ -7,7 +7,10 @@
 
 use std::path::PathBuf;
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+pub use family::family;
 
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -16,10 +19,15 @@ use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::ApiError;
+use crate::family::Health;
 use crate::process::signal_group;
 use crate::tools::{
-    CallToolResult, ContentItem, EventSink, GENERIC_GROUP, Tool, parse_arguments, timeout_argument,
+    CallContext, CallToolResult, ContentItem, GENERIC_GROUP, ProgressSink, Tool, parse_arguments,
+    timeout_argument,
 };
+use tokio_util::sync::CancellationToken;
+
+mod family;
 
 const HELPER: &str = include_str!("helper.py");
 /// Cells waiting beyond this are refused rather than queued without bound.
@@ -65,7 +73,9 @@ struct QueuedCell {
     code: String,
     timeout: Duration,
     /// For streaming calls: where the cell's output goes as it is written.
-    progress: Option<EventSink>,
+    progress: Option<ProgressSink>,
+    /// Cancelled when the caller went away: a cell still queued then is not run at all.
+    cancel: CancellationToken,
     reply: oneshot::Sender<CallToolResult>,
 }
 
@@ -73,33 +83,66 @@ struct QueuedCell {
 #[derive(Clone)]
 pub struct IpythonBridge {
     queue: mpsc::Sender<QueuedCell>,
+    /// Taken by the worker when the family starts.
+    cells: Arc<std::sync::Mutex<Option<mpsc::Receiver<QueuedCell>>>>,
+    stop: CancellationToken,
+    stopped: Arc<tokio::sync::Notify>,
     default_timeout: Duration,
 }
 
 impl IpythonBridge {
-    /// Starts the worker, which warms a kernel at once so the first cell does not pay the start-up.
-    pub fn start(config: KernelConfig) -> Self {
+    pub fn new(default_timeout: Duration) -> Self {
         let (queue, cells) = mpsc::channel(MAX_QUEUED_CELLS);
-        let default_timeout = config.default_timeout;
-        tokio::spawn(worker(config, cells));
         IpythonBridge {
             queue,
+            cells: Arc::new(std::sync::Mutex::new(Some(cells))),
+            stop: CancellationToken::new(),
+            stopped: Arc::new(tokio::sync::Notify::new()),
             default_timeout,
         }
+    }
+
+    /// Starts the worker, which warms a kernel at once so the first cell does not pay the start-up.
+    pub fn run_worker(&self, config: KernelConfig, health: Health) {
+        let cells = self
+            .cells
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take();
+        let Some(cells) = cells else {
+            return;
+        };
+        let stop = self.stop.clone();
+        let stopped = Arc::clone(&self.stopped);
+        tokio::spawn(async move {
+            tokio::select! {
+                () = worker(config, cells, health) => {},
+                () = stop.cancelled() => {},
+            }
+            // The kernel was dropped with the worker, and its process group killed with it.
+            stopped.notify_one();
+        });
+    }
+
+    pub async fn stop(&self) {
+        let stopped = self.stopped.notified();
+        self.stop.cancel();
+        stopped.await;
     }
 
     async fn run_cell(
         &self,
         code: String,
         timeout: Duration,
-        progress: Option<EventSink>,
+        context: CallContext,
     ) -> Result<CallToolResult, ApiError> {
         let (reply, answer) = oneshot::channel();
         self.queue
             .try_send(QueuedCell {
                 code,
                 timeout,
-                progress,
+                progress: context.progress,
+                cancel: context.cancel,
                 reply,
             })
             .map_err(|_| {
@@ -125,30 +168,26 @@ pub fn tool(bridge: IpythonBridge) -> Tool {
         },
         "required": ["code"]
     });
-    let streaming_bridge = bridge.clone();
-    Tool::new(
+    Tool::with_context(
         GENERIC_GROUP,
         "run_ipython_cell",
         "Run an IPython cell.",
         schema,
-        move |arguments: Value| call(bridge.clone(), arguments, None),
+        move |arguments: Value, context: CallContext| call(bridge.clone(), arguments, context),
     )
-    .with_streaming(move |arguments: Value, sink: EventSink| {
-        call(streaming_bridge.clone(), arguments, Some(sink))
-    })
 }
 
 async fn call(
     bridge: IpythonBridge,
     arguments: Value,
-    progress: Option<EventSink>,
+    context: CallContext,
 ) -> Result<CallToolResult, ApiError> {
     let request: CellRequest = parse_arguments("run_ipython_cell", arguments)?;
     if request.code.trim().is_empty() {
         return Err(ApiError::BadRequest("Code is required.".into()));
     }
     let timeout = timeout_argument(request.timeout, bridge.default_timeout)?;
-    bridge.run_cell(request.code, timeout, progress).await
+    bridge.run_cell(request.code, timeout, context).await
 }
 
 fn cell_result(answer: CellAnswer, notice: Option<String>, note: Option<String>) -> CallToolResult {
@@ -173,16 +212,50 @@ fn cell_result(answer: CellAnswer, notice: Option<String>, note: Option<String>)
     CallToolResult::new(content, is_error)
 }
 
-async fn worker(config: KernelConfig, mut cells: mpsc::Receiver<QueuedCell>) {
-    let mut kernel = match Kernel::start(&config).await {
-        Ok(kernel) => Some(kernel),
-        Err(err) => {
-            tracing::error!("IPython kernel did not start: {err}");
-            None
+/// Longest wait between two attempts to start a kernel that keeps failing.
+const MAX_START_BACKOFF: Duration = Duration::from_secs(60);
+
+/// Starts a kernel, retrying with backoff while it fails (the family shows `failed` with the reason
+/// meanwhile, so calls are refused with it rather than queued). Cells admitted before a failure are
+/// answered with the reason.
+async fn start_kernel(
+    config: &KernelConfig,
+    cells: &mut mpsc::Receiver<QueuedCell>,
+    health: &Health,
+) -> Kernel {
+    let mut backoff = Duration::from_secs(1);
+    loop {
+        match Kernel::start(config).await {
+            Ok(kernel) => {
+                health.ready();
+                return kernel;
+            }
+            Err(err) => {
+                tracing::error!(retry_in = ?backoff, "IPython kernel did not start: {err}");
+                health.failed(err.clone());
+                while let Ok(cell) = cells.try_recv() {
+                    let _ = cell.reply.send(cell_result(
+                        CellAnswer::default(),
+                        None,
+                        Some(err.clone()),
+                    ));
+                }
+                tokio::time::sleep(backoff).await;
+                backoff = backoff.saturating_mul(2).min(MAX_START_BACKOFF);
+                health.restarted(err);
+            }
         }
-    };
+    }
+}
+
+async fn worker(config: KernelConfig, mut cells: mpsc::Receiver<QueuedCell>, health: Health) {
+    let mut kernel = Some(start_kernel(&config, &mut cells, &health).await);
     let mut lost_state: Option<String> = None;
     while let Some(cell) = cells.recv().await {
+        if cell.cancel.is_cancelled() || cell.reply.is_closed() {
+            tracing::info!("skipping a queued cell whose caller went away");
+            continue;
+        }
         if let Some(idle) = kernel.as_mut()
             && let Ok(Some(status)) = idle.child.try_wait()
         {
@@ -193,12 +266,14 @@ async fn worker(config: KernelConfig, mut cells: mpsc::Receiver<QueuedCell>) {
             kernel = None;
         }
         if kernel.is_none() {
+            health.restarted(lost_state.clone().unwrap_or_default().trim().to_owned());
             match Kernel::start(&config).await {
                 Ok(fresh) => kernel = Some(fresh),
                 Err(err) => {
                     let _ = cell
                         .reply
                         .send(cell_result(CellAnswer::default(), None, Some(err)));
+                    kernel = Some(start_kernel(&config, &mut cells, &health).await);
                     continue;
                 }
             }
@@ -349,7 +424,7 @@ impl Kernel {
         code: &str,
         timeout: Duration,
         grace: Duration,
-        progress: Option<&EventSink>,
+        progress: Option<&ProgressSink>,
     ) -> Execution {
         let id = self.next_id;
         self.next_id += 1;
@@ -381,7 +456,7 @@ impl Kernel {
 
     /// The answer to request `id`, forwarding its output lines to `progress` on the way; `None` once
     /// the kernel's stdout closes.
-    async fn answer(&mut self, id: u64, progress: Option<&EventSink>) -> Option<CellAnswer> {
+    async fn answer(&mut self, id: u64, progress: Option<&ProgressSink>) -> Option<CellAnswer> {
         loop {
             let line = self.answers.next_line().await.ok()??;
             let Ok(message) = serde_json::from_str::<Value>(&line) else {
@@ -399,8 +474,9 @@ impl Kernel {
                         "stream": output["stream"],
                         "data": output["data"],
                     });
-                    // A caller that stopped reading loses only its progress events.
-                    let _ = sink.send(event).await;
+                    // Never waits: a caller that stopped reading loses only its progress events,
+                    // and the kernel everyone shares keeps going.
+                    sink.send(event);
                 }
                 continue;
             }

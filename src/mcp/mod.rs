@@ -2,6 +2,9 @@
 //! server's tools live in the shared tool registry under the server's name, so a call goes straight to the
 //! tool's owner (no fan-out) and the same entries serve every other surface.
 
+mod family;
+pub use family::family;
+
 mod config;
 mod hosted;
 pub mod relay;
@@ -21,7 +24,7 @@ use serde_json::{Map, Value};
 
 use crate::error::{ApiError, ApiResult};
 use crate::http::extract::ApiJson;
-use crate::tools::{CallToolResult, GENERIC_GROUP, ToolRegistry};
+use crate::tools::{CallContext, CallToolResult, GENERIC_GROUP, ToolRegistry};
 pub use config::parse_servers;
 use hosted::HostedServer;
 
@@ -154,17 +157,21 @@ impl McpHost {
     }
 }
 
-/// The hosting routes, and boxd's own MCP server at `/mcp` over the same `tools`.
-pub fn routes<S>(tools: Arc<ToolRegistry>) -> Router<S>
-where
-    S: Clone + Send + Sync + 'static,
-    Arc<McpHost>: axum::extract::FromRef<S>,
-{
+/// What every image serves whatever its families: the tool listing and call routes of upstream's
+/// client, and boxd's own MCP server at `/mcp`, all over the one registry.
+pub fn tool_routes(host: Arc<McpHost>) -> Router {
     Router::new()
-        .route_service("/mcp", serve::service(Arc::clone(&tools)))
-        .route("/mcp/add_servers", post(add_servers))
+        .route_service("/mcp", serve::service(Arc::clone(&host.tools)))
         .route("/mcp/list_tools", get(list_tools))
         .route("/mcp/call_tool", post(call_tool))
+        .with_state(host)
+}
+
+/// Hosting more MCP servers (arbitrary commands): the `mcp` family's route.
+pub fn hosting_routes(host: Arc<McpHost>) -> Router {
+    Router::new()
+        .route("/mcp/add_servers", post(add_servers))
+        .with_state(host)
 }
 
 #[derive(Deserialize)]
@@ -201,6 +208,7 @@ struct CallToolRequest {
 
 async fn call_tool(
     State(host): State<Arc<McpHost>>,
+    context: CallContext,
     ApiJson(request): ApiJson<CallToolRequest>,
 ) -> ApiResult<Json<CallToolResult>> {
     if request.tool_name.is_empty() {
@@ -208,7 +216,7 @@ async fn call_tool(
     }
     Ok(Json(
         host.tools
-            .call(&request.tool_name, request.arguments)
+            .call(&request.tool_name, request.arguments, context)?
             .await?,
     ))
 }

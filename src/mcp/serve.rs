@@ -13,7 +13,7 @@ use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::Value;
 
 use crate::error::ApiError;
-use crate::tools::ToolRegistry;
+use crate::tools::{CallContext, ToolRegistry};
 
 #[derive(Clone)]
 pub struct RegistryServer {
@@ -52,14 +52,15 @@ impl ServerHandler for RegistryServer {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let tool = self
             .tools
             .get(&request.name)
             .map_err(|err| ErrorData::invalid_params(err.to_string(), None))?;
         let arguments = Value::Object(request.arguments.unwrap_or_default());
-        let result = match tool.call(arguments).await {
+        let context = CallContext::new(format!("mcp-{}", request_id(&context)), None);
+        let result = match tool.call(arguments, context).await {
             Ok(result) => serde_json::to_value(&result)
                 .and_then(serde_json::from_value::<rmcp::model::CallToolResult>)
                 .map_err(|err| {
@@ -74,6 +75,13 @@ impl ServerHandler for RegistryServer {
             )]),
         };
         Ok(CallToolResponse::Complete(result))
+    }
+}
+
+fn request_id(context: &RequestContext<RoleServer>) -> String {
+    match &context.id {
+        rmcp::model::NumberOrString::Number(number) => number.to_string(),
+        rmcp::model::NumberOrString::String(text) => text.to_string(),
     }
 }
 

@@ -2,6 +2,9 @@
 //! when asked), its output kept in a bounded log addressed by byte offsets so any number of readers can
 //! follow, fall behind, disconnect and re-attach; its exit status is kept for late readers until reaped.
 
+mod family;
+pub use family::family;
+
 mod output;
 mod routes;
 mod signals;

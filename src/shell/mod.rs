@@ -1,6 +1,9 @@
 //! `run_shell_command`: `/bin/sh -c` in the workspace, in its own process group, with a timeout that kills
 //! the whole group and output caps that keep the process safe from a flood.
 
+mod family;
+pub use family::family;
+
 mod output;
 
 use std::path::{Path, PathBuf};
@@ -19,15 +22,14 @@ use crate::error::ApiError;
 use crate::process::signal_group;
 use crate::processes::Utf8Boundary;
 use crate::tools::{
-    CallToolResult, ContentItem, EventSink, GENERIC_GROUP, Tool, parse_arguments, timeout_argument,
+    CallContext, CallToolResult, ContentItem, GENERIC_GROUP, ProgressSink, Tool, parse_arguments,
+    timeout_argument,
 };
 use output::CappedOutput;
 
 /// The exit code `timeout(1)` uses; scripts and agents already read it as "timed out".
 const TIMED_OUT_EXIT_CODE: i32 = 124;
 const READ_CHUNK: usize = 64 * 1024;
-/// How long the command's read loop waits for a slow streaming caller before dropping an event.
-const PROGRESS_SEND_TIMEOUT: Duration = Duration::from_millis(500);
 
 #[derive(Debug, Clone)]
 pub struct ShellLimits {
@@ -82,27 +84,25 @@ pub fn tool(workspace: PathBuf, limits: ShellLimits) -> Tool {
         },
         "required": ["command"]
     });
-    let context = Arc::new((workspace, limits));
-    let streaming_context = Arc::clone(&context);
-    Tool::new(
+    let settings = Arc::new((workspace, limits));
+    Tool::with_context(
         GENERIC_GROUP,
         "run_shell_command",
         "Run a shell command.",
         schema,
-        move |arguments: Value| call(Arc::clone(&context), arguments, None),
+        move |arguments: Value, context: CallContext| {
+            call(Arc::clone(&settings), arguments, context.progress)
+        },
     )
-    .with_streaming(move |arguments: Value, sink: EventSink| {
-        call(Arc::clone(&streaming_context), arguments, Some(sink))
-    })
 }
 
 async fn call(
-    context: Arc<(PathBuf, ShellLimits)>,
+    settings: Arc<(PathBuf, ShellLimits)>,
     arguments: Value,
-    progress: Option<EventSink>,
+    progress: Option<ProgressSink>,
 ) -> Result<CallToolResult, ApiError> {
     let request: ShellRequest = parse_arguments("run_shell_command", arguments)?;
-    let (workspace, limits) = &*context;
+    let (workspace, limits) = &*settings;
     if request.command.trim().is_empty() {
         return Err(ApiError::BadRequest("Command is required.".into()));
     }
@@ -142,7 +142,7 @@ pub async fn run(
     cwd: &Path,
     timeout: Duration,
     limits: &ShellLimits,
-    progress: Option<&EventSink>,
+    progress: Option<&ProgressSink>,
 ) -> std::io::Result<ShellOutcome> {
     let mut child = Command::new("/bin/sh")
         .arg("-c")
@@ -182,21 +182,21 @@ pub async fn run(
             read = stdout.read(&mut stdout_chunk), if stdout_open => match read {
                 Ok(0) | Err(_) => {
                     stdout_open = false;
-                    stdout_progress.finish().await;
+                    stdout_progress.finish();
                 }
                 Ok(n) => {
                     stdout_buf.push(&stdout_chunk[..n]);
-                    stdout_progress.report(&stdout_chunk[..n]).await;
+                    stdout_progress.report(&stdout_chunk[..n]);
                 }
             },
             read = stderr.read(&mut stderr_chunk), if stderr_open => match read {
                 Ok(0) | Err(_) => {
                     stderr_open = false;
-                    stderr_progress.finish().await;
+                    stderr_progress.finish();
                 }
                 Ok(n) => {
                     stderr_buf.push(&stderr_chunk[..n]);
-                    stderr_progress.report(&stderr_chunk[..n]).await;
+                    stderr_progress.report(&stderr_chunk[..n]);
                 }
             },
             status = child.wait(), if exit_status.is_none() => {
@@ -252,13 +252,13 @@ pub async fn run(
 
 /// Output events of a streaming call, for one stream, cut at UTF-8 character boundaries.
 struct Progress<'a> {
-    sink: Option<&'a EventSink>,
+    sink: Option<&'a ProgressSink>,
     stream: &'static str,
     boundary: Utf8Boundary,
 }
 
 impl<'a> Progress<'a> {
-    fn new(sink: Option<&'a EventSink>, stream: &'static str) -> Self {
+    fn new(sink: Option<&'a ProgressSink>, stream: &'static str) -> Self {
         Progress {
             sink,
             stream,
@@ -266,36 +266,30 @@ impl<'a> Progress<'a> {
         }
     }
 
-    async fn report(&mut self, read: &[u8]) {
+    fn report(&mut self, read: &[u8]) {
         if self.sink.is_some() {
             let text = self.boundary.split(read);
-            self.send(&text).await;
+            self.send(&text);
         }
     }
 
-    async fn finish(&mut self) {
+    fn finish(&mut self) {
         if self.sink.is_some() {
             let rest = self.boundary.finish();
-            self.send(&rest).await;
+            self.send(&rest);
         }
     }
 
-    async fn send(&self, text: &[u8]) {
+    fn send(&self, text: &[u8]) {
         if let (Some(sink), false) = (self.sink, text.is_empty()) {
             let event = json!({
                 "type": "output",
                 "stream": self.stream,
                 "data": String::from_utf8_lossy(text),
             });
-            // A caller that stops reading loses progress events, never the command's timeout or its
-            // result (which carries the whole output).
-            if sink
-                .send_timeout(event, PROGRESS_SEND_TIMEOUT)
-                .await
-                .is_err()
-            {
-                tracing::debug!("a streaming caller is not reading; progress event dropped");
-            }
+            // Never waits: a caller that stops reading loses progress events, never the command's
+            // timeout or its result (which carries the whole output).
+            sink.send(event);
         }
     }
 }

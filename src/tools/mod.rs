@@ -1,7 +1,10 @@
 //! The single tool registry. A tool is written once (name, JSON schema, call) and served from here by the
 //! HTTP tool routes, `/mcp/list_tools`, `/mcp/call_tool` and the MCP server alike.
 
+mod context;
 mod result;
+
+pub use context::{CallContext, PROGRESS_CAPACITY, ProgressSink};
 
 pub use result::{CallToolResult, ContentItem};
 
@@ -13,15 +16,13 @@ use std::sync::{Arc, RwLock};
 use serde_json::{Value, json};
 
 use crate::error::{ApiError, ApiResult};
+use crate::family::Health;
 
 /// Group of the tools every image has. The Python client lists these itself, so `/mcp/list_tools` omits it.
 pub const GENERIC_GROUP: &str = "generic";
 
 pub type ToolFuture = Pin<Box<dyn Future<Output = ApiResult<CallToolResult>> + Send>>;
-type ToolHandler = Arc<dyn Fn(Value) -> ToolFuture + Send + Sync>;
-/// Where a streaming call sends its progress events (JSON objects with a `type`) as they happen.
-pub type EventSink = tokio::sync::mpsc::Sender<Value>;
-type StreamingHandler = Arc<dyn Fn(Value, EventSink) -> ToolFuture + Send + Sync>;
+type ToolHandler = Arc<dyn Fn(Value, CallContext) -> ToolFuture + Send + Sync>;
 
 #[derive(Clone)]
 pub struct Tool {
@@ -32,11 +33,12 @@ pub struct Tool {
     /// JSON schema of the arguments object.
     pub input_schema: Value,
     handler: ToolHandler,
-    /// Tools that can report progress (output as it happens) have one; the others stream only their end.
-    streaming: Option<StreamingHandler>,
+    /// The family whose health admits each call (built-in tools); hosted tools have none.
+    admission: Option<(&'static str, Health)>,
 }
 
 impl Tool {
+    /// A tool that needs nothing of its call's context.
     pub fn new<F, Fut>(
         group: &str,
         name: &str,
@@ -48,35 +50,75 @@ impl Tool {
         F: Fn(Value) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = ApiResult<CallToolResult>> + Send + 'static,
     {
+        Tool::with_context(group, name, description, input_schema, move |args, _| {
+            call(args)
+        })
+    }
+
+    /// A tool that uses its call's context (progress, cancellation, session).
+    pub fn with_context<F, Fut>(
+        group: &str,
+        name: &str,
+        description: &str,
+        input_schema: Value,
+        call: F,
+    ) -> Self
+    where
+        F: Fn(Value, CallContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ApiResult<CallToolResult>> + Send + 'static,
+    {
         Tool {
             name: name.to_owned(),
             group: group.to_owned(),
             description: description.to_owned(),
             input_schema,
-            handler: Arc::new(move |args| Box::pin(call(args))),
-            streaming: None,
+            handler: Arc::new(move |args, context| Box::pin(call(args, context))),
+            admission: None,
         }
     }
 
-    /// Adds the streaming form of the call: the same result at the end, events on the sink before it.
-    pub fn with_streaming<F, Fut>(mut self, call: F) -> Self
-    where
-        F: Fn(Value, EventSink) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = ApiResult<CallToolResult>> + Send + 'static,
-    {
-        self.streaming = Some(Arc::new(move |args, sink| Box::pin(call(args, sink))));
+    /// Calls are admitted only while `family` serves (else 503 with its reason).
+    pub fn admitted_by(mut self, family: &'static str, health: Health) -> Self {
+        self.admission = Some((family, health));
         self
     }
 
-    pub fn call(&self, arguments: Value) -> ToolFuture {
-        (self.handler)(arguments)
-    }
-
-    pub fn call_streaming(&self, arguments: Value, sink: EventSink) -> ToolFuture {
-        match &self.streaming {
-            Some(streaming) => streaming(arguments, sink),
-            None => self.call(arguments),
-        }
+    /// Runs the call: admitted by its family's health, bounded by the caller's deadline if any.
+    pub fn call(&self, arguments: Value, context: CallContext) -> ToolFuture {
+        let admission = self.admission.clone();
+        let deadline = context.deadline;
+        let name = self.name.clone();
+        // Dropping the call (the caller went away) cancels its token, for work the tool started
+        // outside its own future.
+        let cancel_on_drop = context.cancel.clone().drop_guard();
+        // Lines logged by the tool and what it supervises carry the caller (also for `/mcp` calls,
+        // which have no HTTP span of their own).
+        let span = tracing::info_span!(
+            "tool",
+            tool = %self.name,
+            request = %context.request_id,
+            session = context.session.as_deref().unwrap_or("-"),
+        );
+        let call = (self.handler)(arguments, context);
+        Box::pin(tracing::Instrument::instrument(
+            async move {
+                let _cancel_on_drop = cancel_on_drop;
+                if let Some((family, health)) = admission {
+                    health.admit(family).await?;
+                }
+                match deadline {
+                    None => call.await,
+                    Some(deadline) => tokio::time::timeout_at(deadline.instant(), call)
+                        .await
+                        .map_err(|_| {
+                            ApiError::GatewayTimeout(format!(
+                                "{name} did not finish before the caller's deadline"
+                            ))
+                        })?,
+                }
+            },
+            span,
+        ))
     }
 
     /// The entry shape of upstream's `/mcp/list_tools`. The full schema is kept (`$defs`, enums...), with
@@ -237,20 +279,14 @@ impl ToolRegistry {
 
     /// Calls `name` with `arguments`. The one place every route calls a tool from, so lookups and argument
     /// checks are not written per route.
-    pub async fn call(&self, name: &str, arguments: Value) -> ApiResult<CallToolResult> {
-        let arguments = object_arguments(arguments)?;
-        self.get(name)?.call(arguments).await
-    }
-
-    /// As `call`, with progress events on `sink` for tools that have a streaming form.
-    pub fn call_streaming(
+    pub fn call(
         &self,
         name: &str,
         arguments: Value,
-        sink: EventSink,
+        context: CallContext,
     ) -> ApiResult<ToolFuture> {
         let arguments = object_arguments(arguments)?;
-        Ok(self.get(name)?.call_streaming(arguments, sink))
+        Ok(self.get(name)?.call(arguments, context))
     }
 
     pub fn snapshot(&self) -> Vec<Arc<Tool>> {

@@ -2,6 +2,9 @@
 //! kernel's notifications (`notify`, inotify here), debounced so one save is one event, `.git` left out
 //! unless asked for. Confined like the file routes; the number of open watches is capped.
 
+mod family;
+pub use family::family;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

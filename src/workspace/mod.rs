@@ -1,6 +1,9 @@
 //! The `/workspace/*` file API: read (streamed, with `Range`), atomic write, batch upload, list, exists,
 //! delete, move, mkdir, all confined to the workspace by [`path::Workspace`].
 
+mod family;
+pub use family::family;
+
 mod entry;
 mod path;
 mod range;

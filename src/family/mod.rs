@@ -1,0 +1,184 @@
+//! A family owns one capability whole: its tools, its routes and their state, its start (in the
+//! background), its health and its shutdown. `main` builds the enabled ones from the family list and
+//! this module runs them; nothing else knows which families exist.
+
+mod health;
+
+pub use health::{Health, Status};
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use serde_json::{Map, Value, json};
+
+use crate::tools::{RegistryError, Tool, ToolRegistry};
+
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// How long one family may take to stop before boxd goes on without it.
+pub const STOP_BUDGET: Duration = Duration::from_secs(5);
+
+pub trait Family: Send + Sync + 'static {
+    /// The `--tools` name (`shell`, `processes`, ...), also its key in `/readyz`.
+    fn name(&self) -> &'static str;
+
+    /// Its tools; each call is admitted only while the family serves.
+    fn tools(&self) -> Vec<Tool> {
+        Vec::new()
+    }
+
+    /// Groups only this family may register tools under (besides those of its tools).
+    fn reserved_groups(&self) -> Vec<&'static str> {
+        Vec::new()
+    }
+
+    /// Its HTTP routes with their state applied; they are put behind the bearer check.
+    fn routes(&self) -> Router {
+        Router::new()
+    }
+
+    /// Brings the family up, in the background: long-lived children are started and probed here, and
+    /// `health` is kept current (it starts as `starting`). The default has nothing to start.
+    fn start(self: Arc<Self>, health: Health) -> BoxFuture<'static, ()> {
+        Box::pin(async move { health.ready() })
+    }
+
+    /// Stops what the family started. Called in reverse order of the family list, each bounded by
+    /// [`STOP_BUDGET`].
+    fn stop(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async {})
+    }
+}
+
+struct Running {
+    family: Arc<dyn Family>,
+    health: Health,
+}
+
+/// The enabled families, in the order of the family list.
+pub struct Families {
+    running: Vec<Running>,
+    /// Known but not enabled: shown as `disabled` in `/readyz`.
+    disabled: Vec<&'static str>,
+}
+
+impl Families {
+    pub fn new(enabled: Vec<Arc<dyn Family>>, disabled: Vec<&'static str>) -> Families {
+        let running = enabled
+            .into_iter()
+            .map(|family| Running {
+                family,
+                health: Health::new(Status::Starting),
+            })
+            .collect();
+        Families { running, disabled }
+    }
+
+    /// Registers every family's tools (gated by its health) and reserves its groups.
+    pub fn register_tools(&self, registry: &ToolRegistry) -> Result<(), RegistryError> {
+        for Running { family, health } in &self.running {
+            for group in family.reserved_groups() {
+                registry.reserve_group(group);
+            }
+            for tool in family.tools() {
+                registry.register_builtin(tool.admitted_by(family.name(), health.clone()))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Every family's routes in one router (without state; auth is added by the caller).
+    pub fn routes(&self) -> Router {
+        self.running.iter().fold(Router::new(), |router, running| {
+            router.merge(
+                running
+                    .family
+                    .routes()
+                    .layer(axum::middleware::from_fn_with_state(
+                        (running.family.name(), running.health.clone()),
+                        admit_route,
+                    )),
+            )
+        })
+    }
+
+    /// Starts every family in the background.
+    pub fn start(&self) {
+        for Running { family, health } in &self.running {
+            let name = family.name();
+            let start = Arc::clone(family).start(health.clone());
+            tokio::spawn(async move {
+                start.await;
+                tracing::info!(family = name, "family started");
+            });
+        }
+    }
+
+    /// Stops the families in reverse order, each within [`STOP_BUDGET`].
+    pub async fn stop(&self) {
+        for Running { family, health } in self.running.iter().rev() {
+            health.unavailable("boxd is stopping");
+            if tokio::time::timeout(STOP_BUDGET, family.stop())
+                .await
+                .is_err()
+            {
+                tracing::warn!(family = family.name(), budget = ?STOP_BUDGET, "family did not stop in time");
+            }
+        }
+    }
+
+    /// `/readyz`: every known family's state; ready when every enabled one is `ready`.
+    pub fn readiness(&self) -> (bool, Value) {
+        let mut families = Map::new();
+        let mut ready = true;
+        for Running { family, health } in &self.running {
+            ready &= health.status() == Status::Ready;
+            families.insert(family.name().to_owned(), health.to_json());
+        }
+        for name in &self.disabled {
+            families.insert((*name).to_owned(), json!({"status": Status::Disabled}));
+        }
+        (ready, json!({"ready": ready, "families": families}))
+    }
+}
+
+/// A family's routes answer 503 with the reason while it is not serving, like its tools.
+async fn admit_route(
+    axum::extract::State((name, health)): axum::extract::State<(&'static str, Health)>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    match health.admit(name).await {
+        Ok(()) => next.run(request).await,
+        Err(err) => crate::http::reject_unread_body(err, request.into_body()).await,
+    }
+}
+
+/// What a family is built from: the command line and the parts every family shares.
+pub struct Setup<'a> {
+    pub args: &'a crate::cli::ServeArgs,
+    pub workspace: &'a crate::workspace::Workspace,
+    pub mcp: &'a Arc<crate::mcp::McpHost>,
+}
+
+/// Builds one family from the set-up; an error stops boxd at start with that message.
+pub type Builder = fn(&Setup) -> Result<Arc<dyn Family>, String>;
+
+/// A family with routes and nothing to start or stop (workspace files, git, watch).
+pub struct RoutesOnly {
+    pub name: &'static str,
+    pub routes: Router,
+}
+
+impl Family for RoutesOnly {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn routes(&self) -> Router {
+        self.routes.clone()
+    }
+}
