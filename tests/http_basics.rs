@@ -127,3 +127,183 @@ async fn every_documented_route_exists() {
         }
     }
 }
+
+/// Every documented route and method, under both prefixes, refuses a request without the token (or
+/// with a lowercase scheme and a wrong token), `/mcp`, `/watch` and the WebSocket included; only the
+/// two public probes answer.
+#[tokio::test]
+async fn an_anonymous_request_is_refused_on_every_documented_route() {
+    let server = Server::start();
+    let document: serde_json::Value = server
+        .get("/openapi.json")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let public = ["/livez", "/readyz/status"];
+    let mut checked = 0;
+    for (path, operations) in document["paths"].as_object().unwrap() {
+        let concrete = path
+            .replace("{tool_name}", "run_shell_command")
+            .replace("{id}", "p-none");
+        for method in operations.as_object().unwrap().keys() {
+            let method: reqwest::Method = method.to_uppercase().parse().unwrap();
+            for prefix in ["", "/fastapi"] {
+                let url = server.url(&format!("{prefix}{concrete}"));
+                let anonymous = server
+                    .anonymous()
+                    .request(method.clone(), &url)
+                    .header("connection", "upgrade")
+                    .header("upgrade", "websocket")
+                    .header("sec-websocket-version", "13")
+                    .header("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ==")
+                    .json(&serde_json::json!({"command": "touch pwned"}))
+                    .send()
+                    .await
+                    .unwrap()
+                    .status()
+                    .as_u16();
+                let wrong = server
+                    .anonymous()
+                    .request(method.clone(), &url)
+                    .header("authorization", "bearer not-the-token")
+                    .json(&serde_json::json!({"command": "touch pwned"}))
+                    .send()
+                    .await
+                    .unwrap()
+                    .status()
+                    .as_u16();
+                if public.contains(&path.as_str()) {
+                    assert!(
+                        anonymous == 200 || anonymous == 503,
+                        "{method} {prefix}{path}: {anonymous}"
+                    );
+                } else {
+                    assert_eq!(anonymous, 403, "{method} {prefix}{path}");
+                    assert_eq!(wrong, 403, "{method} {prefix}{path}");
+                }
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked >= 70, "{checked}");
+    assert!(!server.ws("pwned").exists());
+}
+
+/// RFC 9110: the auth scheme is case-insensitive.
+#[tokio::test]
+async fn the_bearer_scheme_is_case_insensitive() {
+    let server = Server::start();
+    for scheme in ["Bearer", "bearer", "BEARER"] {
+        let status = server
+            .anonymous()
+            .get(server.url("/healthz"))
+            .header("authorization", format!("{scheme} {TOKEN}"))
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16();
+        assert_eq!(status, 200, "{scheme}");
+    }
+}
+
+/// The reverse of `every_documented_route_exists`: every path the code routes is documented.
+#[test]
+fn every_routed_path_is_documented() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let document: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(format!("{root}/docs/openapi.json")).unwrap(),
+    )
+    .unwrap();
+    let documented = document["paths"].as_object().unwrap();
+    let mut pending = vec![std::path::PathBuf::from(format!("{root}/src"))];
+    let mut routed = Vec::new();
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(dir).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                pending.push(path);
+            } else if path.extension().is_some_and(|ext| ext == "rs") {
+                let source = std::fs::read_to_string(&path).unwrap();
+                for marker in [".route(", ".route_service("] {
+                    for piece in source.split(marker).skip(1) {
+                        if let Some(literal) = piece.trim_start().strip_prefix('"')
+                            && let Some(end) = literal.find('"')
+                        {
+                            routed.push(literal[..end].to_owned());
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(routed.len() >= 32, "{routed:?}");
+    for path in routed {
+        assert!(
+            documented.contains_key(&path),
+            "{path} is routed but not in docs/openapi.json"
+        );
+    }
+}
+
+/// `/readyz` shows every family; `/readyz/status` tells only whether boxd is ready, without the token.
+#[tokio::test]
+async fn readiness_lists_every_family() {
+    let server = Server::start_with(&["--tools", "shell,workspace"]);
+    let mut readiness = serde_json::Value::Null;
+    for _ in 0..100 {
+        readiness = server
+            .get("/readyz")
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if readiness["ready"] == true {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(readiness["ready"], true, "{readiness}");
+    assert_eq!(readiness["families"]["shell"]["status"], "ready");
+    assert_eq!(readiness["families"]["ipython"]["status"], "disabled");
+    assert_eq!(readiness["families"]["processes"]["status"], "disabled");
+    let public: serde_json::Value = server
+        .anonymous()
+        .get(server.url("/readyz/status"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(public, serde_json::json!({"ready": true}));
+    // A disabled family's routes are absent.
+    let processes = server
+        .get("/processes")
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16();
+    assert_eq!(processes, 404);
+}
+
+/// An unknown family is a start-up error that names the choices.
+#[test]
+fn an_unknown_family_is_a_usage_error() {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_boxd"))
+        .args(["serve", "--port", "0", "--tools", "shell,nope"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("nope") && stderr.contains("ipython"),
+        "{stderr}"
+    );
+}

@@ -312,3 +312,33 @@ async fn streaming_cell_reports_output_as_it_is_printed_then_the_same_result() {
         Some("2\n")
     );
 }
+
+/// A streaming caller that stops reading once held the only kernel worker on a blocked progress send:
+/// the cell then timed out, the kernel was killed, and everyone's variables went with it. Progress is
+/// now lossy: the cell finishes, the kernel and its state stay.
+#[tokio::test]
+async fn a_stalled_streaming_reader_cannot_get_the_shared_kernel_killed() {
+    let server = start();
+    assert_eq!(item(&cell(&server, "x = 41").await, "stdout"), Some(""));
+    // Tens of thousands of progress events, far more than any buffer, to a reader that never reads.
+    let stalled = server
+        .post("/tools/run_ipython_cell/stream")
+        .header("accept", "application/x-ndjson")
+        .json(&json!({"code": "for i in range(60000):\n    print('y' * 200, flush=True)\nx += 1", "timeout": 20}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stalled.status().as_u16(), 200);
+    // Read until the cell is running (its first output), then stop reading.
+    let mut stalled = common::NdjsonEvents::new(stalled);
+    let first = stalled.next().await.expect("a first event");
+    assert_eq!(first["type"], "output", "{first}");
+    let started = std::time::Instant::now();
+    let next = tokio::time::timeout(Duration::from_secs(60), cell(&server, "print(x + 1)"))
+        .await
+        .expect("the next cell is answered while the stalled stream stays open");
+    assert_eq!(item(&next, "stdout"), Some("43\n"), "{next}");
+    assert!(item(&next, "stderr").is_none(), "{next}");
+    assert!(started.elapsed() < Duration::from_secs(30));
+    drop(stalled);
+}

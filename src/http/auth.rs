@@ -24,11 +24,17 @@ impl Token {
     }
 }
 
+/// The token of `Bearer <token>`; the scheme is case-insensitive (RFC 9110 section 11.1).
+fn bearer_credentials(header: &[u8]) -> Option<&[u8]> {
+    let (scheme, token) = header.split_at_checked(7)?;
+    scheme.eq_ignore_ascii_case(b"bearer ").then_some(token)
+}
+
 pub async fn require_bearer(State(token): State<Token>, request: Request, next: Next) -> Response {
     let refusal = match request
         .headers()
         .get(header::AUTHORIZATION)
-        .and_then(|value| value.as_bytes().strip_prefix(b"Bearer "))
+        .and_then(|value| bearer_credentials(value.as_bytes()))
     {
         None => Some("Missing or invalid authorization header"),
         Some(presented) if !token.matches(presented) => Some("Invalid secret token"),

@@ -83,10 +83,13 @@ where
     match format {
         EventFormat::Sse => {
             let events = events.map(|event| {
+                // axum panics on an event name with CR or LF; a tool may one day relay a page's or a
+                // device's own event type, so only plain names are used as names.
                 let name = event
                     .data
                     .get("type")
                     .and_then(Value::as_str)
+                    .filter(|name| is_plain_event_name(name))
                     .unwrap_or("message")
                     .to_owned();
                 let mut sse = SseEvent::default().event(name).data(event.data.to_string());
@@ -139,8 +142,26 @@ where
     }
 }
 
+fn is_plain_event_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|byte| byte.is_ascii_alphanumeric() || matches!(byte, b'_' | b'-' | b'.'))
+}
+
 fn ndjson_line(value: &Value) -> Bytes {
     let mut line = value.to_string().into_bytes();
     line.push(b'\n');
     Bytes::from(line)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn only_plain_names_become_sse_event_names() {
+        assert!(super::is_plain_event_name("output"));
+        assert!(!super::is_plain_event_name("evil\nid: 3"));
+        assert!(!super::is_plain_event_name(""));
+    }
 }
