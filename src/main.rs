@@ -56,6 +56,16 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     // Before any thread or child exists: the token was read into `cli`; no child may inherit it.
     child::withhold_from_children(&["SECRET_TOKEN"]);
+    let instance = match &cli.command {
+        Command::Serve(args) => Some(child::instance_key(
+            &std::path::absolute(&args.workspace).unwrap_or_else(|_| args.workspace.clone()),
+            args.port,
+        )),
+        Command::McpStdio(_) => None,
+    };
+    if let Some(key) = &instance {
+        child::mark_children(key);
+    }
     tracing_subscriber::fmt()
         .with_env_filter(
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
@@ -75,7 +85,7 @@ fn main() -> std::process::ExitCode {
         }
     };
     let result = match cli.command {
-        Command::Serve(args) => runtime.block_on(serve(args)),
+        Command::Serve(args) => runtime.block_on(serve(args, instance.unwrap_or_default())),
         Command::McpStdio(args) => runtime.block_on(mcp::relay::run(&args.url, &args.token)),
     };
     // Dropping the runtime would wait without limit for blocking-pool threads; a stop is bounded.
@@ -90,7 +100,7 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-async fn serve(args: ServeArgs) -> Result<(), String> {
+async fn serve(args: ServeArgs, instance: String) -> Result<(), String> {
     let token = match args.token.clone().filter(|token| !token.is_empty()) {
         Some(token) => token,
         None => {
@@ -137,6 +147,16 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         .await
         .map_err(|err| format!("cannot listen on {}:{}: {err}", args.host, args.port))?;
     let address: SocketAddr = listener.local_addr().map_err(|err| err.to_string())?;
+    // Only once the port is ours: another live boxd of the same instance cannot exist then.
+    let leftovers = tokio::task::spawn_blocking(move || child::stop_leftovers(&instance))
+        .await
+        .unwrap_or(0);
+    if leftovers > 0 {
+        tracing::warn!(
+            leftovers,
+            "stopped processes a previous boxd of this workspace left running"
+        );
+    }
     families.start();
     tracing::info!(
         workspace = %workspace.root().display(),

@@ -307,3 +307,74 @@ fn an_unknown_family_is_a_usage_error() {
         "{stderr}"
     );
 }
+
+/// Starts boxd on `workspace`, returning it and its base URL (read from its log).
+fn spawn_boxd(workspace: &std::path::Path) -> (std::process::Child, String) {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_boxd"))
+        .args([
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--tools",
+            "shell,processes",
+        ])
+        .arg("--workspace")
+        .arg(workspace)
+        .env("SECRET_TOKEN", TOKEN)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let mut lines = std::io::BufReader::new(stderr).lines();
+    let url = lines
+        .by_ref()
+        .take(50)
+        .map_while(Result::ok)
+        .find_map(|line| {
+            let after = line.split("listening on ").nth(1)?;
+            after.split_whitespace().next().map(str::to_owned)
+        })
+        .expect("boxd logs its address");
+    std::thread::spawn(move || lines.for_each(drop));
+    (child, url.trim().to_owned())
+}
+
+/// A boxd that is SIGKILLed leaves its children running; the next boxd of the same workspace stops them.
+#[tokio::test]
+async fn children_left_by_a_killed_boxd_are_stopped_by_the_next_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let pattern = "sleep 3141.5926";
+    let alive = || {
+        std::process::Command::new("pgrep")
+            .args(["-f", pattern])
+            .status()
+            .is_ok_and(|status| status.success())
+    };
+    let (mut first, url) = spawn_boxd(dir.path());
+    let client = reqwest::Client::new();
+    let started = client
+        .post(format!("{url}/processes"))
+        .bearer_auth(TOKEN)
+        .json(&serde_json::json!({"command": pattern}))
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16();
+    assert_eq!(started, 201);
+    first.kill().unwrap();
+    first.wait().unwrap();
+    assert!(alive(), "the orphan outlived its boxd");
+    let (mut second, _) = spawn_boxd(dir.path());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while alive() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let survived = alive();
+    second.kill().unwrap();
+    second.wait().unwrap();
+    assert!(!survived, "the next boxd did not stop the leftover");
+}
