@@ -728,3 +728,91 @@ async fn bad_watcher_requests_are_4xx_with_a_reason_in_every_repository_state() 
     .await;
     assert_eq!(status, 400, "a blob is not a commit: {answer}");
 }
+
+// ---- git_logs is bounded: a default and a maximum page, and a size budget per commit. ----
+
+#[tokio::test]
+async fn logs_default_to_100_commits_and_say_when_more_follow() {
+    let server = Server::start();
+    git(&server.workspace, &["init", "-q"]);
+    for n in 0..101 {
+        git(
+            &server.workspace,
+            &[
+                "-c",
+                "user.name=t",
+                "-c",
+                "user.email=t@example.com",
+                "commit",
+                "-q",
+                "--allow-empty",
+                "-m",
+                &format!("c{n}"),
+            ],
+        );
+    }
+    let page: Value = server.get("/watcher/git_logs").fetch_json().await;
+    let logs = page["logs"].as_array().unwrap();
+    assert_eq!(logs.len(), 100);
+    assert_eq!(logs[0]["message"], "c100");
+    assert_eq!(page["has_more"], true);
+    let rest: Value = server.get("/watcher/git_logs?skip=100").fetch_json().await;
+    assert_eq!(rest["logs"].as_array().unwrap().len(), 1);
+    assert_eq!(rest["logs"][0]["message"], "c0");
+    assert!(rest.get("has_more").is_none(), "{rest}");
+    let all: Value = server
+        .get("/watcher/git_logs?limit=1000")
+        .fetch_json()
+        .await;
+    assert_eq!(all["logs"].as_array().unwrap().len(), 101);
+
+    let response = server
+        .get("/watcher/git_logs?limit=1001")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 400);
+    let answer: Value = response.json().await.unwrap();
+    assert!(
+        answer["detail"].as_str().unwrap().contains("1000"),
+        "{answer}"
+    );
+}
+
+#[tokio::test]
+async fn a_commit_diff_in_the_log_is_cut_at_1_mib_with_a_marker() {
+    let server = Server::start();
+    let line = "x".repeat(99) + "\n";
+    for name in ["a.txt", "b.txt", "c.txt"] {
+        std::fs::write(server.ws(name), line.repeat(6000)).unwrap();
+    }
+    let (status, _) = post(&server, "/watcher/commit_changes", json!({})).await;
+    assert_eq!(status, 200);
+    let small_line = "y\n";
+    std::fs::write(server.ws("small.txt"), small_line).unwrap();
+    let (status, _) = post(&server, "/watcher/commit_changes", json!({})).await;
+    assert_eq!(status, 200);
+
+    let page: Value = server.get("/watcher/git_logs").fetch_json().await;
+    let logs = page["logs"].as_array().unwrap();
+    assert!(logs[0].get("diff_truncated").is_none(), "{}", logs[0]);
+    let big = &logs[1];
+    assert_eq!(big["diff_truncated"], true);
+    let diff = big["diff"].as_object().unwrap();
+    let total: usize = diff.values().map(|text| text.as_str().unwrap().len()).sum();
+    assert!(total <= 1024 * 1024 + 512, "{total} bytes");
+    let a = diff["a.txt"].as_str().unwrap();
+    assert!(a.ends_with(&format!("+{line}")) && !a.contains("[boxd:"));
+    let b = diff["b.txt"].as_str().unwrap();
+    assert!(
+        b.contains("[boxd: diff truncated, "),
+        "{}",
+        &b[b.len() - 200..]
+    );
+    assert!(
+        b.contains("the remaining files are omitted"),
+        "{}",
+        &b[b.len() - 200..]
+    );
+    assert!(!diff.contains_key("c.txt"));
+}

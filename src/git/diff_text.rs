@@ -26,6 +26,9 @@ pub fn render(diff: &Diff<'_>, budget: usize) -> Result<Rendered, git2::Error> {
     let mut used = 0usize;
     let mut current: Option<String> = None;
     let mut cut = false;
+    // A line did not fit the budget: the next file is not started (lines are never split, so `used` may
+    // stay just below `budget`).
+    let mut spent = budget == 0;
     let printed = diff.print(DiffFormat::Patch, |delta, _hunk, line| {
         let path = delta
             .new_file()
@@ -34,7 +37,7 @@ pub fn render(diff: &Diff<'_>, budget: usize) -> Result<Rendered, git2::Error> {
             .map(|path| path.to_string_lossy().into_owned())
             .unwrap_or_default();
         if current.as_deref() != Some(path.as_str()) {
-            if used >= budget {
+            if spent {
                 cut = true;
                 return false;
             }
@@ -50,8 +53,9 @@ pub fn render(diff: &Diff<'_>, budget: usize) -> Result<Rendered, git2::Error> {
             _ => None,
         };
         let added = content.len() + usize::from(prefix.is_some());
-        let fits = entry.text.len().saturating_add(added) <= MAX_FILE_DIFF_BYTES
-            && used.saturating_add(added) <= budget;
+        let fits_answer = used.saturating_add(added) <= budget;
+        spent |= !fits_answer;
+        let fits = fits_answer && entry.text.len().saturating_add(added) <= MAX_FILE_DIFF_BYTES;
         if entry.omitted > 0 || !fits {
             entry.omitted = entry.omitted.saturating_add(added);
             return true;
