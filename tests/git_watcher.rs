@@ -816,3 +816,58 @@ async fn a_commit_diff_in_the_log_is_cut_at_1_mib_with_a_marker() {
     );
     assert!(!diff.contains_key("c.txt"));
 }
+
+// ---- A repository the client damaged or filled oddly is a 409 with git's reason, never a 500. ----
+
+#[tokio::test]
+async fn damaged_or_nested_repositories_are_409_with_a_reason() {
+    let server = Server::start();
+    std::fs::write(server.ws("a.txt"), "a\n").unwrap();
+    let (status, _) = post(&server, "/watcher/commit_changes", json!({})).await;
+    assert_eq!(status, 200);
+
+    let nested = server.ws("clone");
+    std::fs::create_dir_all(&nested).unwrap();
+    git(&nested, &["init", "-q"]);
+    std::fs::write(nested.join("x.txt"), "x\n").unwrap();
+    let (status, answer) = post(&server, "/watcher/commit_changes", json!({})).await;
+    assert_eq!(status, 409, "{answer}");
+    let detail = answer["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("clone/") && detail.contains(".gitignore"),
+        "{detail}"
+    );
+    std::fs::write(server.ws(".gitignore"), "clone/\n").unwrap();
+    let (status, answer) = post(&server, "/watcher/commit_changes", json!({})).await;
+    assert_eq!(status, 200, "{answer}");
+
+    let head = std::fs::read(server.ws(".git/HEAD")).unwrap();
+    for (what, content) in [
+        ("garbage", "garbage\n"),
+        ("an invalid ref name", "ref: refs/heads/x..y\n"),
+    ] {
+        std::fs::write(server.ws(".git/HEAD"), content).unwrap();
+        let mut answers = vec![
+            post(&server, "/watcher/generate_diff", json!({})).await,
+            post(&server, "/watcher/commit_changes", json!({})).await,
+        ];
+        let logs = server.get("/watcher/git_logs").send().await.unwrap();
+        answers.push((logs.status().as_u16(), logs.json().await.unwrap()));
+        for (status, answer) in answers {
+            assert_eq!(status, 409, "HEAD holding {what}: {answer}");
+            assert!(
+                answer["detail"].as_str().unwrap().contains("git"),
+                "{answer}"
+            );
+        }
+    }
+    std::fs::write(server.ws(".git/HEAD"), head).unwrap();
+
+    std::fs::write(server.ws(".git/config"), "[core\n").unwrap();
+    let (status, answer) = post(&server, "/watcher/generate_diff", json!({})).await;
+    assert_eq!(status, 409, "{answer}");
+    assert!(
+        answer["detail"].as_str().unwrap().contains("config"),
+        "{answer}"
+    );
+}

@@ -94,3 +94,51 @@ pub fn render(diff: &Diff<'_>, budget: usize) -> Result<Rendered, git2::Error> {
         truncated: cut,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::render;
+
+    /// A diff of `files` (name, content) added to an empty repository.
+    fn rendered(files: &[(&str, String)], budget: usize) -> super::Rendered {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let repo = git2::Repository::init(dir.path()).expect("init");
+        let mut builder = repo.treebuilder(None).expect("tree builder");
+        for (name, content) in files {
+            let blob = repo.blob(content.as_bytes()).expect("blob");
+            builder.insert(name, blob, 0o100644).expect("insert");
+        }
+        let tree = repo
+            .find_tree(builder.write().expect("tree"))
+            .expect("find tree");
+        let diff = repo
+            .diff_tree_to_tree(None, Some(&tree), None)
+            .expect("diff");
+        render(&diff, budget).expect("render")
+    }
+
+    #[test]
+    fn a_spent_budget_stops_at_the_next_file_and_says_so() {
+        let big = "z".repeat(99) + "\n";
+        let files = [
+            ("a", big.repeat(10)),
+            ("b", big.repeat(10)),
+            ("c", big.repeat(10)),
+        ];
+        let whole = rendered(&files, usize::MAX);
+        assert!(!whole.truncated);
+        assert_eq!(whole.files.len(), 3);
+        let a_len = whole.files["a"].len();
+
+        let cut = rendered(&files, a_len + 300);
+        assert!(cut.truncated);
+        assert_eq!(cut.files["a"], whole.files["a"]);
+        let b = &cut.files["b"];
+        assert!(b.contains("[boxd: diff truncated, "), "{b}");
+        assert!(b.ends_with("the remaining files are omitted]\n"), "{b}");
+        assert!(!cut.files.contains_key("c"));
+
+        let nothing = rendered(&files, 0);
+        assert!(nothing.truncated && nothing.files.is_empty());
+    }
+}

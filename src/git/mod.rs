@@ -69,14 +69,14 @@ pub struct GitWatcher {
 
 /// libgit2 errors here come from the workspace repository's state, which the client controls (it can write
 /// anything under `.git`): a damaged index, object or ref, a bad config value, a path git cannot store. Those
-/// are 409 with libgit2's message; only the host's own failures (I/O, memory, threads) stay 500.
+/// are 409 with libgit2's message; only the host's own failures (I/O, memory, threads) stay 500. Names the
+/// client gives are checked before they reach libgit2 (`find_commit`), so nothing here is a 400.
 impl From<git2::Error> for ApiError {
     fn from(err: git2::Error) -> Self {
         use git2::ErrorClass as C;
         let message = format!("git: {}", err.message());
         match (err.code(), err.class()) {
             (ErrorCode::Locked, _) => ApiError::Conflict(message),
-            (ErrorCode::InvalidSpec, _) | (_, C::Invalid) => ApiError::BadRequest(message),
             (_, C::Os | C::NoMemory | C::Thread | C::Callback) => ApiError::Internal(message),
             _ => ApiError::Conflict(format!("the workspace repository: {message}")),
         }
@@ -126,6 +126,8 @@ impl From<diff_text::Rendered> for DiffAnswer {
 
 impl GitWatcher {
     pub fn new(workdir: PathBuf) -> Self {
+        // `pin::open` compares what libgit2 resolved against this path, so it must be the real one.
+        let workdir = std::fs::canonicalize(&workdir).unwrap_or(workdir);
         GitWatcher {
             workdir,
             lock: Mutex::new(()),
@@ -239,13 +241,9 @@ fn stage_unfiltered(repo: &Repository, index: &mut git2::Index) -> ApiResult<boo
         .unwrap_or_default()
         .to_ascii_lowercase();
     let filemode = config.get_bool("core.filemode").unwrap_or(true);
-    let home_attributes = std::env::var_os("HOME")
-        .map(|home| PathBuf::from(home).join(".config/git/attributes").exists())
-        .unwrap_or(false);
     if matches!(autocrlf.as_str(), "true" | "input")
         || !filemode
         || config.get_string("core.attributesfile").is_ok()
-        || home_attributes
         || repo.path().join("info/attributes").exists()
         || index
             .iter()
@@ -272,9 +270,19 @@ fn stage_unfiltered(repo: &Repository, index: &mut git2::Index) -> ApiResult<boo
         .filter(|entry| entry.status().intersects(worktree_changes))
         .map(|entry| (entry.path_bytes().to_vec(), entry.status()))
         .collect();
+    // An untracked directory is reported whole only when it holds its own repository (a clone inside the
+    // workspace). `git add -A` would record it as an embedded gitlink with a warning; libgit2 cannot
+    // without a submodule entry, so say what is in the way instead of libgit2's "invalid path".
+    if let Some((path, _)) = changes.iter().find(|(path, _)| path.ends_with(b"/")) {
+        let shown = String::from_utf8_lossy(path);
+        return Err(ApiError::Conflict(format!(
+            "{shown} is a git repository inside the workspace (a clone?): boxd does not commit nested \
+             repositories; add it to .gitignore, or remove its .git directory to commit its files"
+        )));
+    }
     if changes
         .iter()
-        .any(|(path, _)| path.ends_with(b".gitattributes") || path.ends_with(b"/"))
+        .any(|(path, _)| path.ends_with(b".gitattributes"))
     {
         return Ok(false);
     }
@@ -529,4 +537,21 @@ async fn git_logs(
         answer["has_more"] = serde_json::Value::Bool(true);
     }
     Ok(Json(answer))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn no_config_outside_the_repository_is_searched() {
+        super::configure_library();
+        for level in [
+            git2::ConfigLevel::System,
+            git2::ConfigLevel::XDG,
+            git2::ConfigLevel::Global,
+        ] {
+            // SAFETY: reads a process-wide setting that only configure_library writes.
+            let path = unsafe { git2::opts::get_search_path(level) }.expect("search path");
+            assert_eq!(path.as_bytes(), b"", "{level:?}");
+        }
+    }
 }

@@ -112,13 +112,12 @@ fn check_git_dir(workdir: &Path, dotgit: &Path) -> ApiResult<()> {
         check_symlinks(workdir, &dotgit.join(dir), dir)?;
     }
     for name in ["config", "config.worktree"] {
-        if let Some(text) = read_config_file(&dotgit.join(name), name)? {
-            if let Some(section) = include_section(&text) {
-                return Err(refuse(format!(
-                    ".git/{name} has an [{section}] section, which would make git read another file; \
-                     remove it"
-                )));
-            }
+        let text = read_config_file(&dotgit.join(name), name)?;
+        if let Some(section) = text.as_deref().and_then(include_section) {
+            return Err(refuse(format!(
+                ".git/{name} has an [{section}] section, which would make git read another file; \
+                 remove it"
+            )));
         }
     }
     Ok(())
