@@ -289,3 +289,585 @@ async fn gitattributes_filters_still_apply() {
         "CRLF was not normalised"
     );
 }
+
+// ---- Git is pinned to the workspace: nothing in the repository can move its reads or writes outside. ----
+
+/// A directory next to the workspace, outside it, holding a file whose content must never be served.
+fn outside_secret(server: &Server) -> std::path::PathBuf {
+    let outside = server.workspace.parent().unwrap().join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::write(outside.join("secret.txt"), "TOPSECRET\n").unwrap();
+    outside
+}
+
+/// A repository outside the workspace with one commit of the secret.
+fn outside_repository(server: &Server) -> std::path::PathBuf {
+    let outside = outside_secret(server);
+    git(&outside, &["init", "-q"]);
+    git(&outside, &["add", "-A"]);
+    git(
+        &outside,
+        &[
+            "-c",
+            "user.name=Outsider",
+            "-c",
+            "user.email=o@example.com",
+            "commit",
+            "-qm",
+            "outside secret",
+        ],
+    );
+    outside
+}
+
+/// `git config` run from outside the repository: git itself refuses to start in a repository whose
+/// `core.worktree` does not exist.
+fn config_file(server: &Server, args: &[&str]) -> String {
+    let file = server.ws(".git/config");
+    let mut all = vec!["config", "--file", file.to_str().unwrap()];
+    all.extend_from_slice(args);
+    git(server.workspace.parent().unwrap(), &all)
+}
+
+fn set_config(server: &Server, key: &str, value: &str) {
+    config_file(server, &[key, value]);
+}
+
+/// Every watcher route answers `status` with a detail containing `reason`, and no answer shows the secret.
+async fn every_route_refuses(server: &Server, status: u16, reason: &str) {
+    let mut answers = Vec::new();
+    answers.push(post(server, "/watcher/generate_diff", json!({})).await);
+    answers.push(post(server, "/watcher/commit_changes", json!({})).await);
+    let logs = server.get("/watcher/git_logs").send().await.unwrap();
+    answers.push((logs.status().as_u16(), logs.json().await.unwrap()));
+    for (got, answer) in answers {
+        let text = answer.to_string();
+        assert!(
+            !text.contains("TOPSECRET") && !text.contains("outside secret"),
+            "{text}"
+        );
+        assert_eq!(got, status, "{text}");
+        let detail = answer["detail"].as_str().unwrap_or_default();
+        assert!(detail.contains(reason), "{detail}");
+    }
+}
+
+#[tokio::test]
+async fn a_git_file_pointing_outside_is_refused() {
+    let server = Server::start();
+    let outside = outside_repository(&server);
+    let head_before = git(&outside, &["rev-parse", "HEAD"]);
+    std::fs::write(
+        server.ws(".git"),
+        format!("gitdir: {}\n", outside.join(".git").display()),
+    )
+    .unwrap();
+    std::fs::write(server.ws("mine.txt"), "mine\n").unwrap();
+    every_route_refuses(&server, 403, ".git is a file").await;
+    assert_eq!(git(&outside, &["rev-parse", "HEAD"]), head_before);
+}
+
+#[tokio::test]
+async fn a_git_symlink_pointing_outside_is_refused() {
+    let server = Server::start();
+    let outside = outside_repository(&server);
+    std::os::unix::fs::symlink(outside.join(".git"), server.ws(".git")).unwrap();
+    every_route_refuses(&server, 403, ".git is a symbolic link").await;
+}
+
+#[tokio::test]
+async fn core_worktree_is_overridden_by_the_workspace() {
+    let server = Server::start();
+    let outside = outside_secret(&server);
+    git(&server.workspace, &["init", "-q"]);
+    std::fs::write(server.ws("mine.txt"), "mine\n").unwrap();
+    for worktree in [outside.to_str().unwrap(), "/nonexistent/worktree"] {
+        set_config(&server, "core.worktree", worktree);
+        let (status, answer) = post(&server, "/watcher/generate_diff", json!({})).await;
+        assert_eq!(status, 200, "{worktree}: {answer}");
+        let diffs = answer["diffs"].as_object().unwrap();
+        assert!(diffs.contains_key("mine.txt"), "{answer}");
+        assert!(!answer.to_string().contains("TOPSECRET"), "{answer}");
+    }
+    set_config(&server, "core.worktree", outside.to_str().unwrap());
+    let (status, answer) = post(&server, "/watcher/commit_changes", json!({})).await;
+    assert_eq!(status, 200, "{answer}");
+    let files = git(
+        &server.workspace,
+        &[
+            "--git-dir=.git",
+            "--work-tree=.",
+            "ls-tree",
+            "-r",
+            "--name-only",
+            "HEAD",
+        ],
+    );
+    assert_eq!(files, "mine.txt\n");
+    // The user's config is not rewritten.
+    let worktree = config_file(&server, &["core.worktree"]);
+    assert_eq!(
+        worktree.trim(),
+        outside.to_str().unwrap(),
+        "{}",
+        std::fs::read_to_string(server.ws(".git/config")).unwrap()
+    );
+}
+
+#[tokio::test]
+async fn config_includes_are_refused_without_reading_them() {
+    let server = Server::start();
+    let outside = outside_secret(&server);
+    git(&server.workspace, &["init", "-q"]);
+    std::fs::write(server.ws("mine.txt"), "mine\n").unwrap();
+    let included = outside.join("included.gitconfig");
+    std::fs::write(
+        &included,
+        format!("[core]\n\tworktree = {}\n", outside.display()),
+    )
+    .unwrap();
+    git(
+        &server.workspace,
+        &["config", "include.path", included.to_str().unwrap()],
+    );
+    every_route_refuses(&server, 403, "include").await;
+
+    // A FIFO would block whoever opens it for reading: the refusal must come before any such open.
+    let fifo = outside.join("fifo.gitconfig");
+    let c_path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: c_path is a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+    git(&server.workspace, &["config", "--unset", "include.path"]);
+    std::fs::write(
+        server.ws(".git/config"),
+        std::fs::read_to_string(server.ws(".git/config")).unwrap()
+            + &format!("[includeIf \"gitdir:/\"]\n\tpath = {}\n", fifo.display()),
+    )
+    .unwrap();
+    let answer = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        post(&server, "/watcher/generate_diff", json!({})),
+    )
+    .await
+    .expect("generate_diff does not open the FIFO");
+    assert_eq!(answer.0, 403, "{}", answer.1);
+}
+
+#[tokio::test]
+async fn config_naming_files_outside_is_refused() {
+    let server = Server::start();
+    let outside = outside_secret(&server);
+    git(&server.workspace, &["init", "-q"]);
+    // An outside file used as patterns is an oracle: which workspace names get ignored tells its lines.
+    std::fs::write(server.ws("TOPSECRET"), "probe\n").unwrap();
+    for key in ["core.excludesFile", "core.attributesFile"] {
+        git(
+            &server.workspace,
+            &["config", key, outside.join("secret.txt").to_str().unwrap()],
+        );
+        let (status, answer) = post(&server, "/watcher/generate_diff", json!({})).await;
+        assert_eq!(status, 403, "{key}: {answer}");
+        assert!(
+            answer["detail"]
+                .as_str()
+                .unwrap()
+                .to_lowercase()
+                .contains(&key.to_lowercase()),
+            "{answer}"
+        );
+        git(&server.workspace, &["config", "--unset", key]);
+    }
+    let (status, _) = post(&server, "/watcher/generate_diff", json!({})).await;
+    assert_eq!(status, 200);
+}
+
+#[tokio::test]
+async fn alternates_and_commondir_leading_outside_are_refused() {
+    let server = Server::start();
+    let outside = outside_repository(&server);
+    let secret_commit = git(&outside, &["rev-parse", "HEAD"]).trim().to_owned();
+    git(&server.workspace, &["init", "-q"]);
+    std::fs::write(server.ws("mine.txt"), "mine\n").unwrap();
+    let (_, base) = post(&server, "/watcher/commit_changes", json!({})).await;
+    let base = base["commit"].as_str().unwrap().to_owned();
+    std::fs::write(
+        server.ws(".git/objects/info/alternates"),
+        format!("{}\n", outside.join(".git/objects").display()),
+    )
+    .unwrap();
+    let (status, answer) = post(
+        &server,
+        "/watcher/generate_diff",
+        json!({"commit_a": base, "commit_b": secret_commit}),
+    )
+    .await;
+    assert!(!answer.to_string().contains("TOPSECRET"), "{answer}");
+    assert_eq!(status, 403, "{answer}");
+    assert!(answer["detail"].as_str().unwrap().contains("alternates"));
+    std::fs::remove_file(server.ws(".git/objects/info/alternates")).unwrap();
+
+    std::fs::write(
+        server.ws(".git/commondir"),
+        format!("{}\n", outside.join(".git").display()),
+    )
+    .unwrap();
+    every_route_refuses(&server, 403, "commondir").await;
+    std::fs::remove_file(server.ws(".git/commondir")).unwrap();
+
+    // Symlinks inside .git that lead outside: objects written or read there would leave the workspace.
+    let objects = server.ws(".git/objects");
+    std::fs::rename(&objects, server.ws("objects.moved")).unwrap();
+    std::os::unix::fs::symlink(outside.join(".git/objects"), &objects).unwrap();
+    every_route_refuses(&server, 403, "objects").await;
+}
+
+// ---- Bad input: every malformed or impossible request is a 4xx with a reason, never a 5xx. ----
+
+enum Call {
+    Post(&'static str, Vec<u8>),
+    Get(String),
+}
+
+/// What the fuzzer sent: wrong types, odd strings, NUL bytes, huge numbers, unknown or malformed ids.
+fn bad_requests() -> Vec<(Call, u16)> {
+    let body = |value: Value| value.to_string().into_bytes();
+    let raw = |text: &str| text.as_bytes().to_vec();
+    let diff = |a: &str, b: &str| body(json!({"commit_a": a, "commit_b": b}));
+    let long_id = "a".repeat(100_000);
+    let mut calls = vec![
+        (
+            Call::Post(
+                "/watcher/commit_changes",
+                body(json!({"commit_message": 5})),
+            ),
+            422,
+        ),
+        (
+            Call::Post(
+                "/watcher/commit_changes",
+                body(json!({"commit_message": ["x"]})),
+            ),
+            422,
+        ),
+        (
+            Call::Post(
+                "/watcher/commit_changes",
+                body(json!({"commit_message": "a\u{0}b"})),
+            ),
+            400,
+        ),
+        (
+            Call::Post("/watcher/commit_changes", body(json!([1, 2]))),
+            422,
+        ),
+        (
+            Call::Post("/watcher/commit_changes", body(json!("text"))),
+            422,
+        ),
+        (Call::Post("/watcher/commit_changes", raw("null")), 422),
+        (Call::Post("/watcher/commit_changes", raw("{")), 422),
+        (Call::Post("/watcher/commit_changes", vec![0xff, 0xfe]), 422),
+        (
+            Call::Post(
+                "/watcher/generate_diff",
+                body(json!({"commit_a": 1, "commit_b": 2})),
+            ),
+            422,
+        ),
+        (
+            Call::Post(
+                "/watcher/generate_diff",
+                body(json!({"commit_a": {}, "commit_b": []})),
+            ),
+            422,
+        ),
+        (Call::Post("/watcher/generate_diff", raw("[]")), 422),
+        (
+            Call::Post("/watcher/generate_diff", vec![b'{', 0, b'}']),
+            422,
+        ),
+        (
+            Call::Post("/watcher/generate_diff", diff("a\u{0}b", "HEAD")),
+            400,
+        ),
+        (
+            Call::Post("/watcher/generate_diff", diff("HEAD", "\u{0}")),
+            400,
+        ),
+        (
+            Call::Post("/watcher/generate_diff", diff("HEAD@{", "HEAD")),
+            400,
+        ),
+        (
+            Call::Post(
+                "/watcher/generate_diff",
+                diff("HEAD~99999999999999999999999", "HEAD"),
+            ),
+            400,
+        ),
+        (
+            Call::Post("/watcher/generate_diff", diff("HEAD..HEAD", "HEAD")),
+            400,
+        ),
+        (
+            Call::Post("/watcher/generate_diff", diff(":/(", "HEAD")),
+            400,
+        ),
+        (
+            Call::Post("/watcher/generate_diff", diff("deadbeef", "HEAD")),
+            404,
+        ),
+        (
+            Call::Post("/watcher/generate_diff", diff(&"0".repeat(40), "HEAD")),
+            404,
+        ),
+        (
+            Call::Post("/watcher/generate_diff", diff(&long_id, "HEAD")),
+            404,
+        ),
+        (
+            Call::Post("/watcher/generate_diff", diff("@{-1}", "HEAD")),
+            404,
+        ),
+        (
+            Call::Post("/watcher/generate_diff", diff("\u{ffff}\u{1}", "HEAD")),
+            400,
+        ),
+        (
+            Call::Post("/watcher/generate_diff", body(json!({"commit_a": "HEAD"}))),
+            400,
+        ),
+    ];
+    for query in [
+        "limit=abc",
+        "limit=-1",
+        "limit=0",
+        "limit=1e9999",
+        "limit=99999999999999999999999",
+        "limit=1001",
+        "skip=-5",
+        "skip=99999999999999999999999",
+        "skip=%00",
+        "limit=%00",
+        "limit=1&limit=2",
+    ] {
+        calls.push((Call::Get(format!("/watcher/git_logs?{query}")), 400));
+    }
+    calls
+}
+
+async fn sweep(server: &Server, state: &str, calls: Vec<(Call, u16)>) {
+    for (call, expected) in calls {
+        let (label, response) = match call {
+            Call::Post(path, body) => {
+                let label = format!("POST {path} {}", String::from_utf8_lossy(&body));
+                (label, server.post(path).body(body).send().await.unwrap())
+            }
+            Call::Get(path) => (
+                format!("GET {path}"),
+                server.get(&path).send().await.unwrap(),
+            ),
+        };
+        let label: String = label.chars().take(200).collect();
+        let status = response.status().as_u16();
+        let answer: Value = response.json().await.unwrap_or(Value::Null);
+        assert_eq!(status, expected, "{state}: {label}: {answer}");
+        let detail = answer["detail"].as_str().unwrap_or_default();
+        assert!(
+            !detail.is_empty(),
+            "{state}: {label}: no detail in {answer}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn bad_watcher_requests_are_4xx_with_a_reason_in_every_repository_state() {
+    let server = Server::start();
+    // No repository at all: the watcher creates one on first use, so the sweep runs against that.
+    // The table holds for an empty repository as for one with history: names are checked before they are
+    // resolved, and a well-formed name that resolves to nothing is 404 in both.
+    sweep(&server, "no repository", bad_requests()).await;
+    let (status, answer) = post(
+        &server,
+        "/watcher/generate_diff",
+        json!({"commit_a": "HEAD", "commit_b": "HEAD"}),
+    )
+    .await;
+    assert_eq!(status, 404, "empty repository: {answer}");
+    assert!(answer["detail"].as_str().unwrap().contains("HEAD"));
+
+    std::fs::write(server.ws("a.txt"), "one\n").unwrap();
+    let (status, _) = post(
+        &server,
+        "/watcher/commit_changes",
+        json!({"commit_message": "one"}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    std::fs::write(server.ws("a.txt"), "two\n").unwrap();
+    let (status, _) = post(
+        &server,
+        "/watcher/commit_changes",
+        json!({"commit_message": "two"}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    sweep(&server, "two commits", bad_requests()).await;
+
+    // Valid extremes are not errors.
+    let far: Value = server
+        .get("/watcher/git_logs?skip=18446744073709551615&limit=1000")
+        .fetch_json()
+        .await;
+    assert_eq!(far["logs"], json!([]));
+    let (status, answer) = post(
+        &server,
+        "/watcher/generate_diff",
+        json!({"commit_a": "HEAD:a.txt", "commit_b": "HEAD"}),
+    )
+    .await;
+    assert_eq!(status, 400, "a blob is not a commit: {answer}");
+}
+
+// ---- git_logs is bounded: a default and a maximum page, and a size budget per commit. ----
+
+#[tokio::test]
+async fn logs_default_to_100_commits_and_say_when_more_follow() {
+    let server = Server::start();
+    git(&server.workspace, &["init", "-q"]);
+    for n in 0..101 {
+        git(
+            &server.workspace,
+            &[
+                "-c",
+                "user.name=t",
+                "-c",
+                "user.email=t@example.com",
+                "commit",
+                "-q",
+                "--allow-empty",
+                "-m",
+                &format!("c{n}"),
+            ],
+        );
+    }
+    let page: Value = server.get("/watcher/git_logs").fetch_json().await;
+    let logs = page["logs"].as_array().unwrap();
+    assert_eq!(logs.len(), 100);
+    assert_eq!(logs[0]["message"], "c100");
+    assert_eq!(page["has_more"], true);
+    let rest: Value = server.get("/watcher/git_logs?skip=100").fetch_json().await;
+    assert_eq!(rest["logs"].as_array().unwrap().len(), 1);
+    assert_eq!(rest["logs"][0]["message"], "c0");
+    assert!(rest.get("has_more").is_none(), "{rest}");
+    let all: Value = server
+        .get("/watcher/git_logs?limit=1000")
+        .fetch_json()
+        .await;
+    assert_eq!(all["logs"].as_array().unwrap().len(), 101);
+
+    let response = server
+        .get("/watcher/git_logs?limit=1001")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 400);
+    let answer: Value = response.json().await.unwrap();
+    assert!(
+        answer["detail"].as_str().unwrap().contains("1000"),
+        "{answer}"
+    );
+}
+
+#[tokio::test]
+async fn a_commit_diff_in_the_log_is_cut_at_1_mib_with_a_marker() {
+    let server = Server::start();
+    let line = "x".repeat(99) + "\n";
+    for name in ["a.txt", "b.txt", "c.txt"] {
+        std::fs::write(server.ws(name), line.repeat(6000)).unwrap();
+    }
+    let (status, _) = post(&server, "/watcher/commit_changes", json!({})).await;
+    assert_eq!(status, 200);
+    let small_line = "y\n";
+    std::fs::write(server.ws("small.txt"), small_line).unwrap();
+    let (status, _) = post(&server, "/watcher/commit_changes", json!({})).await;
+    assert_eq!(status, 200);
+
+    let page: Value = server.get("/watcher/git_logs").fetch_json().await;
+    let logs = page["logs"].as_array().unwrap();
+    assert!(logs[0].get("diff_truncated").is_none(), "{}", logs[0]);
+    let big = &logs[1];
+    assert_eq!(big["diff_truncated"], true);
+    let diff = big["diff"].as_object().unwrap();
+    let total: usize = diff.values().map(|text| text.as_str().unwrap().len()).sum();
+    assert!(total <= 1024 * 1024 + 512, "{total} bytes");
+    let a = diff["a.txt"].as_str().unwrap();
+    assert!(a.ends_with(&format!("+{line}")) && !a.contains("[boxd:"));
+    let b = diff["b.txt"].as_str().unwrap();
+    assert!(
+        b.contains("[boxd: diff truncated, "),
+        "{}",
+        &b[b.len() - 200..]
+    );
+    assert!(
+        b.contains("the remaining files are omitted"),
+        "{}",
+        &b[b.len() - 200..]
+    );
+    assert!(!diff.contains_key("c.txt"));
+}
+
+// ---- A repository the client damaged or filled oddly is a 409 with git's reason, never a 500. ----
+
+#[tokio::test]
+async fn damaged_or_nested_repositories_are_409_with_a_reason() {
+    let server = Server::start();
+    std::fs::write(server.ws("a.txt"), "a\n").unwrap();
+    let (status, _) = post(&server, "/watcher/commit_changes", json!({})).await;
+    assert_eq!(status, 200);
+
+    let nested = server.ws("clone");
+    std::fs::create_dir_all(&nested).unwrap();
+    git(&nested, &["init", "-q"]);
+    std::fs::write(nested.join("x.txt"), "x\n").unwrap();
+    let (status, answer) = post(&server, "/watcher/commit_changes", json!({})).await;
+    assert_eq!(status, 409, "{answer}");
+    let detail = answer["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("clone/") && detail.contains(".gitignore"),
+        "{detail}"
+    );
+    std::fs::write(server.ws(".gitignore"), "clone/\n").unwrap();
+    let (status, answer) = post(&server, "/watcher/commit_changes", json!({})).await;
+    assert_eq!(status, 200, "{answer}");
+
+    let head = std::fs::read(server.ws(".git/HEAD")).unwrap();
+    for (what, content) in [
+        ("garbage", "garbage\n"),
+        ("an invalid ref name", "ref: refs/heads/x..y\n"),
+    ] {
+        std::fs::write(server.ws(".git/HEAD"), content).unwrap();
+        let mut answers = vec![
+            post(&server, "/watcher/generate_diff", json!({})).await,
+            post(&server, "/watcher/commit_changes", json!({})).await,
+        ];
+        let logs = server.get("/watcher/git_logs").send().await.unwrap();
+        answers.push((logs.status().as_u16(), logs.json().await.unwrap()));
+        for (status, answer) in answers {
+            assert_eq!(status, 409, "HEAD holding {what}: {answer}");
+            assert!(
+                answer["detail"].as_str().unwrap().contains("git"),
+                "{answer}"
+            );
+        }
+    }
+    std::fs::write(server.ws(".git/HEAD"), head).unwrap();
+
+    std::fs::write(server.ws(".git/config"), "[core\n").unwrap();
+    let (status, answer) = post(&server, "/watcher/generate_diff", json!({})).await;
+    assert_eq!(status, 409, "{answer}");
+    assert!(
+        answer["detail"].as_str().unwrap().contains("config"),
+        "{answer}"
+    );
+}

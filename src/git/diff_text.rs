@@ -1,26 +1,48 @@
-//! Renders a `git2::Diff` as `git diff` prints it, one text per changed path, each capped in size.
+//! Renders a `git2::Diff` as `git diff` prints it, one text per changed path, capped per file and in total.
 
 use std::collections::BTreeMap;
 
 use git2::{Diff, DiffFormat};
 
 /// A single file's diff beyond this is cut with a marker: the JSON answer must stay bounded.
-const MAX_FILE_DIFF_BYTES: usize = 1024 * 1024;
+pub const MAX_FILE_DIFF_BYTES: usize = 1024 * 1024;
 
 struct FileDiff {
     text: String,
     omitted: usize,
 }
 
-pub fn render(diff: &Diff<'_>) -> Result<BTreeMap<String, String>, git2::Error> {
+pub struct Rendered {
+    pub files: BTreeMap<String, String>,
+    /// Files after the budget ran out were left out (the last rendered file says so too).
+    pub truncated: bool,
+}
+
+/// Renders at most `budget` bytes of diff text. A file that does not fit is cut with a marker saying how
+/// many bytes were omitted; once the budget is spent, rendering stops at the next file (libgit2 stops
+/// computing too) and the last rendered file ends with a line saying the rest is omitted.
+pub fn render(diff: &Diff<'_>, budget: usize) -> Result<Rendered, git2::Error> {
     let mut files: BTreeMap<String, FileDiff> = BTreeMap::new();
-    diff.print(DiffFormat::Patch, |delta, _hunk, line| {
+    let mut used = 0usize;
+    let mut current: Option<String> = None;
+    let mut cut = false;
+    // A line did not fit the budget: the next file is not started (lines are never split, so `used` may
+    // stay just below `budget`).
+    let mut spent = budget == 0;
+    let printed = diff.print(DiffFormat::Patch, |delta, _hunk, line| {
         let path = delta
             .new_file()
             .path()
             .or_else(|| delta.old_file().path())
             .map(|path| path.to_string_lossy().into_owned())
             .unwrap_or_default();
+        if current.as_deref() != Some(path.as_str()) {
+            if spent {
+                cut = true;
+                return false;
+            }
+            current = Some(path.clone());
+        }
         let entry = files.entry(path).or_insert_with(|| FileDiff {
             text: String::new(),
             omitted: 0,
@@ -31,27 +53,92 @@ pub fn render(diff: &Diff<'_>) -> Result<BTreeMap<String, String>, git2::Error> 
             _ => None,
         };
         let added = content.len() + usize::from(prefix.is_some());
-        if entry.omitted > 0 || entry.text.len() + added > MAX_FILE_DIFF_BYTES {
-            entry.omitted += added;
+        let fits_answer = used.saturating_add(added) <= budget;
+        spent |= !fits_answer;
+        let fits = fits_answer && entry.text.len().saturating_add(added) <= MAX_FILE_DIFF_BYTES;
+        if entry.omitted > 0 || !fits {
+            entry.omitted = entry.omitted.saturating_add(added);
             return true;
         }
         if let Some(prefix) = prefix {
             entry.text.push(prefix);
         }
         entry.text.push_str(&content);
+        used = used.saturating_add(added);
         true
-    })?;
-    Ok(files
-        .into_iter()
-        .map(|(path, file)| {
-            let mut text = file.text;
-            if file.omitted > 0 {
-                text.push_str(&format!(
-                    "[boxd: diff truncated, {} bytes omitted]\n",
-                    file.omitted
-                ));
-            }
-            (path, text)
-        })
-        .collect())
+    });
+    match printed {
+        Err(_) if cut => {}
+        other => other?,
+    }
+    let last = current;
+    Ok(Rendered {
+        files: files
+            .into_iter()
+            .map(|(path, file)| {
+                let mut text = file.text;
+                if file.omitted > 0 {
+                    text.push_str(&format!(
+                        "[boxd: diff truncated, {} bytes omitted]\n",
+                        file.omitted
+                    ));
+                }
+                if cut && last.as_deref() == Some(path.as_str()) {
+                    text.push_str(&format!(
+                        "[boxd: diff size limit of {budget} bytes reached; the remaining files are omitted]\n"
+                    ));
+                }
+                (path, text)
+            })
+            .collect(),
+        truncated: cut,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::render;
+
+    /// A diff of `files` (name, content) added to an empty repository.
+    fn rendered(files: &[(&str, String)], budget: usize) -> super::Rendered {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let repo = git2::Repository::init(dir.path()).expect("init");
+        let mut builder = repo.treebuilder(None).expect("tree builder");
+        for (name, content) in files {
+            let blob = repo.blob(content.as_bytes()).expect("blob");
+            builder.insert(name, blob, 0o100644).expect("insert");
+        }
+        let tree = repo
+            .find_tree(builder.write().expect("tree"))
+            .expect("find tree");
+        let diff = repo
+            .diff_tree_to_tree(None, Some(&tree), None)
+            .expect("diff");
+        render(&diff, budget).expect("render")
+    }
+
+    #[test]
+    fn a_spent_budget_stops_at_the_next_file_and_says_so() {
+        let big = "z".repeat(99) + "\n";
+        let files = [
+            ("a", big.repeat(10)),
+            ("b", big.repeat(10)),
+            ("c", big.repeat(10)),
+        ];
+        let whole = rendered(&files, usize::MAX);
+        assert!(!whole.truncated);
+        assert_eq!(whole.files.len(), 3);
+        let a_len = whole.files["a"].len();
+
+        let cut = rendered(&files, a_len + 300);
+        assert!(cut.truncated);
+        assert_eq!(cut.files["a"], whole.files["a"]);
+        let b = &cut.files["b"];
+        assert!(b.contains("[boxd: diff truncated, "), "{b}");
+        assert!(b.ends_with("the remaining files are omitted]\n"), "{b}");
+        assert!(!cut.files.contains_key("c"));
+
+        let nothing = rendered(&files, 0);
+        assert!(nothing.truncated && nothing.files.is_empty());
+    }
 }

@@ -6,6 +6,7 @@ mod family;
 pub use family::family;
 
 mod diff_text;
+mod pin;
 
 use std::collections::BTreeMap;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
@@ -22,6 +23,15 @@ use serde::{Deserialize, Serialize};
 use crate::error::{ApiError, ApiResult};
 use crate::http::extract::{ApiJson, ApiQuery};
 
+/// `git_logs` without `limit` returns this many commits (upstream returned all, each with its full diff).
+pub const DEFAULT_LOG_LIMIT: usize = 100;
+/// The largest `limit` `git_logs` accepts.
+pub const MAX_LOG_LIMIT: usize = 1000;
+/// One commit's diff in `git_logs` is cut beyond this (the same figure as one file's diff).
+const MAX_COMMIT_DIFF_BYTES: usize = diff_text::MAX_FILE_DIFF_BYTES;
+/// All diff text of one answer (`generate_diff`, or every commit of a `git_logs` page together).
+pub const MAX_RESPONSE_DIFF_BYTES: usize = 32 * 1024 * 1024;
+
 /// What upstream writes into the repository config; boxd uses it only when no identity is configured.
 const FALLBACK_NAME: &str = "User";
 const FALLBACK_EMAIL: &str = "user@example.com";
@@ -32,10 +42,26 @@ const FALLBACK_EMAIL: &str = "user@example.com";
 /// user while boxd runs as root in the container, and libgit2 would refuse every such repository
 /// ("not owned by current user"). The check exists to stop `git` from running another user's hooks and
 /// fsmonitor commands; libgit2 runs neither, and boxd is the only git user of this directory.
+///
+/// Global, XDG and system config are not read at all (empty search paths): they live outside the workspace,
+/// may include further files, and name ignore and attribute files (`~/.config/git/ignore`) that would make
+/// the watcher's answers depend on files outside it. Only the repository's own config counts, which is
+/// also upstream's identity behaviour (it writes `User` into the repository config).
 pub fn configure_library() {
     // SAFETY: called from main before the async runtime starts, so no other thread touches libgit2.
     if let Err(err) = unsafe { git2::opts::set_verify_owner_validation(false) } {
         tracing::warn!("cannot turn off libgit2 owner validation: {err}");
+    }
+    for level in [
+        git2::ConfigLevel::System,
+        git2::ConfigLevel::XDG,
+        git2::ConfigLevel::Global,
+        git2::ConfigLevel::ProgramData,
+    ] {
+        // SAFETY: as above, no other thread uses libgit2 yet.
+        if let Err(err) = unsafe { git2::opts::set_search_path(level, "") } {
+            tracing::warn!("cannot clear libgit2's {level:?} config search path: {err}");
+        }
     }
 }
 
@@ -44,11 +70,18 @@ pub struct GitWatcher {
     lock: Mutex<()>,
 }
 
+/// libgit2 errors here come from the workspace repository's state, which the client controls (it can write
+/// anything under `.git`): a damaged index, object or ref, a bad config value, a path git cannot store. Those
+/// are 409 with libgit2's message; only the host's own failures (I/O, memory, threads) stay 500. Names the
+/// client gives are checked before they reach libgit2 (`find_commit`), so nothing here is a 400.
 impl From<git2::Error> for ApiError {
     fn from(err: git2::Error) -> Self {
-        match err.code() {
-            ErrorCode::Locked => ApiError::Conflict(format!("git: {}", err.message())),
-            _ => ApiError::Internal(format!("git: {}", err.message())),
+        use git2::ErrorClass as C;
+        let message = format!("git: {}", err.message());
+        match (err.code(), err.class()) {
+            (ErrorCode::Locked, _) => ApiError::Conflict(message),
+            (_, C::Os | C::NoMemory | C::Thread | C::Callback) => ApiError::Internal(message),
+            _ => ApiError::Conflict(format!("the workspace repository: {message}")),
         }
     }
 }
@@ -66,10 +99,38 @@ pub struct LogEntry {
     date: String,
     message: String,
     diff: BTreeMap<String, String>,
+    /// Present (true) when files of this commit's diff were left out for size.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    diff_truncated: bool,
+}
+
+pub struct LogPage {
+    entries: Vec<LogEntry>,
+    /// More commits follow the page.
+    more: bool,
+}
+
+#[derive(Serialize)]
+pub struct DiffAnswer {
+    diffs: BTreeMap<String, String>,
+    /// Present (true) when files were left out because the answer reached its size limit.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    truncated: bool,
+}
+
+impl From<diff_text::Rendered> for DiffAnswer {
+    fn from(rendered: diff_text::Rendered) -> Self {
+        DiffAnswer {
+            diffs: rendered.files,
+            truncated: rendered.truncated,
+        }
+    }
 }
 
 impl GitWatcher {
     pub fn new(workdir: PathBuf) -> Self {
+        // `pin::open` compares what libgit2 resolved against this path, so it must be the real one.
+        let workdir = std::fs::canonicalize(&workdir).unwrap_or(workdir);
         GitWatcher {
             workdir,
             lock: Mutex::new(()),
@@ -82,14 +143,7 @@ impl GitWatcher {
             .lock
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let repo = match Repository::open(&self.workdir) {
-            Ok(repo) => repo,
-            Err(err) if err.code() == ErrorCode::NotFound => {
-                tracing::info!(workdir = %self.workdir.display(), "workspace is not a git repository; initialising one");
-                Repository::init(&self.workdir)?
-            }
-            Err(err) => return Err(err.into()),
-        };
+        let repo = pin::open(&self.workdir)?;
         work(&repo)
     }
 
@@ -124,7 +178,7 @@ impl GitWatcher {
 
     /// Working tree (untracked files included, ignored ones not) against HEAD, or against the empty tree
     /// when there is no commit yet.
-    pub fn diff_worktree(&self) -> ApiResult<BTreeMap<String, String>> {
+    pub fn diff_worktree(&self) -> ApiResult<DiffAnswer> {
         self.with_repo(|repo| {
             let head_tree = head_commit(repo)?.map(|commit| commit.tree()).transpose()?;
             let mut options = DiffOptions::new();
@@ -134,32 +188,42 @@ impl GitWatcher {
                 .show_untracked_content(true);
             let diff =
                 repo.diff_tree_to_workdir_with_index(head_tree.as_ref(), Some(&mut options))?;
-            Ok(diff_text::render(&diff)?)
+            Ok(diff_text::render(&diff, MAX_RESPONSE_DIFF_BYTES)?.into())
         })
     }
 
-    pub fn diff_commits(&self, from: &str, to: &str) -> ApiResult<BTreeMap<String, String>> {
+    pub fn diff_commits(&self, from: &str, to: &str) -> ApiResult<DiffAnswer> {
         self.with_repo(|repo| {
             let from_tree = find_commit(repo, from)?.tree()?;
             let to_tree = find_commit(repo, to)?.tree()?;
             let diff = repo.diff_tree_to_tree(Some(&from_tree), Some(&to_tree), None)?;
-            Ok(diff_text::render(&diff)?)
+            Ok(diff_text::render(&diff, MAX_RESPONSE_DIFF_BYTES)?.into())
         })
     }
 
-    pub fn log(&self, skip: usize, limit: Option<usize>) -> ApiResult<Vec<LogEntry>> {
+    /// Newest first, `limit` commits after `skip`; the caller checks `limit` against `MAX_LOG_LIMIT`.
+    pub fn log(&self, skip: usize, limit: usize) -> ApiResult<LogPage> {
         self.with_repo(|repo| {
             if head_commit(repo)?.is_none() {
-                return Ok(Vec::new());
+                return Ok(LogPage {
+                    entries: Vec::new(),
+                    more: false,
+                });
             }
             let mut walk = repo.revwalk()?;
             walk.set_sorting(Sort::TOPOLOGICAL | Sort::TIME)?;
             walk.push_head()?;
+            let mut oids = walk.skip(skip).take(limit.saturating_add(1));
             let mut entries = Vec::new();
-            for oid in walk.skip(skip).take(limit.unwrap_or(usize::MAX)) {
-                entries.push(log_entry(repo, oid?)?);
+            let mut left = MAX_RESPONSE_DIFF_BYTES;
+            for oid in oids.by_ref().take(limit) {
+                let entry = log_entry(repo, oid?, left.min(MAX_COMMIT_DIFF_BYTES))?;
+                let used: usize = entry.diff.values().map(String::len).sum();
+                left = left.saturating_sub(used);
+                entries.push(entry);
             }
-            Ok(entries)
+            let more = oids.next().is_some();
+            Ok(LogPage { entries, more })
         })
     }
 }
@@ -180,13 +244,9 @@ fn stage_unfiltered(repo: &Repository, index: &mut git2::Index) -> ApiResult<boo
         .unwrap_or_default()
         .to_ascii_lowercase();
     let filemode = config.get_bool("core.filemode").unwrap_or(true);
-    let home_attributes = std::env::var_os("HOME")
-        .map(|home| PathBuf::from(home).join(".config/git/attributes").exists())
-        .unwrap_or(false);
     if matches!(autocrlf.as_str(), "true" | "input")
         || !filemode
         || config.get_string("core.attributesfile").is_ok()
-        || home_attributes
         || repo.path().join("info/attributes").exists()
         || index
             .iter()
@@ -213,9 +273,19 @@ fn stage_unfiltered(repo: &Repository, index: &mut git2::Index) -> ApiResult<boo
         .filter(|entry| entry.status().intersects(worktree_changes))
         .map(|entry| (entry.path_bytes().to_vec(), entry.status()))
         .collect();
+    // An untracked directory is reported whole only when it holds its own repository (a clone inside the
+    // workspace). `git add -A` would record it as an embedded gitlink with a warning; libgit2 cannot
+    // without a submodule entry, so say what is in the way instead of libgit2's "invalid path".
+    if let Some((path, _)) = changes.iter().find(|(path, _)| path.ends_with(b"/")) {
+        let shown = String::from_utf8_lossy(path);
+        return Err(ApiError::Conflict(format!(
+            "{shown} is a git repository inside the workspace (a clone?): boxd does not commit nested \
+             repositories; add it to .gitignore, or remove its .git directory to commit its files"
+        )));
+    }
     if changes
         .iter()
-        .any(|(path, _)| path.ends_with(b".gitattributes") || path.ends_with(b"/"))
+        .any(|(path, _)| path.ends_with(b".gitattributes"))
     {
         return Ok(false);
     }
@@ -262,19 +332,33 @@ fn stage_unfiltered(repo: &Repository, index: &mut git2::Index) -> ApiResult<boo
     Ok(true)
 }
 
-fn log_entry(repo: &Repository, oid: Oid) -> ApiResult<LogEntry> {
+fn log_entry(repo: &Repository, oid: Oid, budget: usize) -> ApiResult<LogEntry> {
     let commit = repo.find_commit(oid)?;
     let parent_tree = match commit.parents().next() {
         Some(parent) => Some(parent.tree()?),
         None => None,
     };
-    let diff = repo.diff_tree_to_tree(parent_tree.as_ref(), Some(&commit.tree()?), None)?;
+    let tree = commit.tree()?;
+    let (diff, diff_truncated) = if budget == 0 {
+        // The answer's budget is spent: skip computing the diff, but say whether one was left out.
+        let changed = parent_tree.as_ref().map(git2::Tree::id) != Some(tree.id());
+        (BTreeMap::new(), changed)
+    } else {
+        let diff = repo.diff_tree_to_tree(parent_tree.as_ref(), Some(&tree), None)?;
+        let rendered = diff_text::render(&diff, budget)?;
+        let cut_file = rendered
+            .files
+            .values()
+            .any(|text| text.ends_with(" bytes omitted]\n"));
+        (rendered.files, rendered.truncated || cut_file)
+    };
     Ok(LogEntry {
         commit: oid.to_string(),
         author: commit.author().name().unwrap_or_default().to_owned(),
         date: iso8601(commit.time()),
         message: commit.message().unwrap_or_default().trim().to_owned(),
-        diff: diff_text::render(&diff)?,
+        diff,
+        diff_truncated,
     })
 }
 
@@ -295,14 +379,55 @@ fn head_commit(repo: &Repository) -> ApiResult<Option<git2::Commit<'_>>> {
     }
 }
 
+/// A client-given revision as shown in messages: at most 100 characters, control characters escaped.
+fn shown(spec: &str) -> String {
+    let mut shown: String = spec
+        .chars()
+        .take(100)
+        .collect::<String>()
+        .escape_debug()
+        .to_string();
+    if spec.chars().nth(100).is_some() {
+        shown.push_str("...");
+    }
+    shown
+}
+
+/// What can be told wrong with a revision without the repository, checked for both before either resolves.
+fn check_spec(spec: &str) -> ApiResult<()> {
+    if spec.contains('\0') {
+        return Err(ApiError::BadRequest(format!(
+            "invalid commit {}: contains a NUL byte",
+            shown(spec)
+        )));
+    }
+    Ok(())
+}
+
 fn find_commit<'repo>(repo: &'repo Repository, spec: &str) -> ApiResult<git2::Commit<'repo>> {
-    let object = repo.revparse_single(spec).map_err(|err| match err.code() {
-        ErrorCode::Ambiguous => ApiError::BadRequest(format!("ambiguous commit: {spec}")),
-        _ => ApiError::NotFound(format!("unknown commit: {spec}")),
+    check_spec(spec)?;
+    let object = repo.revparse_single(spec).map_err(|err| {
+        use git2::ErrorClass as C;
+        match (err.code(), err.class()) {
+            (ErrorCode::Ambiguous, _) => {
+                ApiError::BadRequest(format!("ambiguous commit: {}", shown(spec)))
+            }
+            (ErrorCode::InvalidSpec, _) | (_, C::Invalid | C::Regex) => {
+                ApiError::BadRequest(format!("invalid commit {}: {}", shown(spec), err.message()))
+            }
+            // Whatever else fails to resolve a name (no such ref, a name too long to be a ref file) means
+            // there is no such commit.
+            _ => ApiError::NotFound(format!("unknown commit: {}", shown(spec))),
+        }
     })?;
-    object
-        .peel_to_commit()
-        .map_err(|_| ApiError::NotFound(format!("not a commit: {spec}")))
+    let kind = object.kind();
+    object.peel_to_commit().map_err(|_| {
+        ApiError::BadRequest(format!(
+            "not a commit: {} names a {}",
+            shown(spec),
+            kind.map_or("non-commit object", |kind| kind.str())
+        ))
+    })
 }
 
 pub fn routes<S>() -> Router<S>
@@ -322,13 +447,39 @@ struct CommitRequest {
     commit_message: Option<String>,
 }
 
+/// The request body as `T`, which must be a JSON object: serde would otherwise read `[]` as a struct whose
+/// fields all have defaults and answer 200 to a body of the wrong shape.
+fn object_body<T: serde::de::DeserializeOwned>(body: serde_json::Value) -> ApiResult<T> {
+    if !body.is_object() {
+        return Err(ApiError::Unprocessable(format!(
+            "invalid JSON body: expected an object, got {}",
+            match body {
+                serde_json::Value::Null => "null",
+                serde_json::Value::Bool(_) => "a boolean",
+                serde_json::Value::Number(_) => "a number",
+                serde_json::Value::String(_) => "a string",
+                serde_json::Value::Array(_) => "an array",
+                serde_json::Value::Object(_) => "an object",
+            }
+        )));
+    }
+    serde_json::from_value(body)
+        .map_err(|err| ApiError::Unprocessable(format!("invalid JSON body: {err}")))
+}
+
 async fn commit_changes(
     State(git): State<Arc<GitWatcher>>,
-    ApiJson(request): ApiJson<CommitRequest>,
+    ApiJson(body): ApiJson<serde_json::Value>,
 ) -> ApiResult<Json<CommitOutcome>> {
+    let request: CommitRequest = object_body(body)?;
     let message = request
         .commit_message
         .unwrap_or_else(|| "Automated commit".to_owned());
+    if message.contains('\0') {
+        return Err(ApiError::BadRequest(
+            "commit_message must not contain NUL bytes".into(),
+        ));
+    }
     Ok(Json(
         tokio::task::spawn_blocking(move || git.commit_all(&message)).await??,
     ))
@@ -344,12 +495,15 @@ struct DiffRequest {
 
 async fn generate_diff(
     State(git): State<Arc<GitWatcher>>,
-    ApiJson(request): ApiJson<DiffRequest>,
-) -> ApiResult<Json<serde_json::Value>> {
+    ApiJson(body): ApiJson<serde_json::Value>,
+) -> ApiResult<Json<DiffAnswer>> {
+    let request: DiffRequest = object_body(body)?;
     let given = |commit: Option<String>| commit.filter(|commit| !commit.trim().is_empty());
     let diffs = match (given(request.commit_a), given(request.commit_b)) {
         (None, None) => tokio::task::spawn_blocking(move || git.diff_worktree()).await??,
         (Some(from), Some(to)) => {
+            check_spec(&from)?;
+            check_spec(&to)?;
             tokio::task::spawn_blocking(move || git.diff_commits(&from, &to)).await??
         }
         _ => {
@@ -358,7 +512,7 @@ async fn generate_diff(
             ));
         }
     };
-    Ok(Json(serde_json::json!({ "diffs": diffs })))
+    Ok(Json(diffs))
 }
 
 #[derive(Deserialize)]
@@ -373,7 +527,34 @@ async fn git_logs(
     State(git): State<Arc<GitWatcher>>,
     ApiQuery(query): ApiQuery<LogQuery>,
 ) -> ApiResult<Json<serde_json::Value>> {
-    let logs = tokio::task::spawn_blocking(move || git.log(query.skip.unwrap_or(0), query.limit))
-        .await??;
-    Ok(Json(serde_json::json!({ "logs": logs })))
+    let limit = query.limit.unwrap_or(DEFAULT_LOG_LIMIT);
+    if !(1..=MAX_LOG_LIMIT).contains(&limit) {
+        return Err(ApiError::BadRequest(format!(
+            "limit must be between 1 and {MAX_LOG_LIMIT} (got {limit}); page with skip"
+        )));
+    }
+    let skip = query.skip.unwrap_or(0);
+    let page = tokio::task::spawn_blocking(move || git.log(skip, limit)).await??;
+    let mut answer = serde_json::json!({ "logs": page.entries });
+    if page.more {
+        answer["has_more"] = serde_json::Value::Bool(true);
+    }
+    Ok(Json(answer))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn no_config_outside_the_repository_is_searched() {
+        super::configure_library();
+        for level in [
+            git2::ConfigLevel::System,
+            git2::ConfigLevel::XDG,
+            git2::ConfigLevel::Global,
+        ] {
+            // SAFETY: reads a process-wide setting that only configure_library writes.
+            let path = unsafe { git2::opts::get_search_path(level) }.expect("search path");
+            assert_eq!(path.as_bytes(), b"", "{level:?}");
+        }
+    }
 }
