@@ -21,6 +21,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use crate::tools::{CallToolResult, ContentItem, Tool};
+use crate::workspace::OpenError;
 use node_error::{Syscall, describe};
 
 pub const GROUP: &str = "filesystem";
@@ -274,7 +275,10 @@ fn read_text(path: &Path, limit: u64) -> Result<String, String> {
 }
 
 fn read_bytes(path: &Path, limit: u64) -> Result<Vec<u8>, String> {
-    let mut file = std::fs::File::open(path).map_err(|err| describe(&err, Syscall::Open(path)))?;
+    let mut file = crate::workspace::open_for_reading(path).map_err(|err| match err {
+        OpenError::NotRegular(message) => format!("{}: {message}", path.display()),
+        OpenError::Io(err) => describe(&err, Syscall::Open(path)),
+    })?;
     let size = file
         .metadata()
         .map_err(|err| describe(&err, Syscall::Stat(path)))?
@@ -352,8 +356,8 @@ fn edit_file(allowed: &AllowedDirs, args: EditArgs) -> Result<String, String> {
 }
 
 fn move_file(allowed: &AllowedDirs, args: MoveArgs) -> Result<String, String> {
-    let source = allowed.check_with_parent(&args.source)?;
-    let destination = allowed.check_with_parent(&args.destination)?;
+    let source = allowed.check_entry_with_parent(&args.source)?;
+    let destination = allowed.check_entry_with_parent(&args.destination)?;
     if allowed.is_allowed_root(&source.real) {
         return Err(format!(
             "{} is an allowed directory itself and cannot be moved",
