@@ -45,14 +45,18 @@ impl StagedFile {
             Ok(file) => Ok(StagedFile { file, named: None }),
             Err(err) if tmpfile_unsupported(&err) => {
                 tracing::debug!(dir = %dir.display(), %err, "no O_TMPFILE here; staging under a name");
-                let (file, path) = create_named(dir)?;
-                Ok(StagedFile {
-                    file,
-                    named: Some(path),
-                })
+                StagedFile::create_named(dir)
             }
             Err(err) => Err(err),
         }
+    }
+
+    fn create_named(dir: &Path) -> std::io::Result<StagedFile> {
+        let (file, path) = create_named(dir)?;
+        Ok(StagedFile {
+            file,
+            named: Some(path),
+        })
     }
 
     /// Blocking. Puts the content at `target` (whose parent must exist) in one step, keeping the mode of
@@ -287,6 +291,32 @@ mod tests {
             .unwrap();
         assert_eq!(std::fs::read_to_string(&target).unwrap(), "moved");
         assert_eq!(names(dir.path()), ["sub"]);
+    }
+
+    #[test]
+    fn the_named_fallback_persists_here_or_elsewhere_and_cleans_up() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        std::fs::write(dir.path().join("t"), "old").unwrap();
+        let mut staged = StagedFile::create_named(dir.path()).unwrap();
+        staged.file.write_all(b"new").unwrap();
+        assert_eq!(names(dir.path()).len(), 3, "the fallback is named");
+        staged.persist(&dir.path().join("t")).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("t")).unwrap(),
+            "new"
+        );
+        let mut staged = StagedFile::create_named(dir.path()).unwrap();
+        staged.file.write_all(b"there").unwrap();
+        staged.persist(&dir.path().join("sub/u")).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("sub/u")).unwrap(),
+            "there"
+        );
+        assert_eq!(names(dir.path()), ["sub", "t"]);
+        assert_eq!(names(&dir.path().join("sub")), ["u"]);
+        drop(StagedFile::create_named(dir.path()).unwrap());
+        assert_eq!(names(dir.path()), ["sub", "t"]);
     }
 
     #[test]
