@@ -101,7 +101,7 @@ async fn read_file(
         }
     };
     let target = resolve(&workspace, &query.path).await?;
-    let (file, size) = {
+    let (mut file, size) = {
         let what = query.path.clone();
         blocking(move || {
             let file = open_for_reading(&target.real).map_err(|err| match err {
@@ -118,7 +118,6 @@ async fn read_file(
         })
         .await?
     };
-    let mut file = file;
     let range = match headers
         .get(header::RANGE)
         .and_then(|value| value.to_str().ok())
