@@ -1,127 +1,89 @@
-//! The directories the filesystem tools may touch, and the one check every tool path goes through.
+//! The directories the filesystem tools may touch: the workspace's own [`Confinement`] over several roots,
+//! with the reference server's wording for refusals.
 //!
 //! The reference server (server-filesystem 2025.3.28) checks containment with a string prefix and, when a
 //! symlink leads outside, falls back to accepting the link itself (CVE-2025-53109/53110). Here containment
 //! is by path components, on the symlink-free path, for every existing component; only the missing tail of
-//! a path is taken as given.
+//! a path is taken as given, and only `move_file` takes a final link as itself.
 
 use std::io;
 use std::path::{Path, PathBuf};
 
-use crate::workspace::{normalize_lexically, resolve_symlinks};
-
-#[derive(Debug, Clone)]
-struct AllowedDir {
-    /// Absolute and lexically clean, as configured: what `list_allowed_directories` shows.
-    shown: PathBuf,
-    /// The same directory with symlinks resolved: what containment is checked against.
-    real: PathBuf,
-}
+use crate::workspace::{Confined, Confinement, Last, Root};
 
 #[derive(Debug, Clone)]
 pub struct AllowedDirs {
-    /// The first is the workspace: relative paths are resolved against it.
-    dirs: Vec<AllowedDir>,
+    confinement: Confinement,
 }
 
 /// A tool path that passed the confinement check.
 #[derive(Debug, Clone)]
 pub struct Checked {
-    /// Symlink-free and inside an allowed directory (its missing tail, if any, taken as given).
+    /// Inside an allowed directory (its missing tail, if any, taken as given). Symlink-free, except for
+    /// the final component of an entry check.
     pub real: PathBuf,
-    /// The absolute form of what the caller wrote, for messages.
-    pub absolute: PathBuf,
+}
+
+impl From<Confined> for Checked {
+    fn from(confined: Confined) -> Checked {
+        Checked {
+            real: confined.real,
+        }
+    }
 }
 
 impl AllowedDirs {
     /// Every directory must exist. The first is the one relative paths are resolved against.
     pub fn new(dirs: &[PathBuf]) -> io::Result<AllowedDirs> {
-        let cwd = std::env::current_dir()?;
-        let mut allowed = Vec::with_capacity(dirs.len());
-        for dir in dirs {
-            let shown = normalize_lexically(&cwd.join(dir));
-            let real = std::fs::canonicalize(&shown)
-                .map_err(|err| io::Error::new(err.kind(), format!("{}: {err}", shown.display())))?;
-            if !real.is_dir() {
-                return Err(io::Error::new(
-                    io::ErrorKind::NotADirectory,
-                    format!("{} is not a directory", shown.display()),
-                ));
-            }
-            allowed.push(AllowedDir { shown, real });
-        }
-        if allowed.is_empty() {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "at least one allowed directory is needed",
-            ));
-        }
-        Ok(AllowedDirs { dirs: allowed })
+        let roots = dirs
+            .iter()
+            .map(|dir| Root::new(dir))
+            .collect::<io::Result<Vec<_>>>()?;
+        Ok(AllowedDirs {
+            confinement: Confinement::new(roots)?,
+        })
     }
 
     pub fn shown(&self) -> impl Iterator<Item = &Path> {
-        self.dirs.iter().map(|dir| dir.shown.as_path())
+        self.confinement
+            .roots()
+            .iter()
+            .map(|root| root.shown.as_path())
     }
 
     pub fn is_allowed_root(&self, real: &Path) -> bool {
-        self.dirs.iter().any(|dir| dir.real == real)
+        self.confinement.is_root(real)
     }
 
     /// Blocking (it reads link metadata). Accepts `~`, absolute paths and paths relative to the
     /// workspace; refuses anything whose real location is outside every allowed directory.
     pub fn check(&self, input: &str) -> Result<Checked, String> {
-        if input.contains('\0') {
-            return Err("path contains a NUL byte".into());
-        }
-        let expanded = expand_home(input);
-        let absolute = normalize_lexically(&self.dirs[0].shown.join(expanded));
-        let Some((dir, relative)) = self.dirs.iter().find_map(|dir| {
-            absolute
-                .strip_prefix(&dir.shown)
-                .or_else(|_| absolute.strip_prefix(&dir.real))
-                .ok()
-                .map(|relative| (dir, relative))
-        }) else {
-            return Err(self.denied(&absolute));
-        };
-        let real = resolve_symlinks(&dir.real, relative)
-            .map_err(|err| format!("{err}: {}", absolute.display()))?;
-        if !self.dirs.iter().any(|dir| real.starts_with(&dir.real)) {
-            return Err(self.denied(&absolute));
-        }
-        Ok(Checked { real, absolute })
+        self.check_as(input, Last::Follow, false)
     }
 
     /// As `check`, and the path must exist or at least its parent must: the reference's rule for every
     /// tool but `create_directory`.
     pub fn check_with_parent(&self, input: &str) -> Result<Checked, String> {
-        let checked = self.check(input)?;
-        if checked.real.symlink_metadata().is_ok() {
-            return Ok(checked);
-        }
-        let parent_exists = checked.real.parent().is_some_and(Path::is_dir);
-        if parent_exists {
-            Ok(checked)
-        } else {
-            let parent = checked.absolute.parent().unwrap_or(Path::new("/"));
-            Err(format!(
-                "Parent directory does not exist: {}",
-                parent.display()
-            ))
-        }
+        self.check_as(input, Last::Follow, true)
     }
 
-    fn denied(&self, absolute: &Path) -> String {
-        let dirs: Vec<String> = self
-            .dirs
-            .iter()
-            .map(|dir| dir.shown.display().to_string())
-            .collect();
-        format!(
-            "Access denied - path outside allowed directories: {} not in {}",
-            absolute.display(),
-            dirs.join(", ")
-        )
+    /// As `check_with_parent`, but a final symlink is the link itself, wherever it points: for
+    /// `move_file`, which renames the entry it names.
+    pub fn check_entry_with_parent(&self, input: &str) -> Result<Checked, String> {
+        self.check_as(input, Last::Entry, true)
+    }
+
+    fn check_as(&self, input: &str, last: Last, parent: bool) -> Result<Checked, String> {
+        let confined = self
+            .confinement
+            .confine(input, &expand_home(input), last)
+            .map_err(|err| err.tool_message())?;
+        if parent {
+            self.confinement
+                .require_parent(&confined)
+                .map_err(|err| err.tool_message())?;
+        }
+        Ok(confined.into())
     }
 }
 
@@ -136,7 +98,6 @@ fn expand_home(input: &str) -> PathBuf {
         _ => PathBuf::from(input),
     }
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -195,6 +156,25 @@ mod tests {
             f.allowed.check("sub/../sub/x").unwrap().real,
             f.base.join("ws/sub/x")
         );
+    }
+
+    #[test]
+    fn an_entry_check_takes_a_final_link_as_itself() {
+        let f = fixture();
+        symlink(f.base.join("ws2/secret.txt"), f.base.join("ws/link")).unwrap();
+        symlink(f.base.join("ws2/new"), f.base.join("ws/dangling")).unwrap();
+        assert_eq!(
+            f.allowed.check_entry_with_parent("link").unwrap().real,
+            f.base.join("ws/link")
+        );
+        assert_eq!(
+            f.allowed.check_entry_with_parent("dangling").unwrap().real,
+            f.base.join("ws/dangling")
+        );
+        symlink(f.base.join("ws2"), f.base.join("ws/dirlink")).unwrap();
+        assert!(denied(
+            f.allowed.check_entry_with_parent("dirlink/secret.txt")
+        ));
     }
 
     #[test]

@@ -8,8 +8,17 @@ pub struct Edit {
     pub new_text: String,
 }
 
+/// Line comparisons the whitespace-tolerant match may make over one call, all edits together. The match
+/// is O(file lines × edit lines); this is seconds of work, where a pathological edit (a long run of equal
+/// lines in both) would otherwise spin for hours.
+pub const MATCH_BUDGET: u64 = 50_000_000;
+
 /// The edited text, or which edit found nothing (and then nothing is to be written).
 pub fn apply(content: &str, edits: &[Edit]) -> Result<String, String> {
+    apply_with_budget(content, edits, MATCH_BUDGET)
+}
+
+fn apply_with_budget(content: &str, edits: &[Edit], mut budget: u64) -> Result<String, String> {
     let mut text = content.to_owned();
     for edit in edits {
         let old = normalize_line_endings(&edit.old_text);
@@ -18,25 +27,63 @@ pub fn apply(content: &str, edits: &[Edit]) -> Result<String, String> {
             text.replace_range(at..at + old.len(), &new);
             continue;
         }
-        text = replace_lines_ignoring_whitespace(&text, &old, &new)
-            .ok_or_else(|| format!("Could not find exact match for edit:\n{}", edit.old_text))?;
+        text = match replace_lines_ignoring_whitespace(&text, &old, &new, &mut budget) {
+            Match::Found(edited) => edited,
+            Match::Missing => {
+                return Err(format!(
+                    "Could not find exact match for edit:\n{}",
+                    edit.old_text
+                ));
+            }
+            Match::OverBudget => {
+                return Err(format!(
+                    "Gave up matching edit after {MATCH_BUDGET} line comparisons (no exact match; the \
+                     whitespace-tolerant search is too costly for this file and edit). Give oldText \
+                     exactly as in the file, or fewer lines:\n{}",
+                    edit.old_text
+                ));
+            }
+        };
     }
     Ok(text)
+}
+
+enum Match {
+    Found(String),
+    Missing,
+    OverBudget,
 }
 
 pub fn normalize_line_endings(text: &str) -> String {
     text.replace("\r\n", "\n")
 }
 
-fn replace_lines_ignoring_whitespace(text: &str, old: &str, new: &str) -> Option<String> {
+fn replace_lines_ignoring_whitespace(text: &str, old: &str, new: &str, budget: &mut u64) -> Match {
     let old_lines: Vec<&str> = old.split('\n').collect();
+    let old_trimmed: Vec<&str> = old_lines.iter().map(|line| line.trim()).collect();
     let mut lines: Vec<String> = text.split('\n').map(str::to_owned).collect();
-    let start = (0..=lines.len().checked_sub(old_lines.len())?).find(|&start| {
-        old_lines
-            .iter()
-            .zip(&lines[start..])
-            .all(|(old_line, line)| old_line.trim() == line.trim())
-    })?;
+    let trimmed: Vec<&str> = lines.iter().map(|line| line.trim()).collect();
+    let Some(last_start) = trimmed.len().checked_sub(old_trimmed.len()) else {
+        return Match::Missing;
+    };
+    let mut found = None;
+    'starts: for start in 0..=last_start {
+        for (old_line, line) in old_trimmed.iter().zip(&trimmed[start..]) {
+            let Some(left) = budget.checked_sub(1) else {
+                return Match::OverBudget;
+            };
+            *budget = left;
+            if old_line != line {
+                continue 'starts;
+            }
+        }
+        found = Some(start);
+        break;
+    }
+    drop(trimmed);
+    let Some(start) = found else {
+        return Match::Missing;
+    };
     let first_indent = leading_whitespace(&lines[start]).to_owned();
     let replacement: Vec<String> = new
         .split('\n')
@@ -64,7 +111,7 @@ fn replace_lines_ignoring_whitespace(text: &str, old: &str, new: &str) -> Option
         })
         .collect();
     lines.splice(start..start + old_lines.len(), replacement);
-    Some(lines.join("\n"))
+    Match::Found(lines.join("\n"))
 }
 
 fn leading_whitespace(line: &str) -> &str {
@@ -114,6 +161,24 @@ mod tests {
             edited,
             "fn main() {\n        let y = 2;\n          call(y);\n}\n"
         );
+    }
+
+    #[test]
+    fn a_pathological_tolerant_match_ends_with_a_clear_error() {
+        // Every start position matches all but the last edit line: lines × edit lines comparisons.
+        let content = "a\n".repeat(20_000);
+        let old = format!("{}b", " a\n".repeat(10_000));
+        let started = std::time::Instant::now();
+        let err = apply(&content, &[edit(&old, "x")]).unwrap_err();
+        assert!(err.starts_with("Gave up matching edit after"), "{err}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(20));
+        // The same shape within the budget still matches.
+        let small = apply_with_budget("a\na\nb\n", &[edit(" a\n b", "c")], 100).unwrap();
+        assert_eq!(small, "a\nc\n");
+        assert!(matches!(
+            apply_with_budget("a\na\nb\n", &[edit(" a\n b", "c")], 2),
+            Err(message) if message.starts_with("Gave up")
+        ));
     }
 
     #[test]

@@ -24,12 +24,16 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use crate::tools::{CallToolResult, ContentItem, Tool};
+use crate::workspace::OpenError;
 use node_error::{Syscall, describe};
 
 pub const GROUP: &str = "filesystem";
 
 /// Files larger than this are refused by the reading tools: their text would not fit a tool answer.
 const MAX_READ_BYTES: u64 = 32 * 1024 * 1024;
+/// One call's deadline: far above any honest call (32 MiB reads, 100 000-entry walks, the edit match's
+/// budget), short enough that a hung network filesystem does not hold the caller forever.
+const TOOL_DEADLINE: std::time::Duration = std::time::Duration::from_secs(120);
 
 pub fn tools(allowed: AllowedDirs) -> Vec<Tool> {
     let allowed = Arc::new(allowed);
@@ -238,6 +242,38 @@ fn file_tool<A>(
 where
     A: DeserializeOwned + Send + 'static,
 {
+    file_tool_within(
+        allowed,
+        name,
+        description,
+        schema,
+        work,
+        ToolDeadline(TOOL_DEADLINE),
+    )
+}
+
+/// How long a caller waits for one filesystem tool call. Blocking file work cannot be interrupted, so
+/// past it the caller gets an error and the worker thread finishes (or not) on its own.
+#[derive(Clone, Copy)]
+struct ToolDeadline(std::time::Duration);
+
+impl ToolDeadline {
+    fn after_now(self) -> crate::deadline::Deadline {
+        crate::deadline::Deadline::after(self.0)
+    }
+}
+
+fn file_tool_within<A>(
+    allowed: &Arc<AllowedDirs>,
+    name: &'static str,
+    description: &str,
+    schema: Value,
+    work: fn(&AllowedDirs, A) -> Result<String, String>,
+    deadline: ToolDeadline,
+) -> Tool
+where
+    A: DeserializeOwned + Send + 'static,
+{
     let allowed = Arc::clone(allowed);
     let checked_schema = Arc::new(schema.clone());
     Tool::new(GROUP, name, description, schema, move |arguments| {
@@ -245,9 +281,22 @@ where
         let schema = Arc::clone(&checked_schema);
         async move {
             let outcome = match args::parse::<A>(name, &schema, arguments) {
-                Ok(parsed) => tokio::task::spawn_blocking(move || work(&allowed, parsed))
-                    .await
-                    .unwrap_or_else(|err| Err(format!("{name} failed: {err}"))),
+                Ok(parsed) => {
+                    let running = tokio::task::spawn_blocking(move || work(&allowed, parsed));
+                    match tokio::time::timeout_at(deadline.after_now().instant(), running).await {
+                        Ok(joined) => {
+                            joined.unwrap_or_else(|err| Err(format!("{name} failed: {err}")))
+                        }
+                        Err(_) => {
+                            tracing::warn!(tool = name, "filesystem tool over its deadline");
+                            Err(format!(
+                                "{name} did not finish within {:?} (the filesystem is too slow or the \
+                                 tree too large); it may still complete in the background",
+                                deadline.0
+                            ))
+                        }
+                    }
+                }
                 Err(message) => Err(message),
             };
             Ok(match outcome {
@@ -277,7 +326,10 @@ fn read_text(path: &Path, limit: u64) -> Result<String, String> {
 }
 
 fn read_bytes(path: &Path, limit: u64) -> Result<Vec<u8>, String> {
-    let mut file = std::fs::File::open(path).map_err(|err| describe(&err, Syscall::Open(path)))?;
+    let mut file = crate::workspace::open_for_reading(path).map_err(|err| match err {
+        OpenError::NotRegular(message) => format!("{}: {message}", path.display()),
+        OpenError::Io(err) => describe(&err, Syscall::Open(path)),
+    })?;
     let size = file
         .metadata()
         .map_err(|err| describe(&err, Syscall::Stat(path)))?
@@ -355,8 +407,8 @@ fn edit_file(allowed: &AllowedDirs, args: EditArgs) -> Result<String, String> {
 }
 
 fn move_file(allowed: &AllowedDirs, args: MoveArgs) -> Result<String, String> {
-    let source = allowed.check_with_parent(&args.source)?;
-    let destination = allowed.check_with_parent(&args.destination)?;
+    let source = allowed.check_entry_with_parent(&args.source)?;
+    let destination = allowed.check_entry_with_parent(&args.destination)?;
     if allowed.is_allowed_root(&source.real) {
         return Err(format!(
             "{} is an allowed directory itself and cannot be moved",
@@ -423,5 +475,37 @@ fn js_date(time: Option<std::time::SystemTime>) -> String {
             .format("%a %b %d %Y %H:%M:%S GMT+0000 (Coordinated Universal Time)")
             .to_string(),
         None => "Invalid Date".to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_call_over_its_deadline_answers_with_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let allowed = Arc::new(AllowedDirs::new(&[dir.path().to_path_buf()]).unwrap());
+        let tool = file_tool_within::<NoArgs>(
+            &allowed,
+            "slow_tool",
+            "sleeps",
+            json!({"type": "object", "properties": {}, "required": []}),
+            |_, _| {
+                std::thread::sleep(std::time::Duration::from_millis(500));
+                Ok("late".into())
+            },
+            ToolDeadline(std::time::Duration::from_millis(50)),
+        );
+        let started = std::time::Instant::now();
+        let answer = tool.call(json!({})).await.unwrap();
+        assert!(started.elapsed() < std::time::Duration::from_millis(400));
+        let answer = serde_json::to_value(answer).unwrap();
+        assert_eq!(answer["isError"], true);
+        let text = answer["content"][0]["text"].as_str().unwrap();
+        assert!(
+            text.starts_with("Error: slow_tool did not finish within 50ms"),
+            "{text}"
+        );
     }
 }

@@ -10,8 +10,8 @@ mod range;
 mod upload;
 
 pub use entry::EntryInfo;
-pub use path::{Workspace, WorkspacePath};
-pub(crate) use path::{normalize_lexically, resolve_symlinks};
+pub(crate) use entry::{OpenError, open_for_reading};
+pub use path::{Confined, Confinement, Last, Root, Workspace, WorkspacePath};
 pub(crate) use upload::stage_bytes;
 
 use std::path::PathBuf;
@@ -34,6 +34,8 @@ use crate::http::extract::{ApiJson, ApiQuery};
 use upload::StagedFile;
 
 const READ_CHUNK: usize = 256 * 1024;
+/// All `paths` fields of one batch upload together: far more than any real list of target paths.
+const MAX_BATCH_PATHS_BYTES: usize = 1024 * 1024;
 
 pub fn routes<S>() -> Router<S>
 where
@@ -68,6 +70,13 @@ async fn resolve(workspace: &Arc<Workspace>, input: &str) -> ApiResult<Workspace
     blocking(move || workspace.resolve(&input)).await
 }
 
+/// The entry a path names, a final symlink being the link itself (delete, move, exists).
+async fn resolve_entry(workspace: &Arc<Workspace>, input: &str) -> ApiResult<WorkspacePath> {
+    let workspace = Arc::clone(workspace);
+    let input = input.to_owned();
+    blocking(move || workspace.resolve_entry(&input)).await
+}
+
 #[derive(Deserialize)]
 struct PathQuery {
     path: String,
@@ -95,22 +104,39 @@ async fn read_file(
         }
     };
     let target = resolve(&workspace, &query.path).await?;
-    let meta = tokio::fs::symlink_metadata(&target.real)
-        .await
-        .map_err(|err| ApiError::from_io(&err, &query.path))?;
-    if !meta.is_file() {
-        return Err(ApiError::NotFound(format!("not a file: {}", query.path)));
-    }
-    let mut file = tokio::fs::File::open(&target.real)
-        .await
-        .map_err(|err| ApiError::from_io(&err, &query.path))?;
-    let size = meta.len();
-    let range = headers
+    let (mut file, size) = {
+        let what = query.path.clone();
+        blocking(move || {
+            let file = open_for_reading(&target.real).map_err(|err| match err {
+                OpenError::NotRegular(message) => ApiError::NotFound(format!("{what}: {message}")),
+                OpenError::Io(err) => ApiError::from_io(&err, &what),
+            })?;
+            let meta = file
+                .metadata()
+                .map_err(|err| ApiError::from_io(&err, &what))?;
+            if !meta.is_file() {
+                return Err(ApiError::NotFound(format!("not a file: {what}")));
+            }
+            Ok((tokio::fs::File::from_std(file), meta.len()))
+        })
+        .await?
+    };
+    let range = match headers
         .get(header::RANGE)
         .and_then(|value| value.to_str().ok())
         .map(|value| range::parse(value, size))
-        .transpose()?
-        .flatten();
+        .transpose()
+    {
+        Ok(range) => range.flatten(),
+        Err(err) => {
+            // RFC 9110 §15.5.17: a 416 names the current length, so the client can ask again.
+            let mut response = err.into_response();
+            if let Ok(value) = header::HeaderValue::from_str(&format!("bytes */{size}")) {
+                response.headers_mut().insert(header::CONTENT_RANGE, value);
+            }
+            return Ok(response);
+        }
+    };
 
     let mut response = Response::builder()
         .header(header::CONTENT_TYPE, content_type)
@@ -140,8 +166,8 @@ async fn read_file(
         .map_err(|err| ApiError::Internal(err.to_string()))
 }
 
-/// Checks that `target` can become a file and creates its parent directories.
-fn prepare_file_target(
+/// Checks that `target` can become a file, without touching anything; answers its parent directory.
+fn check_file_target(
     workspace: &Workspace,
     target: &WorkspacePath,
     what: &str,
@@ -158,11 +184,20 @@ fn prepare_file_target(
             "path exists and is a directory: {what}"
         )));
     }
-    let parent = target
+    target
         .real
         .parent()
         .map(PathBuf::from)
-        .ok_or_else(|| ApiError::BadRequest(format!("no parent directory: {what}")))?;
+        .ok_or_else(|| ApiError::BadRequest(format!("no parent directory: {what}")))
+}
+
+/// Checks that `target` can become a file and creates its parent directories.
+fn prepare_file_target(
+    workspace: &Workspace,
+    target: &WorkspacePath,
+    what: &str,
+) -> ApiResult<PathBuf> {
+    let parent = check_file_target(workspace, target, what)?;
     std::fs::create_dir_all(&parent).map_err(|err| ApiError::from_io(&err, what))?;
     Ok(parent)
 }
@@ -203,35 +238,60 @@ async fn write_file(
 }
 
 /// Multipart `files` parts with optional `paths` fields (same count, else each part's filename). Each part
-/// streams to a staging file; nothing is moved into place until every part arrived and every target checked.
-async fn batch_write(
-    State(workspace): State<Arc<Workspace>>,
+/// streams to an unnamed staging file; nothing is placed (no directory even created) until every part
+/// arrived and every target is checked.
+async fn batch_write(State(workspace): State<Arc<Workspace>>, multipart: Multipart) -> Response {
+    let (paths, files) = match receive_parts(workspace.real_root(), multipart).await {
+        Ok(parts) => parts,
+        Err(err) => {
+            // The rest of the body is unread: no client may reuse this connection.
+            let mut response = err.into_response();
+            response.headers_mut().insert(
+                header::CONNECTION,
+                axum::http::HeaderValue::from_static("close"),
+            );
+            return response;
+        }
+    };
+    place_parts(workspace, paths, files).await.into_response()
+}
+
+type Parts = (Vec<String>, Vec<(Option<String>, StagedFile)>);
+
+async fn receive_parts(
+    staging_dir: &std::path::Path,
     mut multipart: Multipart,
-) -> ApiResult<Json<Vec<EntryInfo>>> {
+) -> ApiResult<Parts> {
     let mut paths: Vec<String> = Vec::new();
     let mut files: Vec<(Option<String>, StagedFile)> = Vec::new();
-    let staging_dir = workspace.real_root().to_path_buf();
+    let mut paths_budget = MAX_BATCH_PATHS_BYTES;
     while let Some(field) = multipart
         .next_field()
         .await
         .map_err(|err| ApiError::BadRequest(format!("malformed multipart body: {err}")))?
     {
         match field.name() {
-            Some("paths") => paths.push(
-                field
-                    .text()
-                    .await
-                    .map_err(|err| ApiError::BadRequest(format!("malformed paths field: {err}")))?,
-            ),
+            Some("paths") => {
+                let path = read_capped_field(field, &mut paths_budget).await?;
+                paths.push(path);
+            }
             Some("files") => {
                 let filename = field.file_name().map(str::to_owned);
                 let what = filename.clone().unwrap_or_else(|| "uploaded part".into());
-                let staged = upload::stage(&staging_dir, field, &what).await?;
+                let staged = upload::stage(staging_dir, field, &what).await?;
                 files.push((filename, staged));
             }
             _ => {}
         }
     }
+    Ok((paths, files))
+}
+
+async fn place_parts(
+    workspace: Arc<Workspace>,
+    paths: Vec<String>,
+    files: Vec<(Option<String>, StagedFile)>,
+) -> ApiResult<Json<Vec<EntryInfo>>> {
     if !paths.is_empty() && paths.len() != files.len() {
         return Err(ApiError::BadRequest(format!(
             "`paths` length ({}) must match `files` length ({})",
@@ -240,7 +300,7 @@ async fn batch_write(
         )));
     }
     blocking(move || {
-        let mut placed = Vec::with_capacity(files.len());
+        let mut checked = Vec::with_capacity(files.len());
         for (index, (filename, staged)) in files.into_iter().enumerate() {
             let requested = paths
                 .get(index)
@@ -249,12 +309,13 @@ async fn batch_write(
                 .filter(|path| !path.is_empty())
                 .ok_or_else(|| ApiError::BadRequest("missing target path for a part".into()))?;
             let target = workspace.resolve(&requested)?;
-            prepare_file_target(&workspace, &target, &requested)?;
-            placed.push((requested, target, staged));
+            check_file_target(&workspace, &target, &requested)?;
+            checked.push((requested, target, staged));
         }
-        placed
+        checked
             .into_iter()
             .map(|(requested, target, staged)| {
+                prepare_file_target(&workspace, &target, &requested)?;
                 staged
                     .persist(&target.real)
                     .and_then(|()| EntryInfo::read(&target.shown, &target.real))
@@ -264,6 +325,29 @@ async fn batch_write(
             .map(Json)
     })
     .await
+}
+
+/// A text field read whole, its bytes counted against `budget` as they arrive: a huge `paths` field is
+/// refused without being held in memory.
+async fn read_capped_field(
+    mut field: axum::extract::multipart::Field<'_>,
+    budget: &mut usize,
+) -> ApiResult<String> {
+    let mut bytes = Vec::new();
+    while let Some(chunk) = field
+        .chunk()
+        .await
+        .map_err(|err| ApiError::BadRequest(format!("malformed paths field: {err}")))?
+    {
+        *budget = budget.checked_sub(chunk.len()).ok_or_else(|| {
+            ApiError::PayloadTooLarge(format!(
+                "`paths` fields exceed {MAX_BATCH_PATHS_BYTES} bytes in total"
+            ))
+        })?;
+        bytes.extend_from_slice(&chunk);
+    }
+    String::from_utf8(bytes)
+        .map_err(|_| ApiError::BadRequest("a `paths` field is not UTF-8".into()))
 }
 
 #[derive(Deserialize)]
@@ -328,7 +412,7 @@ async fn exists(
     State(workspace): State<Arc<Workspace>>,
     ApiQuery(query): ApiQuery<PathQuery>,
 ) -> ApiResult<Json<serde_json::Value>> {
-    let target = resolve(&workspace, &query.path).await?;
+    let target = resolve_entry(&workspace, &query.path).await?;
     let found = tokio::fs::symlink_metadata(&target.real).await.is_ok();
     Ok(Json(json!({ "exists": found })))
 }
@@ -337,7 +421,7 @@ async fn remove(
     State(workspace): State<Arc<Workspace>>,
     ApiQuery(query): ApiQuery<PathQuery>,
 ) -> ApiResult<StatusCode> {
-    let target = resolve(&workspace, &query.path).await?;
+    let target = resolve_entry(&workspace, &query.path).await?;
     if workspace.is_root(&target) {
         return Err(ApiError::Forbidden(
             "refusing to delete the workspace directory".into(),
@@ -373,8 +457,8 @@ async fn move_entry(
             "source and destination are required".into(),
         ));
     }
-    let source = resolve(&workspace, &request.source).await?;
-    let destination = resolve(&workspace, &request.destination).await?;
+    let source = resolve_entry(&workspace, &request.source).await?;
+    let destination = resolve_entry(&workspace, &request.destination).await?;
     if workspace.is_root(&source) || workspace.is_root(&destination) {
         return Err(ApiError::Forbidden(
             "cannot move the workspace directory".into(),

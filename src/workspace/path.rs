@@ -1,6 +1,12 @@
-//! Confinement of user-given paths to the workspace, resolved for real: `..`, absolute paths, sibling
-//! prefixes (`/workspace2`) and symlinks that lead outside are refused. Containment is checked by path
-//! components on the symlink-free result, never by string prefix.
+//! Confinement of user-given paths to a set of roots (the workspace first, then any `--allow-dir`),
+//! resolved for real: `..`, absolute paths, sibling prefixes (`/workspace2`) and symlinks that lead outside
+//! are refused. Containment is checked by path components on the symlink-free result, never by string
+//! prefix. The one type behind both the `/workspace/*` routes and the filesystem tools.
+//!
+//! Every component but the last is always followed (and must stay inside). The last one is followed for
+//! what reads or writes *through* the path ([`Last::Follow`]), and taken as the entry itself, with
+//! `lstat`, for what acts on the name (delete, move, exists: [`Last::Entry`]): so deleting `link -> real/`
+//! removes the link, and a link that points outside (or nowhere) can still be deleted or moved.
 
 use std::io;
 use std::path::{Component, Path, PathBuf};
@@ -10,12 +16,236 @@ use crate::error::{ApiError, ApiResult};
 /// Linux's own limit on symlinks followed in one lookup (ELOOP).
 const MAX_SYMLINK_HOPS: usize = 40;
 
+/// What to do with the final component of a path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Last {
+    /// Follow a final symlink: the path names what the link points to (read, write, list, mkdir).
+    Follow,
+    /// The final component is the directory entry itself, link or not (delete, move, exists).
+    Entry,
+}
+
+/// One directory paths may lead into.
+#[derive(Debug, Clone)]
+pub struct Root {
+    /// Absolute, lexically clean, as configured: what paths are reported relative to.
+    pub shown: PathBuf,
+    /// The same directory with symlinks resolved: what containment is checked against.
+    pub real: PathBuf,
+}
+
+impl Root {
+    /// Blocking. The directory must exist.
+    pub fn new(dir: &Path) -> io::Result<Root> {
+        let absolute = if dir.is_absolute() {
+            dir.to_path_buf()
+        } else {
+            std::env::current_dir()?.join(dir)
+        };
+        let shown = normalize_lexically(&absolute);
+        let real = std::fs::canonicalize(&shown)
+            .map_err(|err| io::Error::new(err.kind(), format!("{}: {err}", shown.display())))?;
+        if !real.is_dir() {
+            return Err(io::Error::new(
+                io::ErrorKind::NotADirectory,
+                format!("{} is not a directory", shown.display()),
+            ));
+        }
+        Ok(Root { shown, real })
+    }
+}
+
+/// The confinement: a non-empty list of roots, the first being the one relative paths start from.
+#[derive(Debug, Clone)]
+pub struct Confinement {
+    roots: Vec<Root>,
+}
+
+/// A path that passed the check.
+#[derive(Debug, Clone)]
+pub struct Confined {
+    /// What the caller wrote, made absolute and lexically clean: for messages.
+    pub absolute: PathBuf,
+    /// The same path under its root's configured (shown) form: reported back to the caller.
+    pub shown: PathBuf,
+    /// Inside a root, possibly not existing yet: the one to operate on. Symlink-free, except that under
+    /// [`Last::Entry`] the final component is the entry itself and may be a link.
+    pub real: PathBuf,
+}
+
+/// Why a path was refused. Workspace routes map it to an [`ApiError`]; the filesystem tools word it as
+/// the reference server does ([`ConfineError::tool_message`]).
+#[derive(Debug, thiserror::Error)]
+pub enum ConfineError {
+    #[error("path contains a NUL byte")]
+    NulByte,
+    #[error("{} is outside the allowed directories", absolute.display())]
+    Outside {
+        /// As given, for the workspace routes' message.
+        input: String,
+        absolute: PathBuf,
+        roots: Vec<PathBuf>,
+    },
+    /// A lookup failed (a loop of links, a permission error on a component).
+    #[error("{input}: {source}")]
+    Io {
+        input: String,
+        absolute: PathBuf,
+        source: io::Error,
+    },
+    /// Neither the path nor its parent directory exists (see [`Confinement::require_parent`]).
+    #[error("Parent directory does not exist: {}", parent.display())]
+    NoParent { parent: PathBuf },
+}
+
+impl ConfineError {
+    /// The reference server's wording (server-filesystem 2025.3.28), for the filesystem tools.
+    pub fn tool_message(&self) -> String {
+        match self {
+            ConfineError::NulByte | ConfineError::NoParent { .. } => self.to_string(),
+            ConfineError::Outside {
+                absolute, roots, ..
+            } => {
+                let roots: Vec<String> = roots
+                    .iter()
+                    .map(|root| root.display().to_string())
+                    .collect();
+                format!(
+                    "Access denied - path outside allowed directories: {} not in {}",
+                    absolute.display(),
+                    roots.join(", ")
+                )
+            }
+            ConfineError::Io {
+                absolute, source, ..
+            } => format!("{source}: {}", absolute.display()),
+        }
+    }
+}
+
+impl From<ConfineError> for ApiError {
+    fn from(err: ConfineError) -> ApiError {
+        match err {
+            ConfineError::NulByte => ApiError::BadRequest(err.to_string()),
+            ConfineError::Outside { input, roots, .. } => {
+                let roots: Vec<String> = roots
+                    .iter()
+                    .map(|root| root.display().to_string())
+                    .collect();
+                ApiError::Forbidden(format!(
+                    "Permission error. Access restricted to {} directory: {input} is outside it",
+                    roots.join(", ")
+                ))
+            }
+            ConfineError::Io { input, source, .. } => ApiError::from_io(&source, &input),
+            ConfineError::NoParent { .. } => ApiError::NotFound(err.to_string()),
+        }
+    }
+}
+
+impl Confinement {
+    pub fn new(roots: Vec<Root>) -> io::Result<Confinement> {
+        if roots.is_empty() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "at least one allowed directory is needed",
+            ));
+        }
+        Ok(Confinement { roots })
+    }
+
+    pub fn roots(&self) -> &[Root] {
+        &self.roots
+    }
+
+    /// The first root: relative paths are resolved against it.
+    pub fn base(&self) -> &Root {
+        &self.roots[0]
+    }
+
+    pub fn is_root(&self, real: &Path) -> bool {
+        self.roots.iter().any(|root| root.real == real)
+    }
+
+    fn contains(&self, real: &Path) -> bool {
+        self.roots.iter().any(|root| real.starts_with(&root.real))
+    }
+
+    /// Blocking: it reads link metadata along the way. `input` is what the caller wrote (for messages and
+    /// the NUL check); `path` is the path it stands for (the same, or with `~` expanded).
+    pub fn confine(&self, input: &str, path: &Path, last: Last) -> Result<Confined, ConfineError> {
+        if input.contains('\0') {
+            return Err(ConfineError::NulByte);
+        }
+        let absolute = normalize_lexically(&self.base().shown.join(path));
+        let outside = || ConfineError::Outside {
+            input: input.to_owned(),
+            absolute: absolute.clone(),
+            roots: self.roots.iter().map(|root| root.shown.clone()).collect(),
+        };
+        let Some((root, relative)) = self.roots.iter().find_map(|root| {
+            absolute
+                .strip_prefix(&root.shown)
+                .or_else(|_| absolute.strip_prefix(&root.real))
+                .ok()
+                .map(|relative| (root, relative.to_path_buf()))
+        }) else {
+            return Err(outside());
+        };
+        let lookup_error = |source: io::Error| ConfineError::Io {
+            input: input.to_owned(),
+            absolute: absolute.clone(),
+            source,
+        };
+        let real = match (last, relative.file_name(), relative.parent()) {
+            (Last::Entry, Some(name), Some(parent)) => {
+                let parent = resolve_symlinks(&root.real, parent).map_err(lookup_error)?;
+                if !self.contains(&parent) {
+                    return Err(outside());
+                }
+                parent.join(name)
+            }
+            _ => {
+                let real = resolve_symlinks(&root.real, &relative).map_err(lookup_error)?;
+                if !self.contains(&real) {
+                    return Err(outside());
+                }
+                real
+            }
+        };
+        let shown = if relative.as_os_str().is_empty() {
+            root.shown.clone()
+        } else {
+            root.shown.join(&relative)
+        };
+        Ok(Confined {
+            absolute,
+            shown,
+            real,
+        })
+    }
+
+    /// The reference's rule for every tool but `create_directory`: the entry exists, or at least its
+    /// parent directory does.
+    pub fn require_parent(&self, confined: &Confined) -> Result<(), ConfineError> {
+        if confined.real.symlink_metadata().is_ok()
+            || confined.real.parent().is_some_and(Path::is_dir)
+        {
+            return Ok(());
+        }
+        Err(ConfineError::NoParent {
+            parent: confined
+                .absolute
+                .parent()
+                .unwrap_or(Path::new("/"))
+                .to_path_buf(),
+        })
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Workspace {
-    /// Absolute, lexically clean root as configured: what paths are reported relative to.
-    root: PathBuf,
-    /// The same directory with symlinks resolved: what containment is checked against.
-    real_root: PathBuf,
+    confinement: Confinement,
 }
 
 /// A path inside the workspace, in the two forms the routes need.
@@ -23,70 +253,58 @@ pub struct Workspace {
 pub struct WorkspacePath {
     /// Absolute path as the user addressed it (under the configured root): reported back in entry info.
     pub shown: PathBuf,
-    /// Symlink-free path under the real root, possibly not existing yet: the one to operate on.
+    /// Under the real root, possibly not existing yet: the one to operate on. Symlink-free from
+    /// [`Workspace::resolve`]; from [`Workspace::resolve_entry`] the final component may be a link.
     pub real: PathBuf,
+}
+
+impl From<Confined> for WorkspacePath {
+    fn from(confined: Confined) -> WorkspacePath {
+        WorkspacePath {
+            shown: confined.shown,
+            real: confined.real,
+        }
+    }
 }
 
 impl Workspace {
     /// Creates the directory if it is missing.
     pub fn open(root: &Path) -> io::Result<Workspace> {
         std::fs::create_dir_all(root)?;
-        let absolute = if root.is_absolute() {
-            root.to_path_buf()
-        } else {
-            std::env::current_dir()?.join(root)
-        };
-        let root = normalize_lexically(&absolute);
-        let real_root = std::fs::canonicalize(&root)?;
-        Ok(Workspace { root, real_root })
+        Ok(Workspace {
+            confinement: Confinement::new(vec![Root::new(root)?])?,
+        })
     }
 
     pub fn root(&self) -> &Path {
-        &self.root
+        &self.confinement.base().shown
     }
 
     pub fn real_root(&self) -> &Path {
-        &self.real_root
+        &self.confinement.base().real
     }
 
     pub fn is_root(&self, path: &WorkspacePath) -> bool {
-        path.real == self.real_root
+        path.real == self.real_root()
     }
 
-    /// Blocking: it reads link metadata along the way. Call it from a blocking context.
+    /// Blocking: it reads link metadata along the way. Call it from a blocking context. A final symlink is
+    /// followed: for what reads or writes through the path.
     pub fn resolve(&self, input: &str) -> ApiResult<WorkspacePath> {
-        if input.contains('\0') {
-            return Err(ApiError::BadRequest("path contains a NUL byte".into()));
-        }
-        let requested = Path::new(input);
-        let lexical = normalize_lexically(&if requested.is_absolute() {
-            requested.to_path_buf()
-        } else {
-            self.root.join(requested)
-        });
-        let relative = lexical
-            .strip_prefix(&self.root)
-            .or_else(|_| lexical.strip_prefix(&self.real_root))
-            .map_err(|_| self.escape_error(input))?
-            .to_path_buf();
-        let real = resolve_symlinks(&self.real_root, &relative)
-            .map_err(|err| ApiError::from_io(&err, input))?;
-        if !real.starts_with(&self.real_root) {
-            return Err(self.escape_error(input));
-        }
-        let shown = if relative.as_os_str().is_empty() {
-            self.root.clone()
-        } else {
-            self.root.join(&relative)
-        };
-        Ok(WorkspacePath { shown, real })
+        self.resolve_as(input, Last::Follow)
     }
 
-    fn escape_error(&self, input: &str) -> ApiError {
-        ApiError::Forbidden(format!(
-            "Permission error. Access restricted to {} directory: {input} is outside it",
-            self.root.display()
-        ))
+    /// As [`Workspace::resolve`], but a final symlink is the entry itself, wherever it points: for
+    /// delete, move and exists.
+    pub fn resolve_entry(&self, input: &str) -> ApiResult<WorkspacePath> {
+        self.resolve_as(input, Last::Entry)
+    }
+
+    fn resolve_as(&self, input: &str, last: Last) -> ApiResult<WorkspacePath> {
+        Ok(self
+            .confinement
+            .confine(input, Path::new(input), last)?
+            .into())
     }
 }
 
@@ -243,6 +461,58 @@ mod tests {
             f.workspace.resolve("dir-in/new").unwrap().shown,
             f.workspace.root().join("dir-in/new")
         );
+    }
+
+    #[test]
+    fn a_final_link_is_the_entry_itself_and_only_its_parent_is_followed() {
+        let f = fixture();
+        let ws = f.base.join("ws");
+        symlink(f.base.join("secret.txt"), ws.join("file-out")).unwrap();
+        symlink(&f.base, ws.join("dir-out")).unwrap();
+        symlink("sub", ws.join("dir-in")).unwrap();
+        symlink("nowhere", ws.join("sub/dangling")).unwrap();
+        assert_eq!(
+            f.workspace.resolve_entry("file-out").unwrap().real,
+            ws.join("file-out")
+        );
+        assert_eq!(
+            f.workspace.resolve_entry("dir-in").unwrap().real,
+            ws.join("dir-in")
+        );
+        assert_eq!(
+            f.workspace.resolve_entry("dir-in/dangling").unwrap().real,
+            ws.join("sub/dangling")
+        );
+        assert_eq!(f.workspace.resolve_entry("").unwrap().real, ws);
+        assert!(forbidden(f.workspace.resolve_entry("dir-out/secret.txt")));
+        assert!(forbidden(f.workspace.resolve_entry("../secret.txt")));
+        assert!(forbidden(f.workspace.resolve("file-out")));
+    }
+
+    #[test]
+    fn several_roots_and_the_reference_wording() {
+        let f = fixture();
+        let confinement = Confinement::new(vec![
+            Root::new(&f.base.join("ws")).unwrap(),
+            Root::new(&f.base.join("ws2")).unwrap(),
+        ])
+        .unwrap();
+        let other = f.base.join("ws2/x");
+        let confined = confinement.confine("x", &other, Last::Follow).unwrap();
+        assert_eq!(confined.real, other);
+        let err = confinement
+            .confine("../secret.txt", Path::new("../secret.txt"), Last::Entry)
+            .unwrap_err();
+        assert_eq!(
+            err.tool_message(),
+            format!(
+                "Access denied - path outside allowed directories: {} not in {}, {}",
+                f.base.join("secret.txt").display(),
+                f.base.join("ws").display(),
+                f.base.join("ws2").display()
+            )
+        );
+        assert!(matches!(ApiError::from(err), ApiError::Forbidden(_)));
     }
 
     #[test]
