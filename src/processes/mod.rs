@@ -776,3 +776,39 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exhaustion_is_503_and_the_callers_mistakes_are_400() {
+        for errno in [
+            libc::EAGAIN,
+            libc::ENOMEM,
+            libc::EMFILE,
+            libc::ENFILE,
+            libc::ENOSPC,
+        ] {
+            let err = spawn_failure("x", &std::io::Error::from_raw_os_error(errno));
+            assert_eq!(
+                err.status(),
+                StatusCode::SERVICE_UNAVAILABLE,
+                "errno {errno}"
+            );
+            assert!(err.to_string().contains("try again later"), "{err}");
+        }
+        for errno in [
+            libc::ENOENT,
+            libc::EACCES,
+            libc::ENOEXEC,
+            libc::E2BIG,
+            libc::ENOTDIR,
+        ] {
+            let err = spawn_failure("x", &std::io::Error::from_raw_os_error(errno));
+            assert_eq!(err.status(), StatusCode::BAD_REQUEST, "errno {errno}");
+        }
+        let nul = std::io::Error::new(std::io::ErrorKind::InvalidInput, "nul byte found");
+        assert_eq!(spawn_failure("x", &nul).status(), StatusCode::BAD_REQUEST);
+    }
+}
