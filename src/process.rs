@@ -146,7 +146,8 @@ impl OwnedGroup {
                         0,
                     )
                 };
-                sent == 0
+                // EPERM: it exists but runs as someone we may not signal; still our leader.
+                sent == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
             }
             None => !self.leader_reaped.load(Ordering::SeqCst),
         }
