@@ -8,6 +8,8 @@ pub use family::family;
 mod output;
 mod routes;
 mod signals;
+mod stdin;
+mod terminal;
 
 pub use output::{StreamName, Utf8Boundary};
 pub use routes::routes;
@@ -15,25 +17,71 @@ pub use routes::routes;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Stdio;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, SystemTime};
 
+use axum::Json;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use portable_pty::{MasterPty, PtySize};
 use serde::{Deserialize, Serialize};
+use serde_json::json;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 use crate::error::{ApiError, ApiResult};
-use crate::process::{signal_group, signal_session};
+use crate::process::OwnedGroup;
 use crate::workspace::Workspace;
 use output::{OutputLog, ReadOut};
+use stdin::{Input, Patience, Queued, StdinQueue};
+use terminal::Terminal;
 
 const READ_CHUNK: usize = 64 * 1024;
-const INPUT_QUEUE: usize = 64;
 /// End-of-file character of a terminal in canonical mode: how "close stdin" reaches a PTY process.
 const TERMINAL_EOF: u8 = 0x04;
+
+/// What a process route answers: every [`ApiError`], plus 503 for what is short right now (the
+/// machine's processes, memory or descriptors; room in a process's stdin queue). `ApiError` has no 503.
+#[derive(Debug, thiserror::Error)]
+pub enum ProcessError {
+    #[error(transparent)]
+    Api(#[from] ApiError),
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+pub type ProcessResult<T> = Result<T, ProcessError>;
+
+impl ProcessError {
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ProcessError::Api(err) => err.status(),
+            ProcessError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+}
+
+impl IntoResponse for ProcessError {
+    fn into_response(self) -> Response {
+        match self {
+            ProcessError::Api(err) => err.into_response(),
+            ProcessError::Unavailable(detail) => {
+                tracing::warn!(%detail, "process request refused for now");
+                let mut response = (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    Json(json!({ "detail": detail })),
+                )
+                    .into_response();
+                response
+                    .headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+                response
+            }
+        }
+    }
+}
 
 #[derive(Debug, Clone)]
 pub struct ProcessLimits {
@@ -97,20 +145,6 @@ impl TerminalSize {
             )))
         }
     }
-
-    fn pty_size(self) -> PtySize {
-        PtySize {
-            rows: self.rows,
-            cols: self.cols,
-            pixel_width: 0,
-            pixel_height: 0,
-        }
-    }
-}
-
-enum Input {
-    Data(Bytes),
-    Close,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -148,20 +182,18 @@ pub struct LiveProcess {
     command: Vec<String>,
     cwd: PathBuf,
     started_at: SystemTime,
-    terminal: Option<Mutex<(Box<dyn MasterPty + Send>, TerminalSize)>>,
+    terminal: Option<(Arc<Terminal>, Mutex<TerminalSize>)>,
+    /// Its group (a terminal's: its session), signalled only while it is still the one started here.
+    group: Arc<OwnedGroup>,
     state: Mutex<RunState>,
     output: Mutex<OutputLog>,
     /// Bumped on every output append and on exit; readers wait on it.
     changed: watch::Sender<u64>,
-    /// Dropped at exit, which ends the task (or, for a terminal, the blocking thread) feeding stdin.
-    input: Mutex<Option<mpsc::Sender<Input>>>,
+    /// Dropped at exit, which ends the task feeding stdin.
+    input: Mutex<Option<StdinQueue>>,
 }
 
 impl LiveProcess {
-    fn pgid(&self) -> i32 {
-        self.pid as i32
-    }
-
     pub fn is_running(&self) -> bool {
         matches!(*lock(&self.state), RunState::Running)
     }
@@ -196,7 +228,7 @@ impl LiveProcess {
             pid: self.pid,
             command: self.command.clone(),
             cwd: self.cwd.clone(),
-            pty: self.terminal.as_ref().map(|terminal| lock(terminal).1),
+            pty: self.terminal.as_ref().map(|(_, size)| *lock(size)),
             status,
             exit_code,
             signal,
@@ -207,36 +239,36 @@ impl LiveProcess {
         }
     }
 
-    pub async fn write_stdin(&self, data: Bytes) -> ApiResult<()> {
-        self.send_input(Input::Data(data)).await
+    /// Waits up to [`stdin::WAIT`] for room in the stdin queue, then answers 503.
+    pub async fn write_stdin(&self, data: Bytes) -> ProcessResult<()> {
+        self.send_input(Input::Data(data), Patience::Wait(stdin::WAIT))
+            .await
     }
 
-    pub async fn close_stdin(&self) -> ApiResult<()> {
-        self.send_input(Input::Close).await
+    /// As [`Self::write_stdin`], without waiting: for a WebSocket, whose loop must keep serving.
+    pub async fn try_write_stdin(&self, data: Bytes) -> ProcessResult<()> {
+        self.send_input(Input::Data(data), Patience::NoWait).await
     }
 
-    async fn send_input(&self, input: Input) -> ApiResult<()> {
-        let sender = lock(&self.input)
+    pub async fn close_stdin(&self, patience: Patience) -> ProcessResult<()> {
+        self.send_input(Input::Close, patience).await
+    }
+
+    async fn send_input(&self, input: Input, patience: Patience) -> ProcessResult<()> {
+        let queue = lock(&self.input)
             .clone()
             .ok_or_else(|| ApiError::Conflict(format!("process {} has exited", self.id)))?;
-        sender
-            .send(input)
-            .await
-            .map_err(|_| ApiError::Conflict(format!("stdin of process {} is closed", self.id)))
+        queue.send(&self.id, input, patience).await
     }
 
     /// Sends `signal` to everything the process started: its group and, on a terminal, its whole
     /// session. Members can outlive the leader (`cmd &`), so this still works after the exit, until
-    /// nothing of it is left (then 409).
-    pub async fn signal(self: &Arc<Self>, signal: i32) -> ApiResult<()> {
-        let reached = if self.terminal.is_some() {
-            let process = Arc::clone(self);
-            tokio::task::spawn_blocking(move || process.signal_members(signal))
-                .await
-                .unwrap_or(false)
-        } else {
-            self.signal_members(signal)
-        };
+    /// nothing of it is left, or its id was handed to someone else's group (then 409, for good).
+    pub async fn signal(&self, signal: i32) -> ApiResult<()> {
+        let group = Arc::clone(&self.group);
+        let reached = tokio::task::spawn_blocking(move || group.signal(signal))
+            .await
+            .unwrap_or(false);
         if reached {
             Ok(())
         } else {
@@ -247,24 +279,16 @@ impl LiveProcess {
         }
     }
 
-    /// Blocking for a terminal's process (it scans `/proc` for the session).
-    fn signal_members(&self, signal: i32) -> bool {
-        let group = signal_group(self.pgid(), signal);
-        let session = self.terminal.is_some() && signal_session(self.pgid(), signal) > 0;
-        group || session
-    }
-
     pub fn resize(&self, size: TerminalSize) -> ApiResult<()> {
         let size = size.checked()?;
-        let terminal = self.terminal.as_ref().ok_or_else(|| {
+        let (terminal, shown) = self.terminal.as_ref().ok_or_else(|| {
             ApiError::Conflict(format!("process {} has no terminal to resize", self.id))
         })?;
-        let mut terminal = lock(terminal);
+        let mut shown = lock(shown);
         terminal
-            .0
-            .resize(size.pty_size())
+            .resize(size)
             .map_err(|err| ApiError::Internal(format!("resize failed: {err}")))?;
-        terminal.1 = size;
+        *shown = size;
         Ok(())
     }
 
@@ -299,6 +323,19 @@ pub struct ProcessManager {
     workspace: Arc<Workspace>,
     limits: ProcessLimits,
     processes: Mutex<BTreeMap<String, Arc<LiveProcess>>>,
+    /// Slots taken by running processes and by starts under way: reserved before the spawn, so
+    /// concurrent starts cannot pass `max_running` together.
+    running: Arc<AtomicUsize>,
+}
+
+/// One of `max_running` slots, held from before the spawn until the process has exited (or the spawn
+/// failed).
+struct RunningSlot(Arc<AtomicUsize>);
+
+impl Drop for RunningSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl ProcessManager {
@@ -308,6 +345,7 @@ impl ProcessManager {
             workspace,
             limits,
             processes: Mutex::new(BTreeMap::new()),
+            running: Arc::new(AtomicUsize::new(0)),
         });
         let weak = Arc::downgrade(&manager);
         tokio::spawn(reap_exited(weak));
@@ -338,15 +376,15 @@ impl ProcessManager {
         Ok(process.status())
     }
 
-    /// Kills whatever is left of every process: boxd is stopping. Blocking (it scans `/proc`).
+    /// Kills whatever is left of every process: boxd is stopping. Blocking (it may scan `/proc`).
     pub fn shutdown(&self) {
         let processes: Vec<Arc<LiveProcess>> = lock(&self.processes).values().cloned().collect();
         for process in processes {
-            process.signal_members(libc::SIGKILL);
+            process.group.signal(libc::SIGKILL);
         }
     }
 
-    pub async fn start(self: &Arc<Self>, request: StartRequest) -> ApiResult<Arc<LiveProcess>> {
+    pub async fn start(self: &Arc<Self>, request: StartRequest) -> ProcessResult<Arc<LiveProcess>> {
         let command = match (request.command, request.argv) {
             (Some(command), None) if !command.trim().is_empty() => {
                 vec!["/bin/sh".to_owned(), "-c".to_owned(), command]
@@ -356,7 +394,8 @@ impl ProcessManager {
                 return Err(ApiError::BadRequest(
                     "give exactly one of `command` (a shell string) or `argv` (a non-empty list)"
                         .into(),
-                ));
+                )
+                .into());
             }
         };
         if let Some(name) = request
@@ -366,7 +405,8 @@ impl ProcessManager {
         {
             return Err(ApiError::BadRequest(format!(
                 "invalid environment variable name {name:?}"
-            )));
+            ))
+            .into());
         }
         let timeout = request
             .timeout
@@ -389,12 +429,13 @@ impl ProcessManager {
                 }
                 Ok(resolved)
             })
-            .await??
+            .await
+            .map_err(ApiError::from)??
         };
-        self.make_room()?;
+        let slot = self.reserve()?;
 
         let spawned = spawn(&command, &cwd.real, &request.env, terminal)
-            .map_err(|err| ApiError::BadRequest(format!("cannot start {:?}: {err}", command[0])))?;
+            .map_err(|err| spawn_failure(&command[0], &err))?;
         let (changed, _) = watch::channel(0);
         let process = Arc::new(LiveProcess {
             id: new_id(),
@@ -402,9 +443,11 @@ impl ProcessManager {
             command,
             cwd: cwd.shown,
             started_at: SystemTime::now(),
-            terminal: spawned
-                .master
-                .map(|master| Mutex::new((master, terminal.unwrap_or(TerminalSize::DEFAULT)))),
+            terminal: spawned.master.map(|master| {
+                let size = terminal.unwrap_or(TerminalSize::DEFAULT);
+                (master, Mutex::new(size))
+            }),
+            group: spawned.group,
             state: Mutex::new(RunState::Running),
             output: Mutex::new(OutputLog::new(self.limits.buffer_bytes)),
             changed,
@@ -421,23 +464,33 @@ impl ProcessManager {
             readers,
             timeout,
             self.limits.clone(),
+            slot,
         ));
-        lock(&self.processes).insert(process.id.clone(), Arc::clone(&process));
+        self.keep(Arc::clone(&process));
         tracing::info!(id = %process.id, pid = process.pid, pty = terminal.is_some(), "process started");
         Ok(process)
     }
 
-    /// Refuses a start past `max_running`; past `max_kept`, forgets the longest-exited process.
-    fn make_room(&self) -> ApiResult<()> {
+    /// Takes one of `max_running` slots, or refuses the start (429).
+    fn reserve(&self) -> ApiResult<RunningSlot> {
+        let max = self.limits.max_running;
+        self.running
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |taken| {
+                (taken < max).then_some(taken + 1)
+            })
+            .map(|_| RunningSlot(Arc::clone(&self.running)))
+            .map_err(|taken| {
+                ApiError::TooManyRequests(format!(
+                    "{taken} processes are running or starting, the limit is {max}; kill one first"
+                ))
+            })
+    }
+
+    /// Keeps the record; past `max_kept`, forgets the longest-exited process.
+    fn keep(&self, process: Arc<LiveProcess>) {
         let mut processes = lock(&self.processes);
-        let running = processes.values().filter(|p| p.is_running()).count();
-        if running >= self.limits.max_running {
-            return Err(ApiError::TooManyRequests(format!(
-                "{running} processes are running, the limit is {}; kill one first",
-                self.limits.max_running
-            )));
-        }
-        while processes.len() >= self.limits.max_kept {
+        processes.insert(process.id.clone(), process);
+        while processes.len() > self.limits.max_kept {
             let oldest = processes
                 .values()
                 .filter_map(|p| p.ended_at().map(|at| (at, p.id.clone())))
@@ -449,22 +502,35 @@ impl ProcessManager {
                 None => break,
             }
         }
-        Ok(())
+    }
+}
+
+/// A missing program, a bad argument or a refused exec is the caller's to fix (400); what the machine
+/// lacks right now (processes, memory, descriptors, terminals) is not, and may pass (503).
+fn spawn_failure(program: &str, err: &std::io::Error) -> ProcessError {
+    match err.raw_os_error() {
+        Some(libc::EAGAIN | libc::ENOMEM | libc::EMFILE | libc::ENFILE | libc::ENOSPC) => {
+            ProcessError::Unavailable(format!(
+                "cannot start {program:?} now, the system is short of processes, memory, file \
+                 descriptors or terminals: {err}; try again later"
+            ))
+        }
+        _ => ApiError::BadRequest(format!("cannot start {program:?}: {err}")).into(),
     }
 }
 
 struct Spawned {
     pid: u32,
     child: tokio::process::Child,
-    master: Option<Box<dyn MasterPty + Send>>,
-    input: mpsc::Sender<Input>,
+    group: Arc<OwnedGroup>,
+    master: Option<Arc<Terminal>>,
+    input: StdinQueue,
     readers: Vec<(StreamName, Reader)>,
 }
 
 enum Reader {
     Pipe(Box<dyn AsyncRead + Send + Unpin>),
-    /// A PTY master's reads block: they run on the blocking pool.
-    Terminal(Box<dyn std::io::Read + Send>),
+    Terminal(Arc<Terminal>),
 }
 
 fn spawn(
@@ -475,7 +541,7 @@ fn spawn(
 ) -> std::io::Result<Spawned> {
     let mut command = tokio::process::Command::new(&argv[0]);
     command.args(&argv[1..]).current_dir(cwd).envs(env);
-    let (input, inputs) = mpsc::channel(INPUT_QUEUE);
+    let (input, inputs) = StdinQueue::new();
     match terminal {
         None => {
             command
@@ -485,6 +551,7 @@ fn spawn(
                 .process_group(0);
             let mut child = command.spawn()?;
             let pid = child.id().ok_or_else(|| std::io::Error::other("no pid"))?;
+            let group = Arc::new(OwnedGroup::new(pid, false));
             let (Some(stdin), Some(stdout), Some(stderr)) =
                 (child.stdin.take(), child.stdout.take(), child.stderr.take())
             else {
@@ -494,6 +561,7 @@ fn spawn(
             Ok(Spawned {
                 pid,
                 child,
+                group,
                 master: None,
                 input,
                 readers: vec![
@@ -503,25 +571,11 @@ fn spawn(
             })
         }
         Some(size) => {
-            let pair = portable_pty::native_pty_system()
-                .openpty(size.pty_size())
-                .map_err(std::io::Error::other)?;
-            let tty = pair
-                .master
-                .tty_name()
-                .ok_or_else(|| std::io::Error::other("the terminal has no name"))?;
-            // The child gets its own handles on the terminal (portable-pty keeps its slave private), so
-            // it can be a tokio child like every other: one supervisor for both kinds.
-            let open_tty = || {
-                std::fs::OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .open(&tty)
-            };
+            let (master, slave) = terminal::open(size)?;
             command
-                .stdin(open_tty()?)
-                .stdout(open_tty()?)
-                .stderr(open_tty()?);
+                .stdin(slave.try_clone()?)
+                .stdout(slave.try_clone()?)
+                .stderr(slave);
             if !env.contains_key("TERM") {
                 command.env("TERM", "xterm-256color");
             }
@@ -538,31 +592,33 @@ fn spawn(
                 });
             }
             let child = command.spawn()?;
+            // Only the child holds the slave now, so the master's reads end when it and its
+            // descendants are done with the terminal.
             drop(command);
-            drop(pair.slave);
             let pid = child.id().ok_or_else(|| std::io::Error::other("no pid"))?;
-            let reader = pair
-                .master
-                .try_clone_reader()
-                .map_err(std::io::Error::other)?;
-            let writer = pair.master.take_writer().map_err(std::io::Error::other)?;
-            tokio::task::spawn_blocking(move || feed_terminal(writer, inputs));
+            let group = Arc::new(OwnedGroup::new(pid, true));
+            let master = Arc::new(master);
+            tokio::spawn(feed_terminal(Arc::clone(&master), inputs));
             Ok(Spawned {
                 pid,
                 child,
-                master: Some(pair.master),
+                group,
+                master: Some(Arc::clone(&master)),
                 input,
-                readers: vec![(StreamName::Pty, Reader::Terminal(reader))],
+                readers: vec![(StreamName::Pty, Reader::Terminal(master))],
             })
         }
     }
 }
 
-async fn feed_pipe(mut stdin: tokio::process::ChildStdin, mut inputs: mpsc::Receiver<Input>) {
-    while let Some(input) = inputs.recv().await {
-        match input {
+async fn feed_pipe(
+    mut stdin: tokio::process::ChildStdin,
+    mut inputs: mpsc::UnboundedReceiver<Queued>,
+) {
+    while let Some(queued) = inputs.recv().await {
+        match &queued.input {
             Input::Data(data) => {
-                if stdin.write_all(&data).await.is_err() || stdin.flush().await.is_err() {
+                if stdin.write_all(data).await.is_err() || stdin.flush().await.is_err() {
                     break;
                 }
             }
@@ -571,17 +627,13 @@ async fn feed_pipe(mut stdin: tokio::process::ChildStdin, mut inputs: mpsc::Rece
     }
 }
 
-fn feed_terminal(mut writer: Box<dyn std::io::Write + Send>, mut inputs: mpsc::Receiver<Input>) {
-    while let Some(input) = inputs.blocking_recv() {
-        let data = match input {
-            Input::Data(data) => data,
+async fn feed_terminal(terminal: Arc<Terminal>, mut inputs: mpsc::UnboundedReceiver<Queued>) {
+    while let Some(queued) = inputs.recv().await {
+        let data = match &queued.input {
+            Input::Data(data) => data.clone(),
             Input::Close => Bytes::from_static(&[TERMINAL_EOF]),
         };
-        if writer
-            .write_all(&data)
-            .and_then(|()| writer.flush())
-            .is_err()
-        {
+        if terminal.write_all(&data).await.is_err() {
             break;
         }
     }
@@ -594,17 +646,17 @@ fn spawn_reader(process: Weak<LiveProcess>, stream: StreamName, reader: Reader) 
         boundary: Utf8Boundary::default(),
     };
     let mut buffer = vec![0u8; READ_CHUNK];
-    match reader {
-        Reader::Pipe(mut pipe) => {
-            tokio::spawn(
-                async move { while delivery.deliver(pipe.read(&mut buffer).await, &buffer) {} },
-            )
+    tokio::spawn(async move {
+        match reader {
+            Reader::Pipe(mut pipe) => {
+                while delivery.deliver(pipe.read(&mut buffer).await, &buffer) {}
+            }
+            // A terminal's reads end with EIO once every holder of its other end has closed it.
+            Reader::Terminal(terminal) => {
+                while delivery.deliver(terminal.read(&mut buffer).await, &buffer) {}
+            }
         }
-        // A terminal's reads end with EIO once every holder of its other end has closed it.
-        Reader::Terminal(mut terminal) => tokio::task::spawn_blocking(move || {
-            while delivery.deliver(terminal.read(&mut buffer), &buffer) {}
-        }),
-    }
+    })
 }
 
 /// Hands one stream's reads to the process's log, cut at character boundaries.
@@ -641,6 +693,7 @@ async fn supervise(
     readers: Vec<JoinHandle<()>>,
     timeout: Option<Duration>,
     limits: ProcessLimits,
+    slot: RunningSlot,
 ) {
     let mut timed_out = false;
     let status = match timeout {
@@ -661,6 +714,7 @@ async fn supervise(
             }
         },
     };
+    process.group.leader_reaped();
     if timed_out {
         // Members that ignored TERM get KILL on schedule, whatever the leader did.
         let process = Arc::clone(&process);
@@ -669,7 +723,7 @@ async fn supervise(
             let _ = process.signal(libc::SIGKILL).await;
         });
     }
-    let drain_until = tokio::time::Instant::now() + limits.drain;
+    let drain_until = crate::deadline::Deadline::after(limits.drain).instant();
     for reader in readers {
         let _ = tokio::time::timeout_at(drain_until, reader).await;
     }
@@ -679,7 +733,12 @@ async fn supervise(
         Err(_) => (None, None),
     };
     process.finish(exit_code, signal, timed_out);
+    drop(slot);
     tracing::info!(id = %process.id, ?exit_code, ?signal, timed_out, "process exited");
+    // Nothing left of the group now means it is gone for good: later signals must not reach whoever
+    // gets its id next. Signal 0 only looks.
+    let group = Arc::clone(&process.group);
+    let _ = tokio::task::spawn_blocking(move || group.signal(0)).await;
 }
 
 async fn reap_exited(manager: Weak<ProcessManager>) {
@@ -719,4 +778,40 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exhaustion_is_503_and_the_callers_mistakes_are_400() {
+        for errno in [
+            libc::EAGAIN,
+            libc::ENOMEM,
+            libc::EMFILE,
+            libc::ENFILE,
+            libc::ENOSPC,
+        ] {
+            let err = spawn_failure("x", &std::io::Error::from_raw_os_error(errno));
+            assert_eq!(
+                err.status(),
+                StatusCode::SERVICE_UNAVAILABLE,
+                "errno {errno}"
+            );
+            assert!(err.to_string().contains("try again later"), "{err}");
+        }
+        for errno in [
+            libc::ENOENT,
+            libc::EACCES,
+            libc::ENOEXEC,
+            libc::E2BIG,
+            libc::ENOTDIR,
+        ] {
+            let err = spawn_failure("x", &std::io::Error::from_raw_os_error(errno));
+            assert_eq!(err.status(), StatusCode::BAD_REQUEST, "errno {errno}");
+        }
+        let nul = std::io::Error::new(std::io::ErrorKind::InvalidInput, "nul byte found");
+        assert_eq!(spawn_failure("x", &nul).status(), StatusCode::BAD_REQUEST);
+    }
 }

@@ -4,9 +4,10 @@
 use std::sync::Arc;
 
 use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
-use axum::extract::{FromRef, Path, State};
+use axum::extract::{DefaultBodyLimit, FromRef, Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -16,13 +17,18 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::output::ReadOut;
-use super::{LiveProcess, ProcessManager, ProcessStatus, StartRequest, TerminalSize, signals};
+use super::stdin::{self, Patience};
+use super::{
+    LiveProcess, ProcessManager, ProcessResult, ProcessStatus, StartRequest, TerminalSize, signals,
+};
 use crate::error::{ApiError, ApiResult};
 use crate::http::events::{self, Event, EventFormat};
 use crate::http::extract::{ApiJson, ApiQuery};
 
 /// Output per event batch: bounds one read of the log while a reader catches up.
 const READ_BATCH: usize = 64 * 1024;
+/// A WebSocket text frame carries stdin JSON-escaped: room for a full stdin write in the worst case.
+const WEBSOCKET_MESSAGE_MAX: usize = 8 * stdin::BODY_MAX;
 
 pub fn routes<S>() -> Router<S>
 where
@@ -32,7 +38,10 @@ where
     Router::new()
         .route("/processes", post(start).get(list))
         .route("/processes/{id}", get(status).delete(remove))
-        .route("/processes/{id}/stdin", post(write_stdin))
+        .route(
+            "/processes/{id}/stdin",
+            post(write_stdin).layer(DefaultBodyLimit::max(stdin::BODY_MAX)),
+        )
         .route("/processes/{id}/stdin/close", post(close_stdin))
         .route("/processes/{id}/signal", post(signal))
         .route("/processes/{id}/kill", post(kill))
@@ -45,7 +54,7 @@ where
 async fn start(
     State(manager): State<Arc<ProcessManager>>,
     ApiJson(request): ApiJson<StartRequest>,
-) -> ApiResult<(StatusCode, Json<ProcessStatus>)> {
+) -> ProcessResult<(StatusCode, Json<ProcessStatus>)> {
     let process = manager.start(request).await?;
     Ok((StatusCode::CREATED, Json(process.status())))
 }
@@ -71,17 +80,28 @@ async fn remove(
 async fn write_stdin(
     State(manager): State<Arc<ProcessManager>>,
     Path(id): Path<String>,
-    body: Bytes,
-) -> ApiResult<StatusCode> {
-    manager.get(&id)?.write_stdin(body).await?;
+    body: Result<Bytes, BytesRejection>,
+) -> ProcessResult<StatusCode> {
+    let process = manager.get(&id)?;
+    let body = body.map_err(|rejection| match rejection.status() {
+        StatusCode::PAYLOAD_TOO_LARGE => ApiError::PayloadTooLarge(format!(
+            "stdin writes are at most {} bytes (1 MiB); send it in parts",
+            stdin::BODY_MAX
+        )),
+        _ => ApiError::BadRequest(format!("cannot read the body: {rejection}")),
+    })?;
+    process.write_stdin(body).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
 async fn close_stdin(
     State(manager): State<Arc<ProcessManager>>,
     Path(id): Path<String>,
-) -> ApiResult<StatusCode> {
-    manager.get(&id)?.close_stdin().await?;
+) -> ProcessResult<StatusCode> {
+    manager
+        .get(&id)?
+        .close_stdin(Patience::Wait(stdin::WAIT))
+        .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -276,7 +296,9 @@ async fn websocket(
         ApiError::BadRequest(format!("a WebSocket upgrade is needed: {rejection}"))
     })?;
     let offset = query.offset.unwrap_or(0);
-    Ok(upgrade.on_upgrade(move |socket| attach(socket, process, offset)))
+    Ok(upgrade
+        .max_message_size(WEBSOCKET_MESSAGE_MAX)
+        .on_upgrade(move |socket| attach(socket, process, offset)))
 }
 
 async fn attach(mut socket: WebSocket, process: Arc<LiveProcess>, offset: u64) {
@@ -302,7 +324,7 @@ async fn attach(mut socket: WebSocket, process: Arc<LiveProcess>, offset: u64) {
             message = socket.recv() => {
                 let outcome = match message {
                     None | Some(Err(_)) | Some(Ok(Message::Close(_))) => return,
-                    Some(Ok(Message::Binary(data))) => process.write_stdin(data).await,
+                    Some(Ok(Message::Binary(data))) => process.try_write_stdin(data).await,
                     Some(Ok(Message::Text(text))) => socket_command(&process, text.as_str()).await,
                     Some(Ok(_)) => Ok(()),
                 };
@@ -326,13 +348,15 @@ enum SocketCommand {
     CloseStdin,
 }
 
-async fn socket_command(process: &Arc<LiveProcess>, text: &str) -> ApiResult<()> {
+/// Never waits for room in the stdin queue: the socket's one loop also carries output and pings, so
+/// input a process is not reading is refused with an error frame instead.
+async fn socket_command(process: &Arc<LiveProcess>, text: &str) -> ProcessResult<()> {
     let command: SocketCommand = serde_json::from_str(text)
         .map_err(|err| ApiError::BadRequest(format!("unknown message: {err}")))?;
     match command {
-        SocketCommand::Stdin { data } => process.write_stdin(Bytes::from(data)).await,
-        SocketCommand::Resize { rows, cols } => process.resize(TerminalSize { rows, cols }),
-        SocketCommand::Signal { signal } => process.signal(parse_signal(&signal)?).await,
-        SocketCommand::CloseStdin => process.close_stdin().await,
+        SocketCommand::Stdin { data } => process.try_write_stdin(Bytes::from(data)).await,
+        SocketCommand::Resize { rows, cols } => Ok(process.resize(TerminalSize { rows, cols })?),
+        SocketCommand::Signal { signal } => Ok(process.signal(parse_signal(&signal)?).await?),
+        SocketCommand::CloseStdin => process.close_stdin(Patience::NoWait).await,
     }
 }
