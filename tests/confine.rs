@@ -19,7 +19,7 @@ fn encode(path: &str) -> String {
 }
 
 fn filesystem_server() -> Server {
-    Server::start_with(&["--tools", "filesystem"])
+    Server::start_with(&["--tools", "filesystem,workspace"])
 }
 
 /// A directory beside the workspace, outside it, with one file.

@@ -77,7 +77,7 @@ fn stranger_with_pid(target: u64) -> Result<Child, &'static str> {
 
 #[tokio::test]
 async fn an_old_record_never_signals_the_group_that_reused_its_pid() {
-    let mut server = Server::start_with(&["--tools", "shell"]);
+    let mut server = Server::start_with(&["--tools", "shell,processes,watch"]);
     // One record whose group emptied with its leader, one whose group outlived it for a while.
     let quick = start(&server, json!({"argv": ["true"]})).await;
     let lingering = start(
@@ -168,14 +168,14 @@ async fn start_at_once(server: &Server, count: usize) -> (usize, usize) {
 #[tokio::test]
 async fn concurrent_starts_never_pass_max_processes() {
     for round in 0..4 {
-        let mut server = Server::start_with(&["--tools", "shell", "--max-processes", "2"]);
+        let mut server = Server::start_with(&["--tools", "shell,processes,watch", "--max-processes", "2"]);
         let (created, refused) = start_at_once(&server, 32).await;
         assert_eq!((created, refused), (2, 30), "round {round}");
         assert!(server.terminate().is_some_and(|status| status.success()));
     }
 
     // A slot comes back when its process exits, and a failed spawn gives its slot back at once.
-    let mut server = Server::start_with(&["--tools", "shell", "--max-processes", "2"]);
+    let mut server = Server::start_with(&["--tools", "shell,processes,watch", "--max-processes", "2"]);
     let first = start(&server, json!({"command": "sleep 30"})).await;
     start(&server, json!({"command": "sleep 30"})).await;
     let id = first["id"].as_str().unwrap();
@@ -197,7 +197,7 @@ async fn concurrent_starts_never_pass_max_processes() {
 
 #[tokio::test]
 async fn stdin_writes_are_capped_and_a_process_that_does_not_read_gets_a_clear_503() {
-    let mut server = Server::start_with(&["--tools", "shell"]);
+    let mut server = Server::start_with(&["--tools", "shell,processes,watch"]);
     let reader = start(&server, json!({"command": "cat >/dev/null"})).await;
     let reader = reader["id"].as_str().unwrap();
     let write = |id: &str, body: Vec<u8>| {
@@ -259,7 +259,7 @@ async fn connect(server: &Server, id: &str) -> Socket {
 
 #[tokio::test]
 async fn a_websocket_keeps_serving_when_its_process_does_not_read_stdin() {
-    let mut server = Server::start_with(&["--tools", "shell", "--keep-alive", "0.3"]);
+    let mut server = Server::start_with(&["--tools", "shell,processes,watch", "--keep-alive", "0.3"]);
     let process = start(
         &server,
         json!({"command": "while :; do echo tick; sleep 0.2; done"}),
@@ -313,7 +313,7 @@ fn threads_of(pid: u32) -> usize {
 
 #[tokio::test]
 async fn terminals_hold_no_blocking_threads() {
-    let mut server = Server::start_with(&["--tools", "shell"]);
+    let mut server = Server::start_with(&["--tools", "shell,processes,watch"]);
     // Warm the pools with one terminal first, so only what each terminal holds is counted.
     start(&server, json!({"argv": ["/bin/sh"], "pty": true})).await;
     let before = threads_of(server.pid());

@@ -21,12 +21,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, SystemTime};
 
-use axum::Json;
-use axum::http::{HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
@@ -42,44 +38,13 @@ const READ_CHUNK: usize = 64 * 1024;
 /// End-of-file character of a terminal in canonical mode: how "close stdin" reaches a PTY process.
 const TERMINAL_EOF: u8 = 0x04;
 
-/// What a process route answers: every [`ApiError`], plus 503 for what is short right now (the
-/// machine's processes, memory or descriptors; room in a process's stdin queue). `ApiError` has no 503.
-#[derive(Debug, thiserror::Error)]
-pub enum ProcessError {
-    #[error(transparent)]
-    Api(#[from] ApiError),
-    #[error("{0}")]
-    Unavailable(String),
-}
+pub type ProcessResult<T> = ApiResult<T>;
 
-pub type ProcessResult<T> = Result<T, ProcessError>;
-
-impl ProcessError {
-    pub fn status(&self) -> StatusCode {
-        match self {
-            ProcessError::Api(err) => err.status(),
-            ProcessError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-        }
-    }
-}
-
-impl IntoResponse for ProcessError {
-    fn into_response(self) -> Response {
-        match self {
-            ProcessError::Api(err) => err.into_response(),
-            ProcessError::Unavailable(detail) => {
-                tracing::warn!(%detail, "process request refused for now");
-                let mut response = (
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    Json(json!({ "detail": detail })),
-                )
-                    .into_response();
-                response
-                    .headers_mut()
-                    .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-                response
-            }
-        }
+/// Refused for now (no room on a stdin queue, no resources to spawn): 503, retry in a second.
+pub fn unavailable(message: String) -> ApiError {
+    ApiError::Unavailable {
+        message,
+        retry_after_seconds: 1,
     }
 }
 
@@ -507,10 +472,10 @@ impl ProcessManager {
 
 /// A missing program, a bad argument or a refused exec is the caller's to fix (400); what the machine
 /// lacks right now (processes, memory, descriptors, terminals) is not, and may pass (503).
-fn spawn_failure(program: &str, err: &std::io::Error) -> ProcessError {
+fn spawn_failure(program: &str, err: &std::io::Error) -> ApiError {
     match err.raw_os_error() {
         Some(libc::EAGAIN | libc::ENOMEM | libc::EMFILE | libc::ENFILE | libc::ENOSPC) => {
-            ProcessError::Unavailable(format!(
+            unavailable(format!(
                 "cannot start {program:?} now, the system is short of processes, memory, file \
                  descriptors or terminals: {err}; try again later"
             ))

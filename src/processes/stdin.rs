@@ -7,7 +7,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
-use super::ProcessError;
+use super::unavailable;
 use crate::error::ApiError;
 
 /// One stdin write (a request body, a WebSocket frame) at most.
@@ -59,7 +59,7 @@ impl StdinQueue {
         id: &str,
         input: Input,
         patience: Patience,
-    ) -> Result<(), ProcessError> {
+    ) -> Result<(), ApiError> {
         let cost = match &input {
             Input::Data(data) if data.len() > BODY_MAX => {
                 return Err(ApiError::PayloadTooLarge(format!(
@@ -76,7 +76,7 @@ impl StdinQueue {
         let cost = u32::try_from(cost).unwrap_or(u32::MAX);
         let budget = Arc::clone(&self.budget);
         let full = || {
-            ProcessError::Unavailable(format!(
+            unavailable(format!(
                 "process {id} is not reading its stdin: {} bytes are already queued (the cap is \
                  {QUEUE_BYTES}); try again once it reads",
                 QUEUE_BYTES.saturating_sub(self.budget.available_permits())
@@ -101,6 +101,6 @@ impl StdinQueue {
     }
 }
 
-fn closed(id: &str) -> ProcessError {
+fn closed(id: &str) -> ApiError {
     ApiError::Conflict(format!("stdin of process {id} is closed")).into()
 }

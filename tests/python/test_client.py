@@ -109,7 +109,7 @@ def test_escapes_are_refused(client, boxd):
     sibling.mkdir()
     os.symlink(outside, boxd.workspace / "link-out")
     os.symlink(boxd.workspace.parent, boxd.workspace / "dir-out")
-    for path in ["../outside.txt", str(outside), str(sibling / "x"), "link-out", "dir-out/outside.txt"]:
+    for path in ["../outside.txt", str(outside), str(sibling / "x"), "dir-out/outside.txt"]:
         with pytest.raises(requests.HTTPError) as read_error:
             client.workspace_read(path)
         assert read_error.value.response.status_code == 403
@@ -121,10 +121,19 @@ def test_escapes_are_refused(client, boxd):
         assert client.workspace_exists(path) is False
         refused = client.workspace_move(path, "stolen")
         assert refused.get("isError") is True
-    assert outside.read_text() == "secret"
-    assert not (sibling / "x").exists()
+    # A final link out: what goes through it is refused; the link itself is an entry that exists and
+    # can be deleted (upstream's os.remove), its target left alone.
+    for call in (client.workspace_read, lambda p: client.workspace_write(p, "pwned")):
+        with pytest.raises(requests.HTTPError) as error:
+            call("link-out")
+        assert error.value.response.status_code == 403
     kinds = {entry["name"]: entry["type"] for entry in client.workspace_list("")}
     assert kinds["link-out"] == "symlink" and kinds["dir-out"] == "symlink"
+    assert client.workspace_exists("link-out") is True
+    client.workspace_remove("link-out")
+    assert not os.path.lexists(boxd.workspace / "link-out")
+    assert outside.read_text() == "secret"
+    assert not (sibling / "x").exists()
 
 
 def test_git_watcher(client, boxd):
