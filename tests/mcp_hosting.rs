@@ -347,3 +347,68 @@ async fn bad_requests_are_named_400s() {
         400
     );
 }
+
+#[tokio::test]
+async fn a_server_named_like_a_built_in_group_is_refused_and_built_ins_stay() {
+    let server = Server::start();
+    std::fs::write(server.ws("note.txt"), "kept").unwrap();
+    for name in ["filesystem", "generic"] {
+        for overwrite in [false, true] {
+            let (status, answer) = add(
+                &server,
+                json!({name: stdio_config(json!({})), "bystander": stdio_config(json!({}))}),
+                overwrite,
+            )
+            .await;
+            assert_eq!(status, 400, "{name} overwrite={overwrite}: {answer}");
+            let detail = answer["detail"].as_str().unwrap_or_default();
+            assert!(
+                detail.contains(name) && detail.contains("built-in"),
+                "{detail}"
+            );
+        }
+    }
+    let listed = server.get("/mcp/list_tools").fetch_json().await;
+    assert!(
+        listed.get("bystander").is_none(),
+        "a refused request starts nothing: {listed}"
+    );
+    assert!(listed["filesystem"].get("read_file").is_some(), "{listed}");
+    let (status, read) = call(&server, "read_file", json!({"path": "note.txt"})).await;
+    assert_eq!((status, first_text(&read)), (200, "kept"), "{read}");
+    let (status, shell) = call(
+        &server,
+        "run_shell_command",
+        json!({"command": "echo alive"}),
+    )
+    .await;
+    assert_eq!((status, first_text(&shell)), (200, "alive\n"), "{shell}");
+
+    // Stopping a hosted server (here by overwrite) removes its own group only.
+    add(&server, json!({"fs": stdio_config(json!({}))}), false).await;
+    add(&server, json!({"fs": stdio_config(json!({}))}), true).await;
+    let (status, read) = call(&server, "read_file", json!({"path": "note.txt"})).await;
+    assert_eq!((status, first_text(&read)), (200, "kept"), "{read}");
+}
+
+#[tokio::test]
+async fn a_tool_list_refresh_never_makes_the_servers_tools_disappear() {
+    let server = Server::start();
+    add(&server, json!({"peer": stdio_config(json!({}))}), false).await;
+    for round in 0..6 {
+        let name = format!("grown_{round}");
+        let (status, _) = call(&server, "grow", json!({"name": name})).await;
+        assert_eq!(status, 200);
+        // Calls race the refresh that `grow`'s list_changed triggers, until the new tool is listed.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let (status, echoed) = call(&server, "echo", json!({"text": "x"})).await;
+            assert_eq!(status, 200, "round {round}: echo answered {echoed}");
+            let listed = server.get("/mcp/list_tools").fetch_json().await;
+            if listed["peer"].get(&name).is_some() {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{name} never appeared: {listed}");
+        }
+    }
+}
