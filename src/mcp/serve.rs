@@ -15,6 +15,9 @@ use serde_json::Value;
 use crate::error::ApiError;
 use crate::tools::ToolRegistry;
 
+/// JSON-RPC code of a request its client cancelled (as LSP names it; MCP sends no answer for it at all).
+const REQUEST_CANCELLED: i32 = -32800;
+
 #[derive(Clone)]
 pub struct RegistryServer {
     tools: Arc<ToolRegistry>,
@@ -52,14 +55,28 @@ impl ServerHandler for RegistryServer {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let tool = self
             .tools
             .get(&request.name)
             .map_err(|err| ErrorData::invalid_params(err.to_string(), None))?;
         let arguments = Value::Object(request.arguments.unwrap_or_default());
-        let result = match tool.call(arguments).await {
+        // rmcp cancels `ct` on the client's notifications/cancelled and when its session ends. Dropping
+        // the call's future is what stops the work (the shell tool kills its process group on drop), so
+        // nobody is left running a command whose answer no one will read.
+        let outcome = tokio::select! {
+            outcome = tool.call(arguments) => outcome,
+            () = context.ct.cancelled() => {
+                tracing::info!(tool = %request.name, "MCP client cancelled the call; stopped it");
+                return Err(ErrorData::new(
+                    rmcp::model::ErrorCode(REQUEST_CANCELLED),
+                    format!("{} was cancelled by the client", request.name),
+                    None,
+                ));
+            }
+        };
+        let result = match outcome {
             Ok(result) => serde_json::to_value(&result)
                 .and_then(serde_json::from_value::<rmcp::model::CallToolResult>)
                 .map_err(|err| {
