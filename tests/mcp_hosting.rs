@@ -412,3 +412,68 @@ async fn a_tool_list_refresh_never_makes_the_servers_tools_disappear() {
         }
     }
 }
+
+/// A legacy-SSE server on loopback whose `endpoint` event announces `endpoint` as its message URL; it
+/// answers at most a few connections and keeps each event stream open until the client leaves.
+fn announcing_sse_server(endpoint: String) -> u16 {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().take(4) {
+            let Ok(mut stream) = stream else { continue };
+            let endpoint = endpoint.clone();
+            std::thread::spawn(move || {
+                let mut request = [0u8; 8192];
+                let _ = stream.read(&mut request);
+                let _ = stream.write_all(
+                    format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\n\
+                         event: endpoint\ndata: {endpoint}\n\n"
+                    )
+                    .as_bytes(),
+                );
+                // Returns when the client closes the stream.
+                let _ = stream.read(&mut request);
+            });
+        }
+    });
+    port
+}
+
+#[tokio::test]
+async fn an_sse_endpoint_on_another_origin_is_refused_and_gets_no_headers() {
+    let server = Server::start();
+    // Another port on the same host is another origin.
+    let foreign = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    foreign.set_nonblocking(true).unwrap();
+    let foreign_url = format!(
+        "http://127.0.0.1:{}/messages?session_id=1",
+        foreign.local_addr().unwrap().port()
+    );
+    let port = announcing_sse_server(foreign_url);
+    let started = Instant::now();
+    let (status, answer) = add(
+        &server,
+        json!({"remote": {
+            "url": format!("http://127.0.0.1:{port}/sse"),
+            "headers": {"Authorization": "Bearer remote-secret"},
+            "timeout": 5
+        }}),
+        false,
+    )
+    .await;
+    assert_eq!(status, 502, "{answer}");
+    let detail = answer["detail"].as_str().unwrap_or_default();
+    assert!(detail.contains("another origin"), "{detail}");
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "refused only after {:?}",
+        started.elapsed()
+    );
+    // Whatever boxd sent would already be waiting in the listener's backlog.
+    assert!(
+        matches!(foreign.accept(), Err(err) if err.kind() == std::io::ErrorKind::WouldBlock),
+        "boxd connected to the foreign endpoint"
+    );
+}
