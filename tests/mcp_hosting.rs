@@ -559,7 +559,7 @@ async fn a_hung_handshake_blocks_neither_other_servers_nor_listing_nor_shutdown(
 
 #[tokio::test]
 async fn a_dead_servers_leftover_children_are_killed_when_it_restarts() {
-    let server = Server::start();
+    let mut server = Server::start();
     let duration = format!("1000.{:06}", (std::process::id() + 1) % 1_000_000);
     // The server leaves a child in its group that holds none of its pipes: the leader's death alone
     // does not end it.
@@ -605,6 +605,15 @@ async fn a_dead_servers_leftover_children_are_killed_when_it_restarts() {
             Instant::now() < deadline,
             "the dead server's child {leftover} outlived its connection"
         );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The restarted server's own child goes with boxd's stop.
+    let second = pids_running(&["sleep", &duration]);
+    assert_eq!(second.len(), 1, "{second:?}");
+    assert!(server.terminate().is_some_and(|status| status.success()));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while process_alive(second[0]) {
+        assert!(Instant::now() < deadline, "{second:?} outlived boxd");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }

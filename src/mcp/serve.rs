@@ -16,7 +16,7 @@ use crate::error::ApiError;
 use crate::tools::ToolRegistry;
 
 /// JSON-RPC code of a request its client cancelled (as LSP names it; MCP sends no answer for it at all).
-const REQUEST_CANCELLED: i32 = -32800;
+pub(super) const REQUEST_CANCELLED: i32 = -32800;
 
 #[derive(Clone)]
 pub struct RegistryServer {

@@ -92,14 +92,29 @@ async def eventually(predicate, seconds):
     return True
 
 
+def relay_params(boxd):
+    binary = os.environ.get("BOXD_BIN", str(ROOT / "target" / "debug" / "boxd"))
+    return StdioServerParameters(
+        command=binary,
+        args=["mcp-stdio", "--url", f"http://127.0.0.1:{boxd.port}"],
+        env={**os.environ, "SECRET_TOKEN": TOKEN},
+    )
+
+
+@pytest.mark.parametrize("via", ["http", "relay"])
 @pytest.mark.parametrize("how", ["notification", "session-close"])
-def test_a_cancelled_call_stops_its_command(boxd, how):
+def test_a_cancelled_call_stops_its_command(boxd, how, via):
     # A duration no other test uses, so pgrep finds this command only.
     command = f"sleep 300.{random.randrange(10**6):06d}"
 
-    async def run():
+    def client():
+        if via == "relay":
+            return stdio_client(relay_params(boxd))
         url = f"http://127.0.0.1:{boxd.port}/mcp"
-        async with streamablehttp_client(url, headers={"Authorization": f"Bearer {TOKEN}"}) as (read, write, _):
+        return streamablehttp_client(url, headers={"Authorization": f"Bearer {TOKEN}"})
+
+    async def run():
+        async with client() as (read, write, *_):
             async with ClientSession(read, write) as session:
                 await session.initialize()
                 request_id = session._request_id  # the id the next request gets
@@ -114,7 +129,8 @@ def test_a_cancelled_call_stops_its_command(boxd, how):
                     )
                     assert await eventually(lambda: not running(command), 10), "still running after the cancel"
                 call.cancel()
-        # Leaving the client closes the session (DELETE): that must stop the call as well.
+        # Leaving the client ends the session (a DELETE, or the relay's stdin closing): that stops the
+        # call as well.
         assert await eventually(lambda: not running(command), 10), "still running after the session closed"
 
     asyncio.run(asyncio.wait_for(run(), 60))
