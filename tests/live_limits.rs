@@ -168,14 +168,16 @@ async fn start_at_once(server: &Server, count: usize) -> (usize, usize) {
 #[tokio::test]
 async fn concurrent_starts_never_pass_max_processes() {
     for round in 0..4 {
-        let mut server = Server::start_with(&["--tools", "shell,processes,watch", "--max-processes", "2"]);
+        let mut server =
+            Server::start_with(&["--tools", "shell,processes,watch", "--max-processes", "2"]);
         let (created, refused) = start_at_once(&server, 32).await;
         assert_eq!((created, refused), (2, 30), "round {round}");
         assert!(server.terminate().is_some_and(|status| status.success()));
     }
 
     // A slot comes back when its process exits, and a failed spawn gives its slot back at once.
-    let mut server = Server::start_with(&["--tools", "shell,processes,watch", "--max-processes", "2"]);
+    let mut server =
+        Server::start_with(&["--tools", "shell,processes,watch", "--max-processes", "2"]);
     let first = start(&server, json!({"command": "sleep 30"})).await;
     start(&server, json!({"command": "sleep 30"})).await;
     let id = first["id"].as_str().unwrap();
@@ -259,7 +261,8 @@ async fn connect(server: &Server, id: &str) -> Socket {
 
 #[tokio::test]
 async fn a_websocket_keeps_serving_when_its_process_does_not_read_stdin() {
-    let mut server = Server::start_with(&["--tools", "shell,processes,watch", "--keep-alive", "0.3"]);
+    let mut server =
+        Server::start_with(&["--tools", "shell,processes,watch", "--keep-alive", "0.3"]);
     let process = start(
         &server,
         json!({"command": "while :; do echo tick; sleep 0.2; done"}),

@@ -347,3 +347,273 @@ async fn bad_requests_are_named_400s() {
         400
     );
 }
+
+#[tokio::test]
+async fn a_server_named_like_a_built_in_group_is_refused_and_built_ins_stay() {
+    let server = Server::start();
+    std::fs::write(server.ws("note.txt"), "kept").unwrap();
+    for name in ["filesystem", "generic"] {
+        for overwrite in [false, true] {
+            let (status, answer) = add(
+                &server,
+                json!({name: stdio_config(json!({})), "bystander": stdio_config(json!({}))}),
+                overwrite,
+            )
+            .await;
+            assert_eq!(status, 400, "{name} overwrite={overwrite}: {answer}");
+            let detail = answer["detail"].as_str().unwrap_or_default();
+            assert!(
+                detail.contains(name) && detail.contains("built-in"),
+                "{detail}"
+            );
+        }
+    }
+    let listed = server.get("/mcp/list_tools").fetch_json().await;
+    assert!(
+        listed.get("bystander").is_none(),
+        "a refused request starts nothing: {listed}"
+    );
+    assert!(listed["filesystem"].get("read_file").is_some(), "{listed}");
+    let (status, read) = call(&server, "read_file", json!({"path": "note.txt"})).await;
+    assert_eq!((status, first_text(&read)), (200, "kept"), "{read}");
+    let (status, shell) = call(
+        &server,
+        "run_shell_command",
+        json!({"command": "echo alive"}),
+    )
+    .await;
+    assert_eq!((status, first_text(&shell)), (200, "alive\n"), "{shell}");
+
+    // Stopping a hosted server (here by overwrite) removes its own group only.
+    add(&server, json!({"fs": stdio_config(json!({}))}), false).await;
+    add(&server, json!({"fs": stdio_config(json!({}))}), true).await;
+    let (status, read) = call(&server, "read_file", json!({"path": "note.txt"})).await;
+    assert_eq!((status, first_text(&read)), (200, "kept"), "{read}");
+}
+
+#[tokio::test]
+async fn a_tool_list_refresh_never_makes_the_servers_tools_disappear() {
+    let server = Server::start();
+    add(&server, json!({"peer": stdio_config(json!({}))}), false).await;
+    for round in 0..6 {
+        let name = format!("grown_{round}");
+        let (status, _) = call(&server, "grow", json!({"name": name})).await;
+        assert_eq!(status, 200);
+        // Calls race the refresh that `grow`'s list_changed triggers, until the new tool is listed.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let (status, echoed) = call(&server, "echo", json!({"text": "x"})).await;
+            assert_eq!(status, 200, "round {round}: echo answered {echoed}");
+            let listed = server.get("/mcp/list_tools").fetch_json().await;
+            if listed["peer"].get(&name).is_some() {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{name} never appeared: {listed}");
+        }
+    }
+}
+
+/// A legacy-SSE server on loopback whose `endpoint` event announces `endpoint` as its message URL; it
+/// answers at most a few connections and keeps each event stream open until the client leaves.
+fn announcing_sse_server(endpoint: String) -> u16 {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().take(4) {
+            let Ok(mut stream) = stream else { continue };
+            let endpoint = endpoint.clone();
+            std::thread::spawn(move || {
+                let mut request = [0u8; 8192];
+                let _ = stream.read(&mut request);
+                let _ = stream.write_all(
+                    format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\n\
+                         event: endpoint\ndata: {endpoint}\n\n"
+                    )
+                    .as_bytes(),
+                );
+                // Returns when the client closes the stream.
+                let _ = stream.read(&mut request);
+            });
+        }
+    });
+    port
+}
+
+#[tokio::test]
+async fn an_sse_endpoint_on_another_origin_is_refused_and_gets_no_headers() {
+    let server = Server::start();
+    // Another port on the same host is another origin.
+    let foreign = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    foreign.set_nonblocking(true).unwrap();
+    let foreign_url = format!(
+        "http://127.0.0.1:{}/messages?session_id=1",
+        foreign.local_addr().unwrap().port()
+    );
+    let port = announcing_sse_server(foreign_url);
+    let started = Instant::now();
+    let (status, answer) = add(
+        &server,
+        json!({"remote": {
+            "url": format!("http://127.0.0.1:{port}/sse"),
+            "headers": {"Authorization": "Bearer remote-secret"},
+            "timeout": 5
+        }}),
+        false,
+    )
+    .await;
+    assert_eq!(status, 502, "{answer}");
+    let detail = answer["detail"].as_str().unwrap_or_default();
+    assert!(detail.contains("another origin"), "{detail}");
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "refused only after {:?}",
+        started.elapsed()
+    );
+    // Whatever boxd sent would already be waiting in the listener's backlog.
+    assert!(
+        matches!(foreign.accept(), Err(err) if err.kind() == std::io::ErrorKind::WouldBlock),
+        "boxd connected to the foreign endpoint"
+    );
+}
+
+/// Pids of the processes whose whole argument list is `args`.
+fn pids_running(args: &[&str]) -> Vec<i32> {
+    let wanted: Vec<u8> = args
+        .iter()
+        .flat_map(|arg| [arg.as_bytes(), b"\0"].concat())
+        .collect();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmd| cmd == wanted))
+        .filter(|pid| process_alive(*pid))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_hung_handshake_blocks_neither_other_servers_nor_listing_nor_shutdown() {
+    let server = Server::start();
+    // A duration no other test uses, so the hung child is found by its arguments.
+    let duration = format!("1000.{:06}", std::process::id() % 1_000_000);
+    let hung_request =
+        server
+            .post("/mcp/add_servers")
+            .json(&json!({"server_configs": {"mcpServers": {
+                "hung": {"command": "sleep", "args": [duration], "timeout": 600}
+            }}}));
+    let hung = tokio::spawn(async move { hung_request.send().await.map(|r| r.status().as_u16()) });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let hung_pid = loop {
+        if let Some(&pid) = pids_running(&["sleep", &duration]).first() {
+            break pid;
+        }
+        assert!(Instant::now() < deadline, "the hung server never started");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+
+    let (status, answer) = tokio::time::timeout(
+        Duration::from_secs(20),
+        add(&server, json!({"peer": stdio_config(json!({}))}), false),
+    )
+    .await
+    .expect("a second add_servers waited on the hung handshake");
+    assert_eq!(status, 200, "{answer}");
+    let listed = tokio::time::timeout(
+        Duration::from_secs(5),
+        server.get("/mcp/list_tools").fetch_json(),
+    )
+    .await
+    .expect("list_tools waited on the hung handshake");
+    assert!(listed.get("peer").is_some(), "{listed}");
+    // The name is claimed while it starts: replacing it now is a clear conflict, not a second child.
+    let (status, answer) = add(
+        &server,
+        json!({"hung": {"command": "sleep", "args": [duration]}}),
+        true,
+    )
+    .await;
+    assert_eq!(status, 409, "{answer}");
+    assert!(!hung.is_finished(), "the hung handshake answered early");
+
+    // SIGTERM: in-flight requests get boxd's grace, then the hung handshake is abandoned and its child
+    // killed, instead of boxd waiting for its 600 s.
+    let boxd = server.pid() as i32;
+    // SAFETY: kill(2) on the boxd this test started.
+    unsafe {
+        libc::kill(boxd, libc::SIGTERM);
+    }
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while process_alive(boxd) || process_alive(hung_pid) {
+        assert!(
+            Instant::now() < deadline,
+            "boxd alive: {}, hung child alive: {}",
+            process_alive(boxd),
+            process_alive(hung_pid)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_dead_servers_leftover_children_are_killed_when_it_restarts() {
+    let mut server = Server::start();
+    let duration = format!("1000.{:06}", (std::process::id() + 1) % 1_000_000);
+    // The server leaves a child in its group that holds none of its pipes: the leader's death alone
+    // does not end it.
+    let script = format!("sleep {duration} </dev/null >/dev/null 2>&1 & exec \"$0\" \"$1\" stdio",);
+    let (status, answer) = add(
+        &server,
+        json!({"wrapped": {"command": "sh", "args": ["-c", script, python(), peer_script()]}}),
+        false,
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    let leader = peer_pid(&server, "whoami").await;
+    let leftover = *pids_running(&["sleep", &duration])
+        .first()
+        .expect("the server's child runs");
+    // SAFETY: kill(2) on the peer process boxd started.
+    unsafe {
+        libc::kill(leader, libc::SIGKILL);
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while process_alive(leader) {
+        assert!(Instant::now() < deadline, "the killed peer stayed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The next call restarts it. Most often boxd has seen the connection close by then (the case under
+    // test); when the call races that, it fails with a 502 and the call after it restarts the server.
+    let mut restarted = None;
+    for _ in 0..3 {
+        let (status, result) = call(&server, "whoami", json!({})).await;
+        if status == 200 {
+            restarted = first_text(&result)
+                .split_whitespace()
+                .next()
+                .map(str::to_owned);
+            break;
+        }
+    }
+    let restarted = restarted.expect("the server restarts on its next use");
+    assert_ne!(restarted, leader.to_string(), "not restarted");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while process_alive(leftover) {
+        assert!(
+            Instant::now() < deadline,
+            "the dead server's child {leftover} outlived its connection"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The restarted server's own child goes with boxd's stop.
+    let second = pids_running(&["sleep", &duration]);
+    assert_eq!(second.len(), 1, "{second:?}");
+    assert!(server.terminate().is_some_and(|status| status.success()));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while process_alive(second[0]) {
+        assert!(Instant::now() < deadline, "{second:?} outlived boxd");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -10,6 +10,9 @@ use crate::error::{ApiError, ApiResult};
 
 /// Handshake bound when a config gives no `timeout`: a server that cannot initialise in this long fails.
 const DEFAULT_INITIALIZE_TIMEOUT: Duration = Duration::from_secs(30);
+/// The longest handshake a config may ask for (10 min: room for `npx`/`uvx` to download a server on its
+/// first start). A longer one is refused rather than trusted: a hung server holds its name until then.
+pub const MAX_INITIALIZE_TIMEOUT: Duration = Duration::from_secs(600);
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Transport {
@@ -85,11 +88,22 @@ fn parse_server(name: &str, config: &Value) -> ApiResult<ServerSpec> {
     };
     let initialize_timeout = match config.get("timeout") {
         None | Some(Value::Null) => DEFAULT_INITIALIZE_TIMEOUT,
-        Some(value) => value
-            .as_f64()
-            .and_then(|seconds| Duration::try_from_secs_f64(seconds).ok())
-            .filter(|timeout| !timeout.is_zero())
-            .ok_or_else(|| bad("timeout must be a positive number of seconds"))?,
+        Some(value) => {
+            let seconds = value
+                .as_f64()
+                .filter(|seconds| *seconds > 0.0)
+                .ok_or_else(|| bad("timeout must be a positive number of seconds"))?;
+            if seconds > MAX_INITIALIZE_TIMEOUT.as_secs_f64() {
+                return Err(bad(&format!(
+                    "timeout must be at most {} seconds, got {seconds}",
+                    MAX_INITIALIZE_TIMEOUT.as_secs()
+                )));
+            }
+            Duration::try_from_secs_f64(seconds)
+                .ok()
+                .filter(|timeout| !timeout.is_zero())
+                .ok_or_else(|| bad("timeout must be a positive number of seconds"))?
+        }
     };
     let transport = if let Some(command) = text("command") {
         let args = match config.get("args") {
@@ -183,6 +197,18 @@ mod tests {
             (
                 json!({"mcpServers": {"x": {"url": "http://h", "type": "ws"}}}),
                 "ws",
+            ),
+            (
+                json!({"mcpServers": {"x": {"command": "a", "timeout": 601}}}),
+                "at most 600 seconds",
+            ),
+            (
+                json!({"mcpServers": {"x": {"command": "a", "timeout": 1e19}}}),
+                "at most 600 seconds",
+            ),
+            (
+                json!({"mcpServers": {"x": {"command": "a", "timeout": -1}}}),
+                "positive",
             ),
         ] {
             let err = parse_servers(&configs).unwrap_err().to_string();

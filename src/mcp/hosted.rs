@@ -16,7 +16,8 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use serde_json::Value;
-use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, BufReader};
+use tokio_util::sync::CancellationToken;
 
 use super::config::{ServerSpec, Transport};
 use super::sse::{SseClientTransport, header_map};
@@ -25,6 +26,9 @@ use crate::process::signal_group;
 use crate::tools::{CallToolResult, ContentItem, Tool, ToolRegistry};
 
 const STDERR_TAIL_LINES: usize = 20;
+/// A stderr line is cut after this many bytes: a child that writes without newlines must not grow
+/// boxd's memory (the tail holds at most `STDERR_TAIL_LINES` such lines).
+const STDERR_LINE_MAX: usize = 4096;
 /// A call that gets no answer in this long fails (the server may still be working; it is not retried).
 const CALL_TIMEOUT: Duration = Duration::from_secs(300);
 const STOP_GRACE: Duration = Duration::from_secs(2);
@@ -35,12 +39,35 @@ pub struct HostedServer {
     tools: Arc<ToolRegistry>,
     connection: tokio::sync::Mutex<Option<Connection>>,
     myself: Weak<HostedServer>,
+    /// Cancelled by `stop` (or with the host's at shutdown): a handshake in flight gives up and kills its
+    /// child, and the server neither reconnects nor registers tools again.
+    cancel: CancellationToken,
 }
 
 struct Connection {
     service: RunningService<RoleClient, ToolListWatcher>,
-    process_group: Option<i32>,
+    /// Dropping the connection, wherever that happens, kills the child's whole group.
+    process_group: Option<ProcessGroup>,
     stderr_tail: Arc<Mutex<VecDeque<String>>>,
+}
+
+/// A stdio server's process group, killed when this is dropped: a server that wraps itself (`sh -c`,
+/// `npx`) leaves its real work in children that the leader's death does not take down.
+struct ProcessGroup(i32);
+
+impl ProcessGroup {
+    /// SIGTERM, a short grace to exit cleanly, then SIGKILL (on drop).
+    async fn terminate(self) {
+        if signal_group(self.0, libc::SIGTERM) {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+impl Drop for ProcessGroup {
+    fn drop(&mut self) {
+        signal_group(self.0, libc::SIGKILL);
+    }
 }
 
 /// Refreshes the server's tools in the registry on `notifications/tools/list_changed`.
@@ -90,6 +117,7 @@ impl HostedServer {
         spec: ServerSpec,
         workspace: PathBuf,
         tools: Arc<ToolRegistry>,
+        cancel: CancellationToken,
     ) -> Result<Arc<Self>, String> {
         let server = Arc::new_cyclic(|myself| HostedServer {
             spec,
@@ -97,6 +125,7 @@ impl HostedServer {
             tools,
             connection: tokio::sync::Mutex::new(None),
             myself: myself.clone(),
+            cancel,
         });
         let connection = server.connect().await?;
         *server.connection.lock().await = Some(connection);
@@ -117,13 +146,27 @@ impl HostedServer {
             .map_err(|err| format!("listing its tools failed: {err}"))
     }
 
+    /// Bounds a handshake by the config's timeout and by this server's stop (or boxd's).
+    async fn handshake<T>(
+        &self,
+        handshake: impl Future<Output = Result<T, String>>,
+    ) -> Result<T, String> {
+        let timeout = self.spec.initialize_timeout;
+        tokio::select! {
+            outcome = tokio::time::timeout(timeout, handshake) => {
+                outcome.map_err(|_| format!("no MCP handshake within {timeout:?}"))?
+            }
+            () = self.cancel.cancelled() => {
+                Err("stopped during its handshake (removed, replaced or boxd stopping)".to_owned())
+            }
+        }
+    }
+
     async fn connect(&self) -> Result<Connection, String> {
         let watcher = ToolListWatcher {
             server: self.myself.clone(),
         };
         let stderr_tail = Arc::new(Mutex::new(VecDeque::new()));
-        let timeout = self.spec.initialize_timeout;
-        let handshake_timeout = || format!("no MCP handshake within {timeout:?}");
         let (service, process_group) = match &self.spec.transport {
             Transport::Stdio { command, args, env } => {
                 let mut child = tokio::process::Command::new(command);
@@ -136,13 +179,19 @@ impl HostedServer {
                     .stderr(Stdio::piped())
                     .spawn()
                     .map_err(|err| format!("cannot start {command:?}: {err}"))?;
-                let process_group = transport.id().map(|pid| pid as i32);
+                // From here on, however this future ends (failure, timeout, stop, or the request being
+                // dropped), the group does not outlive it unless the connection takes it over.
+                let process_group = transport
+                    .id()
+                    .and_then(|pid| i32::try_from(pid).ok())
+                    .map(ProcessGroup);
                 let forwarder = stderr.map(|stderr| {
                     let tail = Arc::clone(&stderr_tail);
                     let name = self.spec.name.clone();
-                    tokio::spawn(async move {
-                        let mut lines = BufReader::new(stderr).lines();
-                        while let Ok(Some(line)) = lines.next_line().await {
+                    tokio::spawn(bounded_lines(
+                        BufReader::new(stderr),
+                        STDERR_LINE_MAX,
+                        move |line| {
                             tracing::info!(target: "boxd::mcp::child", server = %name, "{line}");
                             let mut tail =
                                 tail.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -150,21 +199,21 @@ impl HostedServer {
                                 tail.pop_front();
                             }
                             tail.push_back(line);
-                        }
-                    })
+                        },
+                    ))
                 });
-                let handshake = match tokio::time::timeout(timeout, watcher.serve(transport)).await
-                {
-                    Ok(Ok(service)) => Ok(service),
-                    Ok(Err(err)) => Err(format!("the MCP handshake failed ({err})")),
-                    Err(_) => Err(handshake_timeout()),
-                };
+                let handshake = self
+                    .handshake(async {
+                        watcher
+                            .serve(transport)
+                            .await
+                            .map_err(|err| format!("the MCP handshake failed ({err})"))
+                    })
+                    .await;
                 match handshake {
                     Ok(service) => (service, process_group),
                     Err(reason) => {
-                        if let Some(pgid) = process_group {
-                            signal_group(pgid, libc::SIGKILL);
-                        }
+                        drop(process_group);
                         if let Some(forwarder) = forwarder {
                             // The child is gone: its stderr ends promptly; its last words explain the failure.
                             let _ =
@@ -175,16 +224,15 @@ impl HostedServer {
                 }
             }
             Transport::Sse { url, headers } => {
-                let handshake = async {
-                    let transport = SseClientTransport::connect(url, headers).await?;
-                    watcher
-                        .serve(transport)
-                        .await
-                        .map_err(|err| format!("the MCP handshake failed ({err})"))
-                };
-                let service = tokio::time::timeout(timeout, handshake)
-                    .await
-                    .map_err(|_| handshake_timeout())??;
+                let service = self
+                    .handshake(async {
+                        let transport = SseClientTransport::connect(url, headers).await?;
+                        watcher
+                            .serve(transport)
+                            .await
+                            .map_err(|err| format!("the MCP handshake failed ({err})"))
+                    })
+                    .await?;
                 (service, None)
             }
             Transport::StreamableHttp { url, headers } => {
@@ -195,10 +243,14 @@ impl HostedServer {
                 let config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
                     .custom_headers(headers);
                 let transport = StreamableHttpClientTransport::from_config(config);
-                let service = tokio::time::timeout(timeout, watcher.serve(transport))
-                    .await
-                    .map_err(|_| handshake_timeout())?
-                    .map_err(|err| format!("the MCP handshake with {url} failed ({err})"))?;
+                let service = self
+                    .handshake(async {
+                        watcher
+                            .serve(transport)
+                            .await
+                            .map_err(|err| format!("the MCP handshake with {url} failed ({err})"))
+                    })
+                    .await?;
                 (service, None)
             }
         };
@@ -219,6 +271,10 @@ impl HostedServer {
     ) -> Pin<Box<dyn Future<Output = Result<(), ServiceError>> + Send + 'a>> {
         Box::pin(async move {
             let listed = peer.list_all_tools().await?;
+            // A refresh that was under way when the server was stopped must not bring its tools back.
+            if self.cancel.is_cancelled() {
+                return Ok(());
+            }
             let mut tools = Vec::with_capacity(listed.len());
             for remote in listed {
                 let remote_name = remote.name.to_string();
@@ -264,6 +320,12 @@ impl HostedServer {
 
     /// The live peer, reconnecting first if the server died since its last use (with the reason logged).
     async fn live_peer(&self) -> ApiResult<Peer<RoleClient>> {
+        if self.cancel.is_cancelled() {
+            return Err(ApiError::NotFound(format!(
+                "MCP server {} was removed",
+                self.spec.name
+            )));
+        }
         let mut connection = self.connection.lock().await;
         if let Some(live) = connection
             .as_ref()
@@ -271,6 +333,7 @@ impl HostedServer {
         {
             return Ok(live.service.peer().clone());
         }
+        // Dropping the dead connection kills what is left of its process group.
         let reason = match connection.take() {
             Some(dead) => format!("its connection closed{}", tail_text(&dead.stderr_tail)),
             None => "it was not running".to_owned(),
@@ -335,27 +398,27 @@ impl HostedServer {
     /// Drops a connection whose transport failed, keeping its stderr tail for the restart's log line.
     async fn mark_dead(&self) {
         let mut connection = self.connection.lock().await;
-        if let Some(dead) = connection.as_ref() {
+        if let Some(dead) = connection.take() {
             tracing::warn!(server = %self.spec.name, "connection lost{}", tail_text(&dead.stderr_tail));
-            if let Some(pgid) = dead.process_group {
-                signal_group(pgid, libc::SIGKILL);
-            }
         }
-        *connection = None;
     }
 
     /// Closes the session, then makes sure the child's whole process group is gone.
     pub async fn stop(&self) {
+        // First, so that a reconnect holding the connection's lock gives up its handshake now.
+        self.cancel.cancel();
         self.tools.unregister_group(&self.spec.name);
-        let Some(connection) = self.connection.lock().await.take() else {
+        let Some(Connection {
+            service,
+            process_group,
+            ..
+        }) = self.connection.lock().await.take()
+        else {
             return;
         };
-        let process_group = connection.process_group;
-        let _ = tokio::time::timeout(STOP_GRACE, connection.service.cancel()).await;
-        if let Some(pgid) = process_group {
-            signal_group(pgid, libc::SIGTERM);
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            signal_group(pgid, libc::SIGKILL);
+        let _ = tokio::time::timeout(STOP_GRACE, service.cancel()).await;
+        if let Some(group) = process_group {
+            group.terminate().await;
         }
     }
 }
@@ -372,5 +435,70 @@ fn from_mcp_result(result: &rmcp::model::CallToolResult) -> CallToolResult {
         content,
         structured_content: value.get("structuredContent").cloned(),
         is_error: value["isError"].as_bool().unwrap_or(false),
+    }
+}
+
+/// Reads `reader` line by line into `emit`, each line cut to `max` bytes (marked as cut): an endless line
+/// costs `max` bytes of memory, not its length.
+async fn bounded_lines<R: AsyncBufRead + Unpin>(
+    mut reader: R,
+    max: usize,
+    mut emit: impl FnMut(String),
+) {
+    let mut line = Vec::new();
+    let mut cut = false;
+    let finish = |line: &mut Vec<u8>, cut: bool| {
+        let mut text = String::from_utf8_lossy(line)
+            .trim_end_matches('\r')
+            .to_owned();
+        if cut {
+            text.push_str(" [line cut]");
+        }
+        line.clear();
+        text
+    };
+    loop {
+        let available = match reader.fill_buf().await {
+            Ok([]) | Err(_) => break,
+            Ok(available) => available,
+        };
+        let newline = available.iter().position(|byte| *byte == b'\n');
+        let chunk = &available[..newline.unwrap_or(available.len())];
+        let room = max.saturating_sub(line.len());
+        line.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        cut |= chunk.len() > room;
+        let used = chunk.len() + usize::from(newline.is_some());
+        reader.consume(used);
+        if newline.is_some() {
+            emit(finish(&mut line, cut));
+            cut = false;
+        }
+    }
+    if !line.is_empty() || cut {
+        emit(finish(&mut line, cut));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_endless_stderr_line_is_cut_not_buffered() {
+        let mut input = vec![b'x'; 1 << 20];
+        input.extend_from_slice(b"\nshort\r\nlast");
+        let mut lines = Vec::new();
+        bounded_lines(BufReader::with_capacity(64, &input[..]), 16, |line| {
+            lines.push(line)
+        })
+        .await;
+        assert_eq!(
+            lines,
+            [
+                format!("{} [line cut]", "x".repeat(16)),
+                "short".to_owned(),
+                "last".to_owned()
+            ]
+        );
     }
 }

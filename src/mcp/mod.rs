@@ -11,7 +11,7 @@ pub mod relay;
 mod serve;
 mod sse;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -21,6 +21,7 @@ use axum::{Json, Router};
 use futures_util::future::join_all;
 use serde::Deserialize;
 use serde_json::{Map, Value};
+use tokio_util::sync::CancellationToken;
 
 use crate::error::{ApiError, ApiResult};
 use crate::http::extract::ApiJson;
@@ -42,45 +43,127 @@ fn tools_server_info(name: &str) -> rmcp::model::ServerConfig {
 }
 
 pub struct McpHost {
-    servers: tokio::sync::Mutex<BTreeMap<String, Arc<HostedServer>>>,
+    /// Held only to look at or change the maps, never across a handshake or a stop.
+    hosted: std::sync::Mutex<Hosted>,
     tools: Arc<ToolRegistry>,
     workspace: PathBuf,
+    /// Cancelled at shutdown: handshakes in flight give up (killing their child) instead of being waited on.
+    closing: CancellationToken,
+}
+
+#[derive(Default)]
+struct Hosted {
+    servers: BTreeMap<String, Arc<HostedServer>>,
+    /// Names an `add_servers` has claimed and is starting, so no other request starts or replaces them.
+    starting: BTreeSet<String>,
+}
+
+/// The names an `add_servers` claimed and has not handed over to `servers`. Released on drop, also when
+/// the request is dropped mid-way, and whatever such a server registered is removed with it.
+struct Claim<'a> {
+    host: &'a McpHost,
+    names: Vec<String>,
+}
+
+impl Claim<'_> {
+    /// Moves a started server from "starting" to "hosted", unless boxd is stopping (then it is handed back).
+    fn settle(&mut self, name: &str, server: Arc<HostedServer>) -> Result<(), Arc<HostedServer>> {
+        let mut hosted = self.host.lock();
+        if self.host.closing.is_cancelled() {
+            return Err(server);
+        }
+        hosted.starting.remove(name);
+        hosted.servers.insert(name.to_owned(), server);
+        self.names.retain(|claimed| claimed != name);
+        Ok(())
+    }
+}
+
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        let mut hosted = self.host.lock();
+        for name in &self.names {
+            hosted.starting.remove(name);
+            self.host.tools.unregister_group(name);
+        }
+    }
 }
 
 impl McpHost {
     pub fn new(tools: Arc<ToolRegistry>, workspace: PathBuf) -> Self {
         McpHost {
-            servers: tokio::sync::Mutex::new(BTreeMap::new()),
+            hosted: std::sync::Mutex::new(Hosted::default()),
             tools,
             workspace,
+            closing: CancellationToken::new(),
         }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Hosted> {
+        self.hosted
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Starts the servers of `configs` concurrently. A name already hosted is skipped unless `overwrite`
     /// (then the old one is stopped first). Servers that start stay even if others fail; the failed ones
-    /// are cleaned up and named, with their reasons, in the error.
+    /// are cleaned up and named, with their reasons, in the error. No lock is held while servers start:
+    /// a hung handshake delays only its own request.
     pub async fn add_servers(&self, configs: &Value, overwrite: bool) -> ApiResult<()> {
         let specs = parse_servers(configs)?;
         if let Some(taken) = specs.iter().find(|spec| self.tools.is_reserved(&spec.name)) {
             return Err(crate::tools::RegistryError::ReservedGroup(taken.name.clone()).into());
         }
-        let mut servers = self.servers.lock().await;
+        let mut claim = Claim {
+            host: self,
+            names: Vec::new(),
+        };
+        let mut replaced = Vec::new();
         let mut to_start = Vec::new();
-        for spec in specs {
-            if let Some(existing) = servers.get(&spec.name) {
-                if !overwrite {
-                    tracing::info!(server = %spec.name, "MCP server already hosted; skipped (overwrite is false)");
+        {
+            let mut hosted = self.lock();
+            if self.closing.is_cancelled() {
+                return Err(ApiError::Conflict(
+                    "boxd is stopping; no MCP server is started".into(),
+                ));
+            }
+            if overwrite
+                && let Some(busy) = specs
+                    .iter()
+                    .find(|spec| hosted.starting.contains(&spec.name))
+            {
+                return Err(ApiError::Conflict(format!(
+                    "MCP server {} is being started by another request; retry once that one answered",
+                    busy.name
+                )));
+            }
+            for spec in specs {
+                if hosted.starting.contains(&spec.name) {
+                    tracing::info!(server = %spec.name, "MCP server is already starting; skipped (overwrite is false)");
                     continue;
                 }
-                tracing::info!(server = %spec.name, "replacing hosted MCP server");
-                existing.stop().await;
-                servers.remove(&spec.name);
+                if hosted.servers.contains_key(&spec.name) {
+                    if !overwrite {
+                        tracing::info!(server = %spec.name, "MCP server already hosted; skipped (overwrite is false)");
+                        continue;
+                    }
+                    tracing::info!(server = %spec.name, "replacing hosted MCP server");
+                    replaced.extend(hosted.servers.remove(&spec.name));
+                }
+                hosted.starting.insert(spec.name.clone());
+                claim.names.push(spec.name.clone());
+                to_start.push(spec);
             }
-            to_start.push(spec);
         }
+        join_all(replaced.iter().map(|server| server.stop())).await;
         let started = join_all(to_start.into_iter().map(|spec| {
             let name = spec.name.clone();
-            let start = HostedServer::start(spec, self.workspace.clone(), Arc::clone(&self.tools));
+            let start = HostedServer::start(
+                spec,
+                self.workspace.clone(),
+                Arc::clone(&self.tools),
+                self.closing.child_token(),
+            );
             async move { (name, start.await) }
         }))
         .await;
@@ -100,11 +183,18 @@ impl McpHost {
                 },
                 Err(reason) => Err(reason),
             };
-            match registered {
-                Ok(server) => {
-                    tracing::info!(server = %name, "hosted MCP server ready");
-                    servers.insert(name, server);
-                }
+            let settled = match registered {
+                Ok(server) => match claim.settle(&name, server) {
+                    Ok(()) => Ok(()),
+                    Err(server) => {
+                        server.stop().await;
+                        Err("boxd is stopping".to_owned())
+                    }
+                },
+                Err(reason) => Err(reason),
+            };
+            match settled {
+                Ok(()) => tracing::info!(server = %name, "hosted MCP server ready"),
                 Err(reason) => {
                     tracing::warn!(server = %name, "hosted MCP server failed to start: {reason}");
                     failures.push(format!("{name}: {reason}"));
@@ -145,9 +235,11 @@ impl McpHost {
         serde_json::to_value(groups).unwrap_or_default()
     }
 
-    /// Stops every hosted server (and its process group).
+    /// Stops every hosted server (and its process group). Servers still in their handshake are not waited
+    /// on: they give up at once and kill their own child.
     pub async fn shutdown(&self) {
-        let servers: Vec<_> = std::mem::take(&mut *self.servers.lock().await)
+        self.closing.cancel();
+        let servers: Vec<_> = std::mem::take(&mut self.lock().servers)
             .into_values()
             .collect();
         join_all(servers.iter().map(|server| server.stop())).await;

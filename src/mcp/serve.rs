@@ -15,6 +15,9 @@ use serde_json::Value;
 use crate::error::ApiError;
 use crate::tools::{CallContext, ToolRegistry};
 
+/// JSON-RPC code of a request its client cancelled (as LSP names it; MCP sends no answer for it at all).
+pub(super) const REQUEST_CANCELLED: i32 = -32800;
+
 #[derive(Clone)]
 pub struct RegistryServer {
     tools: Arc<ToolRegistry>,
@@ -59,8 +62,22 @@ impl ServerHandler for RegistryServer {
             .get(&request.name)
             .map_err(|err| ErrorData::invalid_params(err.to_string(), None))?;
         let arguments = Value::Object(request.arguments.unwrap_or_default());
-        let context = CallContext::new(format!("mcp-{}", request_id(&context)), None);
-        let result = match tool.call(arguments, context).await {
+        let call_context = CallContext::new(format!("mcp-{}", request_id(&context)), None);
+        // rmcp cancels `ct` on the client's notifications/cancelled and when its session ends. Dropping
+        // the call's future is what stops the work (the shell tool kills its process group on drop), so
+        // nobody is left running a command whose answer no one will read.
+        let outcome = tokio::select! {
+            outcome = tool.call(arguments, call_context) => outcome,
+            () = context.ct.cancelled() => {
+                tracing::info!(tool = %request.name, "MCP client cancelled the call; stopped it");
+                return Err(ErrorData::new(
+                    rmcp::model::ErrorCode(REQUEST_CANCELLED),
+                    format!("{} was cancelled by the client", request.name),
+                    None,
+                ));
+            }
+        };
+        let result = match outcome {
             Ok(result) => serde_json::to_value(&result)
                 .and_then(serde_json::from_value::<rmcp::model::CallToolResult>)
                 .map_err(|err| {

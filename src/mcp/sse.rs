@@ -63,9 +63,20 @@ impl SseClientTransport {
                 }
             }
         };
-        let post_url = reqwest::Url::parse(url)
-            .and_then(|base| base.join(endpoint.trim()))
+        let base = reqwest::Url::parse(url).map_err(|err| format!("{url}: {err}"))?;
+        let post_url = base
+            .join(endpoint.trim())
             .map_err(|err| format!("endpoint {endpoint:?} of {url}: {err}"))?;
+        // The configured headers often carry the remote's credentials: they go to the origin the config
+        // names, never to one a server announces (the Python MCP SDK refuses the same).
+        if post_url.origin() != base.origin() {
+            return Err(format!(
+                "{url} announced its message endpoint on another origin ({}); refused, so that the \
+                 configured headers are sent to {} only",
+                post_url.origin().ascii_serialization(),
+                base.origin().ascii_serialization()
+            ));
+        }
         Ok(SseClientTransport {
             http,
             post_url,

@@ -54,12 +54,7 @@ impl StdinQueue {
         (queue, receiver)
     }
 
-    pub async fn send(
-        &self,
-        id: &str,
-        input: Input,
-        patience: Patience,
-    ) -> Result<(), ApiError> {
+    pub async fn send(&self, id: &str, input: Input, patience: Patience) -> Result<(), ApiError> {
         let cost = match &input {
             Input::Data(data) if data.len() > BODY_MAX => {
                 return Err(ApiError::PayloadTooLarge(format!(

@@ -34,14 +34,14 @@ def whoami() -> str:
 
 
 @server.tool()
-async def grow(ctx: Context) -> str:
-    """Add a tool named `grown` and tell the client the tool list changed."""
+async def grow(ctx: Context, name: str = "grown") -> str:
+    """Add a tool called `name` (default `grown`) and tell the client the tool list changed."""
 
     def grown() -> str:
         """A tool that appeared at runtime."""
         return "grown!"
 
-    server.add_tool(grown)
+    server.add_tool(grown, name=name)
     await ctx.session.send_tool_list_changed()
     return "grew"
 

@@ -2,10 +2,13 @@
 import asyncio
 import os
 import pathlib
+import random
+import subprocess
 import sys
+import time
 
 import pytest
-from mcp import ClientSession, StdioServerParameters
+from mcp import ClientSession, StdioServerParameters, types
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamablehttp_client
 
@@ -74,3 +77,60 @@ def test_stdio_relay(boxd, hosting):
                 return await exercise(session)
 
     check(*asyncio.run(asyncio.wait_for(run(), 60)))
+
+
+def running(pattern):
+    return subprocess.run(["pgrep", "-f", pattern], capture_output=True).returncode == 0
+
+
+async def eventually(predicate, seconds):
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.05)
+    return True
+
+
+def relay_params(boxd):
+    binary = os.environ.get("BOXD_BIN", str(ROOT / "target" / "debug" / "boxd"))
+    return StdioServerParameters(
+        command=binary,
+        args=["mcp-stdio", "--url", f"http://127.0.0.1:{boxd.port}"],
+        env={**os.environ, "SECRET_TOKEN": TOKEN},
+    )
+
+
+@pytest.mark.parametrize("via", ["http", "relay"])
+@pytest.mark.parametrize("how", ["notification", "session-close"])
+def test_a_cancelled_call_stops_its_command(boxd, how, via):
+    # A duration no other test uses, so pgrep finds this command only.
+    command = f"sleep 300.{random.randrange(10**6):06d}"
+
+    def client():
+        if via == "relay":
+            return stdio_client(relay_params(boxd))
+        url = f"http://127.0.0.1:{boxd.port}/mcp"
+        return streamablehttp_client(url, headers={"Authorization": f"Bearer {TOKEN}"})
+
+    async def run():
+        async with client() as (read, write, *_):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                request_id = session._request_id  # the id the next request gets
+                call = asyncio.create_task(
+                    session.call_tool("run_shell_command", {"command": command, "timeout": 600})
+                )
+                assert await eventually(lambda: running(command), 20), "the command never started"
+                if how == "notification":
+                    params = types.CancelledNotificationParams(requestId=request_id, reason="test")
+                    await session.send_notification(
+                        types.ClientNotification(types.CancelledNotification(params=params))
+                    )
+                    assert await eventually(lambda: not running(command), 10), "still running after the cancel"
+                call.cancel()
+        # Leaving the client ends the session (a DELETE, or the relay's stdin closing): that stops the
+        # call as well.
+        assert await eventually(lambda: not running(command), 10), "still running after the session closed"
+
+    asyncio.run(asyncio.wait_for(run(), 60))
