@@ -498,7 +498,10 @@ mod tests {
             ToolDeadline(std::time::Duration::from_millis(50)),
         );
         let started = std::time::Instant::now();
-        let answer = tool.call(json!({})).await.unwrap();
+        let answer = tool
+            .call(json!({}), crate::tools::CallContext::default())
+            .await
+            .unwrap();
         assert!(started.elapsed() < std::time::Duration::from_millis(400));
         let answer = serde_json::to_value(answer).unwrap();
         assert_eq!(answer["isError"], true);

@@ -761,7 +761,7 @@ mod tests {
             let err = spawn_failure("x", &std::io::Error::from_raw_os_error(errno));
             assert_eq!(
                 err.status(),
-                StatusCode::SERVICE_UNAVAILABLE,
+                axum::http::StatusCode::SERVICE_UNAVAILABLE,
                 "errno {errno}"
             );
             assert!(err.to_string().contains("try again later"), "{err}");
@@ -774,9 +774,16 @@ mod tests {
             libc::ENOTDIR,
         ] {
             let err = spawn_failure("x", &std::io::Error::from_raw_os_error(errno));
-            assert_eq!(err.status(), StatusCode::BAD_REQUEST, "errno {errno}");
+            assert_eq!(
+                err.status(),
+                axum::http::StatusCode::BAD_REQUEST,
+                "errno {errno}"
+            );
         }
         let nul = std::io::Error::new(std::io::ErrorKind::InvalidInput, "nul byte found");
-        assert_eq!(spawn_failure("x", &nul).status(), StatusCode::BAD_REQUEST);
+        assert_eq!(
+            spawn_failure("x", &nul).status(),
+            axum::http::StatusCode::BAD_REQUEST
+        );
     }
 }

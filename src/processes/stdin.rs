@@ -60,8 +60,7 @@ impl StdinQueue {
                 return Err(ApiError::PayloadTooLarge(format!(
                     "stdin writes are at most {BODY_MAX} bytes (1 MiB), got {}; send it in parts",
                     data.len()
-                ))
-                .into());
+                )));
             }
             Input::Data(data) if data.is_empty() => return Ok(()),
             Input::Data(data) => data.len(),
@@ -97,5 +96,5 @@ impl StdinQueue {
 }
 
 fn closed(id: &str) -> ApiError {
-    ApiError::Conflict(format!("stdin of process {id} is closed")).into()
+    ApiError::Conflict(format!("stdin of process {id} is closed"))
 }
