@@ -41,12 +41,17 @@ if ! "$base" -c 'import venv, ensurepip' >/dev/null 2>&1; then
 fi
 
 echo "make run: preparing $venv for the IPython kernel from $requirements (once)" >&2
-if ! output=$("$base" -m venv --clear "$venv" 2>&1); then
-  fail "'$base -m venv $venv' failed: $(tail -n1 <<<"$output")" \
-    "sudo apt-get install -y python3-venv && make run"
+# A venv whose install failed (no stamp yet) is kept: offline, each `make run` then only retries pip. One
+# made for another requirements list (a stamp that differs) starts afresh, so nothing stale stays in it.
+if [[ -f $stamp || ! -f $venv/.made || ! -x $venv/bin/python ]]; then
+  if ! output=$("$base" -m venv --clear "$venv" 2>&1); then
+    fail "'$base -m venv $venv' failed: $(tail -n1 <<<"$output")" \
+      "sudo apt-get install -y python3-venv && make run"
+  fi
+  # Not the repository's business: Python >= 3.13 writes this itself.
+  echo '*' >"$venv/.gitignore"
+  touch "$venv/.made"
 fi
-# Not the repository's business: Python >= 3.13 writes this itself.
-echo '*' >"$venv/.gitignore"
 log=$venv/pip.log
 # Few retries and a short timeout: with no registry, `make run` should get to serving quickly.
 if ! "$venv/bin/python" -m pip install --disable-pip-version-check --retries 1 --timeout 20 \

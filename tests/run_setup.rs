@@ -216,7 +216,8 @@ async fn make_run_makes_the_kernel_venv_on_a_python_without_ipython_and_serves_a
         venv.join("bin/python").to_str().expect("utf-8 path")
     );
     assert!(output.stderr.is_empty(), "{output:?}");
-    assert!(took < Duration::from_millis(500), "{took:?}");
+    // pip alone takes longer than this to start; the bound leaves room for a loaded CI machine.
+    assert!(took < Duration::from_secs(2), "{took:?}");
     assert_eq!(
         std::fs::metadata(&log).and_then(|m| m.modified()).ok(),
         Some(log_written),
