@@ -37,7 +37,8 @@ wanted=$(cat "$requirements" images/base/kernel-requirements.txt | sha256sum | c
 if [[ ! -x .venv/bin/python || ! -f $stamp || $(cat "$stamp") != "$wanted" ]]; then
   echo "setup: preparing .venv from $requirements"
   python3 -m venv .venv
-  .venv/bin/pip install -q --disable-pip-version-check -r "$requirements"
+  # Not `.venv/bin/pip`: a script's shebang names the venv it was made in, wherever that venv is now.
+  .venv/bin/python -m pip install -q --disable-pip-version-check -r "$requirements"
   echo "$wanted" > "$stamp"
 fi
 
