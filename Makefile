@@ -1,24 +1,27 @@
 # boxd: `make run` builds and starts boxd on ./workspace; `make test` installs what it needs and tests.
 
 PORT ?= 8000
-# The kernel's interpreter: the project venv (which has IPython) once `make setup`/`make test` made it.
-PYTHON ?= $(shell test -x .venv/bin/python && echo .venv/bin/python || echo python3)
+# The kernel's interpreter; empty means .venv-kernel, which `make run` makes the first time (no root).
+PYTHON ?=
 TARGET := x86_64-unknown-linux-gnu
 STATIC_BIN := target/$(TARGET)/release/boxd
 ENGINE ?= $(shell command -v podman || command -v docker)
 IMAGE_BASE ?= boxd-base:latest
 
-.PHONY: run build test setup lint unit python-tests static bench image-base image-test clean
+.PHONY: run build kernel-venv test setup lint unit python-tests smoke-release static bench image-base \
+	image-test clean
 
 run: build
-	mkdir -p workspace
-	@echo "boxd: serving ./workspace at http://127.0.0.1:$(PORT) (token below unless SECRET_TOKEN is set)"
-	./target/release/boxd serve --host 127.0.0.1 --port $(PORT) --workspace ./workspace --python $(PYTHON)
+	@PORT='$(PORT)' PYTHON='$(PYTHON)' ./scripts/run.sh
 
 build:
 	cargo build --release
 
-test: setup lint unit python-tests
+# The IPython kernel's venv `make run` uses (.venv-kernel, the base image's kernel packages); idempotent.
+kernel-venv:
+	@./scripts/kernel-venv.sh >/dev/null
+
+test: setup lint unit python-tests smoke-release
 
 setup:
 	./scripts/setup.sh
@@ -35,6 +38,10 @@ unit:
 python-tests:
 	cargo test --no-run -q
 	.venv/bin/python -m pytest -q -p no:cacheprovider -W ignore::DeprecationWarning tests/python
+
+# A smoke subset against the release binary: its profile differs from the debug one the tests above use.
+smoke-release: build
+	BOXD_BIN=$(CURDIR)/target/release/boxd cargo test -q --test smoke
 
 # Fully static release binary (glibc static-pie), with fat LTO: what images ship.
 static:

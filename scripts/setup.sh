@@ -30,13 +30,15 @@ if ! cargo clippy --version >/dev/null 2>&1 || ! cargo fmt --version >/dev/null 
   rustup component add clippy rustfmt
 fi
 
+# The test venv: the client, pytest, MCP peers, and (by `-r`) the kernel's list the image and `make run` use.
 requirements=tests/python/requirements.txt
 stamp=.venv/.requirements.sha256
-wanted=$(sha256sum "$requirements" | cut -d' ' -f1)
+wanted=$(cat "$requirements" images/base/kernel-requirements.txt | sha256sum | cut -d' ' -f1)
 if [[ ! -x .venv/bin/python || ! -f $stamp || $(cat "$stamp") != "$wanted" ]]; then
   echo "setup: preparing .venv from $requirements"
   python3 -m venv .venv
-  .venv/bin/pip install -q --disable-pip-version-check -r "$requirements"
+  # Not `.venv/bin/pip`: a script's shebang names the venv it was made in, wherever that venv is now.
+  .venv/bin/python -m pip install -q --disable-pip-version-check -r "$requirements"
   echo "$wanted" > "$stamp"
 fi
 

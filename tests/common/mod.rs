@@ -10,6 +10,14 @@ use std::time::Duration;
 
 pub const TOKEN: &str = "test-token";
 
+/// The binary under test: `BOXD_BIN` when set (`make smoke-release` points it at the release build, whose
+/// profile differs), else the debug build cargo made for this test run.
+pub fn boxd_bin() -> PathBuf {
+    std::env::var_os("BOXD_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_boxd")))
+}
+
 pub struct Server {
     child: Child,
     pub base: String,
@@ -31,7 +39,7 @@ impl Server {
             .expect("canonical temp dir")
             .join("workspace");
         std::fs::create_dir_all(&workspace).expect("workspace dir");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_boxd"))
+        let mut child = Command::new(boxd_bin())
             .args(["serve", "--host", "127.0.0.1", "--port", "0", "--workspace"])
             .arg(&workspace)
             .args(extra_args)
