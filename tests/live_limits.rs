@@ -346,7 +346,7 @@ impl SessionLeader {
         command
             .args(["serve", "--host", "127.0.0.1", "--port", "0", "--workspace"])
             .arg(dir.path())
-            .args(["--tools", "shell"])
+            .args(["--tools", "shell,processes"])
             .env("SECRET_TOKEN", TOKEN)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())

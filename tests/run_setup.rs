@@ -243,8 +243,8 @@ async fn without_a_registry_boxd_still_starts_and_one_line_says_how_to_fix_it() 
         "{problems:#?}"
     );
 
+    // The ipython family is `failed` with the reason: a cell answers 503 naming it.
     let answer = run.cell("1").await;
-    assert_eq!(answer["isError"], true, "{answer}");
     let text = answer.to_string();
     assert!(text.contains("IPython is not installed"), "{text}");
 }

@@ -359,8 +359,7 @@ impl ProcessManager {
                 return Err(ApiError::BadRequest(
                     "give exactly one of `command` (a shell string) or `argv` (a non-empty list)"
                         .into(),
-                )
-                .into());
+                ));
             }
         };
         if let Some(name) = request
@@ -370,8 +369,7 @@ impl ProcessManager {
         {
             return Err(ApiError::BadRequest(format!(
                 "invalid environment variable name {name:?}"
-            ))
-            .into());
+            )));
         }
         let timeout = request
             .timeout
@@ -480,7 +478,7 @@ fn spawn_failure(program: &str, err: &std::io::Error) -> ApiError {
                  descriptors or terminals: {err}; try again later"
             ))
         }
-        _ => ApiError::BadRequest(format!("cannot start {program:?}: {err}")).into(),
+        _ => ApiError::BadRequest(format!("cannot start {program:?}: {err}")),
     }
 }
 
