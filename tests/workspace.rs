@@ -595,7 +595,7 @@ async fn batch_upload_with_paths_and_with_filenames() {
 
 #[tokio::test]
 async fn an_unsatisfiable_range_names_the_length() {
-    let server = Server::start_with(&["--tools", "filesystem"]);
+    let server = Server::start_with(&["--tools", "filesystem,workspace,watch"]);
     std::fs::write(server.ws("ten.bin"), b"0123456789").unwrap();
     for range in ["bytes=10-", "bytes=-0", "bytes=20-30"] {
         let response = server
@@ -650,7 +650,7 @@ async fn wait_for_staging_descriptor(server: &Server) -> String {
 
 #[tokio::test]
 async fn an_upload_in_progress_is_invisible_and_a_killed_server_leaves_nothing() {
-    let mut server = Server::start_with(&["--tools", "filesystem"]);
+    let mut server = Server::start_with(&["--tools", "filesystem,workspace,watch"]);
     let (chunks, received) = tokio::sync::mpsc::channel::<Result<Vec<u8>, std::io::Error>>(4);
     let body = futures_util::stream::unfold(received, |mut received| async move {
         received.recv().await.map(|chunk| (chunk, received))
@@ -693,7 +693,7 @@ async fn an_upload_in_progress_is_invisible_and_a_killed_server_leaves_nothing()
 
 #[tokio::test]
 async fn batch_paths_fields_are_capped() {
-    let server = Server::start_with(&["--tools", "filesystem"]);
+    let server = Server::start_with(&["--tools", "filesystem,workspace,watch"]);
     let form = reqwest::multipart::Form::new()
         .text("paths", "a".repeat(1024 * 1024 + 1))
         .part(
