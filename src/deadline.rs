@@ -32,8 +32,8 @@ pub fn user_timeout(seconds: f64) -> Result<Duration, TimeoutError> {
     }
 }
 
-/// A point in time computed without overflow: an addition past what `Instant` can hold saturates to
-/// [`MAX_TIMEOUT`] from now, which is further than any call may run.
+/// A point in time computed without overflow: durations are capped at [`MAX_TIMEOUT`], which any
+/// `Instant` can be advanced by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Deadline(Instant);
 
@@ -43,8 +43,14 @@ impl Deadline {
     }
 
     pub fn from(start: Instant, duration: Duration) -> Deadline {
-        let duration = duration.min(MAX_TIMEOUT);
-        Deadline(start.checked_add(duration).unwrap_or(start))
+        let capped = duration.min(MAX_TIMEOUT);
+        // Adding 24 h cannot overflow an `Instant` in practice; should it, an hour is still far off.
+        Deadline(
+            start
+                .checked_add(capped)
+                .or_else(|| start.checked_add(Duration::from_secs(60 * 60)))
+                .unwrap_or(start),
+        )
     }
 
     pub fn instant(self) -> Instant {

@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{Server, TOKEN};
+use common::{Fetch, Server, TOKEN};
 
 #[tokio::test]
 async fn every_route_needs_the_token_but_livez() {
@@ -89,20 +89,27 @@ async fn sigterm_stops_the_server_cleanly() {
     let _ = TOKEN;
 }
 
+/// Every (path, method) of the served `/openapi.json`.
+async fn documented_operations(server: &Server) -> Vec<(String, reqwest::Method)> {
+    let document = server.get("/openapi.json").fetch_json().await;
+    let paths = document["paths"].as_object().unwrap();
+    assert!(paths.len() >= 30);
+    paths
+        .iter()
+        .flat_map(|(path, operations)| {
+            operations
+                .as_object()
+                .unwrap()
+                .keys()
+                .map(|method| (path.clone(), method.to_uppercase().parse().unwrap()))
+        })
+        .collect()
+}
+
 #[tokio::test]
 async fn every_documented_route_exists() {
     let server = Server::start();
-    let document: serde_json::Value = server
-        .get("/openapi.json")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let paths = document["paths"].as_object().unwrap();
-    assert!(paths.len() >= 30);
-    for (path, operations) in paths {
+    for (path, method) in documented_operations(&server).await {
         // Streams that would stay open, and protocols that need their own handshake.
         if ["/watch", "/mcp", "/processes/{id}/ws"].contains(&path.as_str()) {
             continue;
@@ -110,21 +117,18 @@ async fn every_documented_route_exists() {
         let concrete = path
             .replace("{tool_name}", "no_such_tool")
             .replace("{id}", "p-none");
-        for method in operations.as_object().unwrap().keys() {
-            let method: reqwest::Method = method.to_uppercase().parse().unwrap();
-            let response = server
-                .anonymous()
-                .request(method.clone(), server.url(&concrete))
-                .bearer_auth(TOKEN)
-                .json(&serde_json::json!({}))
-                .send()
-                .await
-                .unwrap();
-            let status = response.status();
-            let text = response.text().await.unwrap();
-            assert_ne!(status, 405, "{method} {path}");
-            assert!(!text.contains("no such route"), "{method} {path}: {text}");
-        }
+        let response = server
+            .anonymous()
+            .request(method.clone(), server.url(&concrete))
+            .bearer_auth(TOKEN)
+            .json(&serde_json::json!({}))
+            .send()
+            .await
+            .unwrap();
+        let status = response.status();
+        let text = response.text().await.unwrap();
+        assert_ne!(status, 405, "{method} {path}");
+        assert!(!text.contains("no such route"), "{method} {path}: {text}");
     }
 }
 
@@ -134,58 +138,47 @@ async fn every_documented_route_exists() {
 #[tokio::test]
 async fn an_anonymous_request_is_refused_on_every_documented_route() {
     let server = Server::start();
-    let document: serde_json::Value = server
-        .get("/openapi.json")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
     let public = ["/livez", "/readyz/status"];
     let mut checked = 0;
-    for (path, operations) in document["paths"].as_object().unwrap() {
+    for (path, method) in documented_operations(&server).await {
         let concrete = path
             .replace("{tool_name}", "run_shell_command")
             .replace("{id}", "p-none");
-        for method in operations.as_object().unwrap().keys() {
-            let method: reqwest::Method = method.to_uppercase().parse().unwrap();
-            for prefix in ["", "/fastapi"] {
-                let url = server.url(&format!("{prefix}{concrete}"));
-                let anonymous = server
-                    .anonymous()
-                    .request(method.clone(), &url)
-                    .header("connection", "upgrade")
-                    .header("upgrade", "websocket")
-                    .header("sec-websocket-version", "13")
-                    .header("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ==")
-                    .json(&serde_json::json!({"command": "touch pwned"}))
-                    .send()
-                    .await
-                    .unwrap()
-                    .status()
-                    .as_u16();
-                let wrong = server
-                    .anonymous()
-                    .request(method.clone(), &url)
-                    .header("authorization", "bearer not-the-token")
-                    .json(&serde_json::json!({"command": "touch pwned"}))
-                    .send()
-                    .await
-                    .unwrap()
-                    .status()
-                    .as_u16();
-                if public.contains(&path.as_str()) {
-                    assert!(
-                        anonymous == 200 || anonymous == 503,
-                        "{method} {prefix}{path}: {anonymous}"
-                    );
-                } else {
-                    assert_eq!(anonymous, 403, "{method} {prefix}{path}");
-                    assert_eq!(wrong, 403, "{method} {prefix}{path}");
-                }
-                checked += 1;
+        for prefix in ["", "/fastapi"] {
+            let url = server.url(&format!("{prefix}{concrete}"));
+            let anonymous = server
+                .anonymous()
+                .request(method.clone(), &url)
+                .header("connection", "upgrade")
+                .header("upgrade", "websocket")
+                .header("sec-websocket-version", "13")
+                .header("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ==")
+                .json(&serde_json::json!({"command": "touch pwned"}))
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16();
+            let wrong = server
+                .anonymous()
+                .request(method.clone(), &url)
+                .header("authorization", "bearer not-the-token")
+                .json(&serde_json::json!({"command": "touch pwned"}))
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16();
+            if public.contains(&path.as_str()) {
+                assert!(
+                    anonymous == 200 || anonymous == 503,
+                    "{method} {prefix}{path}: {anonymous}"
+                );
+            } else {
+                assert_eq!(anonymous, 403, "{method} {prefix}{path}");
+                assert_eq!(wrong, 403, "{method} {prefix}{path}");
             }
+            checked += 1;
         }
     }
     assert!(checked >= 70, "{checked}");
@@ -308,40 +301,6 @@ fn an_unknown_family_is_a_usage_error() {
     );
 }
 
-/// Starts boxd on `workspace`, returning it and its base URL (read from its log).
-fn spawn_boxd(workspace: &std::path::Path) -> (std::process::Child, String) {
-    use std::io::BufRead;
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_boxd"))
-        .args([
-            "serve",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            "0",
-            "--tools",
-            "shell,processes",
-        ])
-        .arg("--workspace")
-        .arg(workspace)
-        .env("SECRET_TOKEN", TOKEN)
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let mut lines = std::io::BufReader::new(stderr).lines();
-    let url = lines
-        .by_ref()
-        .take(50)
-        .map_while(Result::ok)
-        .find_map(|line| {
-            let after = line.split("listening on ").nth(1)?;
-            after.split_whitespace().next().map(str::to_owned)
-        })
-        .expect("boxd logs its address");
-    std::thread::spawn(move || lines.for_each(drop));
-    (child, url.trim().to_owned())
-}
-
 /// A boxd that is SIGKILLed leaves its children running; the next boxd of the same workspace stops them.
 #[tokio::test]
 async fn children_left_by_a_killed_boxd_are_stopped_by_the_next_one() {
@@ -353,28 +312,17 @@ async fn children_left_by_a_killed_boxd_are_stopped_by_the_next_one() {
             .status()
             .is_ok_and(|status| status.success())
     };
-    let (mut first, url) = spawn_boxd(dir.path());
-    let client = reqwest::Client::new();
-    let started = client
-        .post(format!("{url}/processes"))
-        .bearer_auth(TOKEN)
-        .json(&serde_json::json!({"command": pattern}))
-        .send()
-        .await
-        .unwrap()
-        .status()
-        .as_u16();
-    assert_eq!(started, 201);
-    first.kill().unwrap();
-    first.wait().unwrap();
+    let families = ["--tools", "shell,processes"];
+    let mut first = Server::start_on(dir.path(), &families, |_| {});
+    common::start_process(&first, serde_json::json!({"command": pattern})).await;
+    first.kill();
     assert!(alive(), "the orphan outlived its boxd");
-    let (mut second, _) = spawn_boxd(dir.path());
+    let mut second = Server::start_on(dir.path(), &families, |_| {});
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while alive() && std::time::Instant::now() < deadline {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     let survived = alive();
-    second.kill().unwrap();
-    second.wait().unwrap();
+    second.kill();
     assert!(!survived, "the next boxd did not stop the leftover");
 }

@@ -232,24 +232,16 @@ async fn missing_ipython_is_a_clear_error() {
     // phrase the Python client shows, with Retry-After), and /readyz shows it.
     let server = Server::start_with(&["--python", bare_python.to_str().unwrap()]);
     let started = std::time::Instant::now();
-    let response = server
-        .post("/tools/run_ipython_cell")
-        .json(&serde_json::json!({"code": "1"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status().as_u16(), 503);
+    let refused = refused_cell(&server).await;
     assert!(started.elapsed() < std::time::Duration::from_secs(10));
-    assert!(response.headers().contains_key("retry-after"));
-    let reason = response
-        .status()
-        .canonical_reason()
-        .unwrap_or_default()
-        .to_owned();
-    let detail = response.json::<serde_json::Value>().await.unwrap()["detail"].to_string();
+    assert!(refused.retry_after, "{refused:?}");
     assert!(
-        detail.contains("IPython is not installed"),
-        "{detail} / {reason}"
+        refused.detail.contains("IPython is not installed"),
+        "{refused:?}"
+    );
+    assert!(
+        refused.reason_phrase.contains("IPython is not installed"),
+        "{refused:?}"
     );
     let readiness: serde_json::Value = server.get("/readyz").fetch_json().await;
     assert_eq!(readiness["ready"], false);
@@ -263,15 +255,42 @@ async fn missing_ipython_is_a_clear_error() {
     assert_eq!(readiness["families"]["shell"]["status"], "ready");
 
     let no_interpreter = Server::start_with(&["--python", "/nonexistent/python"]);
-    let response = no_interpreter
+    let refused = refused_cell(&no_interpreter).await;
+    assert!(
+        refused.detail.contains("/nonexistent/python"),
+        "{refused:?}"
+    );
+}
+
+#[derive(Debug)]
+struct Refusal {
+    detail: String,
+    /// What the Python client shows: `raise_for_status()` words the error with it, not the body.
+    reason_phrase: String,
+    retry_after: bool,
+}
+
+/// Runs a cell that must be refused with 503.
+async fn refused_cell(server: &Server) -> Refusal {
+    let response = server
         .post("/tools/run_ipython_cell")
-        .json(&serde_json::json!({"code": "1"}))
+        .json(&json!({"code": "1"}))
         .send()
         .await
         .unwrap();
     assert_eq!(response.status().as_u16(), 503);
-    let detail = response.json::<serde_json::Value>().await.unwrap()["detail"].to_string();
-    assert!(detail.contains("/nonexistent/python"), "{detail}");
+    let reason_phrase = response
+        .extensions()
+        .get::<hyper::ext::ReasonPhrase>()
+        .map(|reason| String::from_utf8_lossy(reason.as_bytes()).into_owned())
+        .unwrap_or_default();
+    let retry_after = response.headers().contains_key("retry-after");
+    let body: Value = response.json().await.unwrap();
+    Refusal {
+        detail: body["detail"].as_str().unwrap_or_default().to_owned(),
+        reason_phrase,
+        retry_after,
+    }
 }
 
 #[tokio::test]

@@ -5,48 +5,23 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Fetch, NdjsonEvents, Server, TOKEN};
+use common::{
+    Fetch, NdjsonEvents, Server, Terminal, connect_terminal, pgrep_count, start_process,
+    wait_exited,
+};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use tokio::time::timeout;
 use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
 const WAIT: Duration = Duration::from_secs(20);
-
-async fn start(server: &Server, request: Value) -> Value {
-    let response = server
-        .post("/processes")
-        .json(&request)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 201, "{:?}", response.text().await);
-    response.json().await.unwrap()
-}
 
 async fn status(server: &Server, id: &str) -> Value {
     server.get(&format!("/processes/{id}")).fetch_json().await
 }
 
-type Socket =
-    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
-
-async fn connect(server: &Server, id: &str, offset: u64) -> Socket {
-    let url = format!(
-        "{}/processes/{id}/ws?offset={offset}",
-        server.base.replace("http", "ws")
-    );
-    let mut request = url.into_client_request().unwrap();
-    request
-        .headers_mut()
-        .insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
-    let (socket, _) = tokio_tungstenite::connect_async(request).await.unwrap();
-    socket
-}
-
 /// Terminal text read from the socket until `needle` appears; returns it and the offset after it.
-async fn read_until(socket: &mut Socket, needle: &str) -> (String, u64) {
+async fn read_until(socket: &mut Terminal, needle: &str) -> (String, u64) {
     let mut seen = String::new();
     let mut end = 0;
     let found = timeout(WAIT, async {
@@ -72,7 +47,7 @@ async fn read_until(socket: &mut Socket, needle: &str) -> (String, u64) {
 
 /// The first message `pick` accepts, within `WAIT`; `None` if the socket ends or time runs out first.
 async fn first_message<T>(
-    socket: &mut Socket,
+    socket: &mut Terminal,
     mut pick: impl FnMut(Message) -> Option<T>,
 ) -> Option<T> {
     timeout(WAIT, async {
@@ -88,7 +63,7 @@ async fn first_message<T>(
     .flatten()
 }
 
-async fn send(socket: &mut Socket, message: Value) {
+async fn send(socket: &mut Terminal, message: Value) {
     socket
         .send(Message::Text(message.to_string().into()))
         .await
@@ -98,13 +73,13 @@ async fn send(socket: &mut Socket, message: Value) {
 #[tokio::test]
 async fn python_in_a_terminal_over_a_websocket() {
     let server = Server::start_with(&["--tools", "shell,processes,watch"]);
-    let process = start(
+    let process = start_process(
         &server,
         json!({"argv": ["python3", "-i"], "pty": {"rows": 24, "cols": 80}}),
     )
     .await;
     let id = process["id"].as_str().unwrap();
-    let mut socket = connect(&server, id, 0).await;
+    let mut socket = connect_terminal(&server, id, 0).await;
     read_until(&mut socket, ">>> ").await;
     send(&mut socket, json!({"type": "stdin", "data": "1+1\n"})).await;
     read_until(&mut socket, "\r\n2\r\n").await;
@@ -140,9 +115,9 @@ async fn python_in_a_terminal_over_a_websocket() {
 #[tokio::test]
 async fn stty_sees_the_new_size_after_a_resize() {
     let server = Server::start_with(&["--tools", "shell,processes,watch"]);
-    let process = start(&server, json!({"argv": ["/bin/sh"], "pty": true})).await;
+    let process = start_process(&server, json!({"argv": ["/bin/sh"], "pty": true})).await;
     let id = process["id"].as_str().unwrap();
-    let mut socket = connect(&server, id, 0).await;
+    let mut socket = connect_terminal(&server, id, 0).await;
     send(&mut socket, json!({"type": "stdin", "data": "stty size\n"})).await;
     read_until(&mut socket, "24 80").await;
     send(
@@ -170,9 +145,9 @@ async fn stty_sees_the_new_size_after_a_resize() {
 #[tokio::test]
 async fn a_client_reattaches_from_its_offset_after_closing_the_socket() {
     let server = Server::start_with(&["--tools", "shell,processes,watch"]);
-    let process = start(&server, json!({"argv": ["/bin/sh"], "pty": true})).await;
+    let process = start_process(&server, json!({"argv": ["/bin/sh"], "pty": true})).await;
     let id = process["id"].as_str().unwrap();
-    let mut socket = connect(&server, id, 0).await;
+    let mut socket = connect_terminal(&server, id, 0).await;
     send(
         &mut socket,
         json!({"type": "stdin", "data": "echo first-$((20+1))\n"}),
@@ -191,7 +166,7 @@ async fn a_client_reattaches_from_its_offset_after_closing_the_socket() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(status(&server, id).await["status"], "running");
 
-    let mut again = connect(&server, id, resume_at).await;
+    let mut again = connect_terminal(&server, id, resume_at).await;
     let (seen, _) = read_until(&mut again, "second-42").await;
     assert!(
         !seen.contains("first-21"),
@@ -199,45 +174,24 @@ async fn a_client_reattaches_from_its_offset_after_closing_the_socket() {
     );
 }
 
-/// How many processes `pgrep` finds in a process group (`-g`) or session (`-s`).
-fn members(selector: &str, id: u64) -> usize {
-    let out = std::process::Command::new("pgrep")
-        .args([selector, &id.to_string()])
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout).lines().count()
-}
-
 /// Waits (5 s at most) for the group or session to be empty, and says so if it never is.
 async fn assert_all_gone(selector: &str, id: u64) {
     for _ in 0..100 {
-        if members(selector, id) == 0 {
+        if pgrep_count(selector, id) == 0 {
             return;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     panic!(
         "{} process(es) of {selector} {id} survive",
-        members(selector, id)
+        pgrep_count(selector, id)
     );
-}
-
-async fn wait_exited(server: &Server, id: &str) -> Value {
-    let mut last = Value::Null;
-    for _ in 0..100 {
-        last = status(server, id).await;
-        if last["status"] == "exited" {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    last
 }
 
 #[tokio::test]
 async fn a_background_group_is_listed_then_killed_whole() {
     let server = Server::start_with(&["--tools", "shell,processes,watch"]);
-    let process = start(&server, json!({"command": "sleep 30 & sleep 30; wait"})).await;
+    let process = start_process(&server, json!({"command": "sleep 30 & sleep 30; wait"})).await;
     let id = process["id"].as_str().unwrap();
     let pgid = process["pid"].as_u64().unwrap();
     let listing = server.get("/processes").fetch_json().await;
@@ -249,7 +203,7 @@ async fn a_background_group_is_listed_then_killed_whole() {
         "{listing}"
     );
     assert!(
-        members("-g", pgid) >= 2,
+        pgrep_count("-g", pgid) >= 2,
         "the shell and both sleeps run in the group"
     );
 
@@ -274,13 +228,13 @@ async fn a_background_group_is_listed_then_killed_whole() {
 #[tokio::test]
 async fn what_outlives_the_leader_can_still_be_killed() {
     let server = Server::start_with(&["--tools", "shell,processes,watch"]);
-    let process = start(&server, json!({"command": "sleep 30 & echo started"})).await;
+    let process = start_process(&server, json!({"command": "sleep 30 & echo started"})).await;
     let id = process["id"].as_str().unwrap();
     let pgid = process["pid"].as_u64().unwrap();
     let last = wait_exited(&server, id).await;
     assert_eq!(last["exit_code"], 0, "{last}");
     assert_eq!(
-        members("-g", pgid),
+        pgrep_count("-g", pgid),
         1,
         "the background sleep outlives the shell"
     );
@@ -294,14 +248,14 @@ async fn what_outlives_the_leader_can_still_be_killed() {
 #[tokio::test]
 async fn a_terminal_kill_reaches_the_jobs_of_an_interactive_shell() {
     let server = Server::start_with(&["--tools", "shell,processes,watch"]);
-    let process = start(
+    let process = start_process(
         &server,
         json!({"argv": ["bash", "--norc", "--noprofile", "-i"], "pty": true}),
     )
     .await;
     let id = process["id"].as_str().unwrap();
     let session = process["pid"].as_u64().unwrap();
-    let mut socket = connect(&server, id, 0).await;
+    let mut socket = connect_terminal(&server, id, 0).await;
     // With job control each job gets a process group of its own: the shell's group alone misses it.
     send(
         &mut socket,
@@ -309,8 +263,12 @@ async fn a_terminal_kill_reaches_the_jobs_of_an_interactive_shell() {
     )
     .await;
     read_until(&mut socket, "started-42").await;
-    assert!(members("-s", session) >= 2, "the shell and its job");
-    assert_eq!(members("-g", session), 1, "the job has a group of its own");
+    assert!(pgrep_count("-s", session) >= 2, "the shell and its job");
+    assert_eq!(
+        pgrep_count("-g", session),
+        1,
+        "the job has a group of its own"
+    );
 
     let killed = server
         .delete(&format!("/processes/{id}"))
@@ -349,7 +307,7 @@ async fn read_sse(response: reqwest::Response, mut each: impl AsyncFnMut(&str, V
 #[tokio::test]
 async fn server_sent_events_deliver_each_line_while_the_command_still_runs() {
     let server = Server::start_with(&["--tools", "shell,processes,watch"]);
-    let process = start(
+    let process = start_process(
         &server,
         json!({"command": "for i in 1 2 3; do echo line $i; sleep 0.7; done"}),
     )
@@ -409,7 +367,7 @@ async fn server_sent_events_deliver_each_line_while_the_command_still_runs() {
 #[tokio::test]
 async fn timeouts_end_the_group_and_limits_answer_clearly() {
     let server = Server::start_with(&["--tools", "shell,processes", "--max-processes", "1"]);
-    let process = start(&server, json!({"command": "sleep 30", "timeout": 0.5})).await;
+    let process = start_process(&server, json!({"command": "sleep 30", "timeout": 0.5})).await;
     let id = process["id"].as_str().unwrap();
     let second = server.post("/processes").json(&json!({"command": "true"}));
     assert_eq!(second.fetch_status().await, 429);
@@ -487,7 +445,7 @@ async fn timeouts_end_the_group_and_limits_answer_clearly() {
 #[tokio::test]
 async fn pipes_carry_stdin_and_keep_stdout_and_stderr_apart() {
     let server = Server::start_with(&["--tools", "shell,processes,watch"]);
-    let process = start(&server, json!({"argv": ["sh", "-c", "read line; echo out:$line; echo err:$line >&2; cat"], "env": {"X": "1"}})).await;
+    let process = start_process(&server, json!({"argv": ["sh", "-c", "read line; echo out:$line; echo err:$line >&2; cat"], "env": {"X": "1"}})).await;
     let id = process["id"].as_str().unwrap();
     let post = |path: String, body: &'static str| server.post(&path).body(body).send();
     assert_eq!(
@@ -636,7 +594,7 @@ async fn streaming_shell_command_reports_output_before_it_ends_then_the_same_res
 #[tokio::test]
 async fn exited_processes_are_reaped_after_their_retention() {
     let server = Server::start_with(&["--tools", "shell,processes", "--process-retention", "0.5"]);
-    let process = start(&server, json!({"command": "echo bye"})).await;
+    let process = start_process(&server, json!({"command": "echo bye"})).await;
     let id = process["id"].as_str().unwrap();
     let events = server
         .get(&format!("/processes/{id}/events"))
@@ -657,15 +615,15 @@ async fn exited_processes_are_reaped_after_their_retention() {
 #[tokio::test]
 async fn idle_terminals_and_streams_send_keep_alives() {
     let server = Server::start_with(&["--tools", "shell,processes,watch", "--keep-alive", "0.3"]);
-    let terminal = start(&server, json!({"argv": ["/bin/sh"], "pty": true})).await;
-    let mut socket = connect(&server, terminal["id"].as_str().unwrap(), 0).await;
+    let terminal = start_process(&server, json!({"argv": ["/bin/sh"], "pty": true})).await;
+    let mut socket = connect_terminal(&server, terminal["id"].as_str().unwrap(), 0).await;
     let pinged = first_message(&mut socket, |message| {
         matches!(message, Message::Ping(_)).then_some(())
     })
     .await;
     assert_eq!(pinged, Some(()), "an idle terminal is pinged");
 
-    let quiet = start(&server, json!({"command": "sleep 1.5"})).await;
+    let quiet = start_process(&server, json!({"command": "sleep 1.5"})).await;
     let response = server
         .get(&format!(
             "/processes/{}/events",

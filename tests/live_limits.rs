@@ -3,51 +3,17 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use common::{Fetch, Server, TOKEN};
+use common::{Fetch, Server, TOKEN, connect_terminal, pgrep_count, start_process, wait_exited};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use tokio::time::timeout;
 use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
 const WAIT: Duration = Duration::from_secs(20);
-
-async fn start(server: &Server, request: Value) -> Value {
-    let response = server
-        .post("/processes")
-        .json(&request)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 201, "{:?}", response.text().await);
-    response.json().await.unwrap()
-}
-
-async fn wait_exited(server: &Server, id: &str) -> Value {
-    let mut last = Value::Null;
-    for _ in 0..200 {
-        last = server.get(&format!("/processes/{id}")).fetch_json().await;
-        if last["status"] == "exited" {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert_eq!(last["status"], "exited", "{last}");
-    last
-}
-
-fn group_members(pgid: u64) -> usize {
-    let out = Command::new("pgrep")
-        .args(["-g", &pgid.to_string()])
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout).lines().count()
-}
 
 /// A `sleep 30` leading a group of its own whose pid is `target`: what PID reuse hands a later
 /// command. Steers the kernel's next pid through `ns_last_pid`; refused without root, and impossible
@@ -79,8 +45,8 @@ fn stranger_with_pid(target: u64) -> Result<Child, &'static str> {
 async fn an_old_record_never_signals_the_group_that_reused_its_pid() {
     let mut server = Server::start_with(&["--tools", "shell,processes,watch"]);
     // One record whose group emptied with its leader, one whose group outlived it for a while.
-    let quick = start(&server, json!({"argv": ["true"]})).await;
-    let lingering = start(
+    let quick = start_process(&server, json!({"argv": ["true"]})).await;
+    let lingering = start_process(
         &server,
         json!({"command": "sleep 0.5 >/dev/null 2>&1 & exit 0"}),
     )
@@ -89,12 +55,12 @@ async fn an_old_record_never_signals_the_group_that_reused_its_pid() {
         wait_exited(&server, record["id"].as_str().unwrap()).await;
         let pgid = record["pid"].as_u64().unwrap();
         for _ in 0..100 {
-            if group_members(pgid) == 0 {
+            if pgrep_count("-g", pgid) == 0 {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        assert_eq!(group_members(pgid), 0, "group {pgid} emptied");
+        assert_eq!(pgrep_count("-g", pgid), 0, "group {pgid} emptied");
     }
 
     for record in [&quick, &lingering] {
@@ -178,8 +144,8 @@ async fn concurrent_starts_never_pass_max_processes() {
     // A slot comes back when its process exits, and a failed spawn gives its slot back at once.
     let mut server =
         Server::start_with(&["--tools", "shell,processes,watch", "--max-processes", "2"]);
-    let first = start(&server, json!({"command": "sleep 30"})).await;
-    start(&server, json!({"command": "sleep 30"})).await;
+    let first = start_process(&server, json!({"command": "sleep 30"})).await;
+    start_process(&server, json!({"command": "sleep 30"})).await;
     let id = first["id"].as_str().unwrap();
     let killed = server
         .post(&format!("/processes/{id}/kill"))
@@ -193,14 +159,14 @@ async fn concurrent_starts_never_pass_max_processes() {
         .fetch_status()
         .await;
     assert_eq!(missing, 400);
-    start(&server, json!({"command": "sleep 30"})).await;
+    start_process(&server, json!({"command": "sleep 30"})).await;
     assert!(server.terminate().is_some_and(|status| status.success()));
 }
 
 #[tokio::test]
 async fn stdin_writes_are_capped_and_a_process_that_does_not_read_gets_a_clear_503() {
     let mut server = Server::start_with(&["--tools", "shell,processes,watch"]);
-    let reader = start(&server, json!({"command": "cat >/dev/null"})).await;
+    let reader = start_process(&server, json!({"command": "cat >/dev/null"})).await;
     let reader = reader["id"].as_str().unwrap();
     let write = |id: &str, body: Vec<u8>| {
         server
@@ -216,7 +182,7 @@ async fn stdin_writes_are_capped_and_a_process_that_does_not_read_gets_a_clear_5
     assert!(body["detail"].as_str().unwrap().contains("1 MiB"), "{body}");
 
     // `sleep` never reads: the pipe and then the queue fill, and a write is refused within seconds.
-    let sleeper = start(&server, json!({"command": "sleep 30"})).await;
+    let sleeper = start_process(&server, json!({"command": "sleep 30"})).await;
     let sleeper = sleeper["id"].as_str().unwrap();
     let mut refused = None;
     for _ in 0..12 {
@@ -247,28 +213,16 @@ async fn stdin_writes_are_capped_and_a_process_that_does_not_read_gets_a_clear_5
     assert!(server.terminate().is_some_and(|status| status.success()));
 }
 
-type Socket =
-    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
-
-async fn connect(server: &Server, id: &str) -> Socket {
-    let url = format!("{}/processes/{id}/ws", server.base.replace("http", "ws"));
-    let mut request = url.into_client_request().unwrap();
-    request
-        .headers_mut()
-        .insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
-    tokio_tungstenite::connect_async(request).await.unwrap().0
-}
-
 #[tokio::test]
 async fn a_websocket_keeps_serving_when_its_process_does_not_read_stdin() {
     let mut server =
         Server::start_with(&["--tools", "shell,processes,watch", "--keep-alive", "0.3"]);
-    let process = start(
+    let process = start_process(
         &server,
         json!({"command": "while :; do echo tick; sleep 0.2; done"}),
     )
     .await;
-    let mut socket = connect(&server, process["id"].as_str().unwrap()).await;
+    let mut socket = connect_terminal(&server, process["id"].as_str().unwrap(), 0).await;
     let served = timeout(WAIT, async {
         // 6.4 MiB of input nobody reads: past the pipe and the 4 MiB queue.
         for _ in 0..100 {
@@ -318,10 +272,10 @@ fn threads_of(pid: u32) -> usize {
 async fn terminals_hold_no_blocking_threads() {
     let mut server = Server::start_with(&["--tools", "shell,processes,watch"]);
     // Warm the pools with one terminal first, so only what each terminal holds is counted.
-    start(&server, json!({"argv": ["/bin/sh"], "pty": true})).await;
+    start_process(&server, json!({"argv": ["/bin/sh"], "pty": true})).await;
     let before = threads_of(server.pid());
     for _ in 0..20 {
-        start(&server, json!({"argv": ["/bin/sh"], "pty": true})).await;
+        start_process(&server, json!({"argv": ["/bin/sh"], "pty": true})).await;
     }
     let after = threads_of(server.pid());
     assert!(
@@ -333,25 +287,8 @@ async fn terminals_hold_no_blocking_threads() {
 }
 
 /// boxd started as the leader of a new session, as systemd or `setsid boxd serve` do.
-struct SessionLeader {
-    child: Child,
-    base: String,
-    _dir: tempfile::TempDir,
-}
-
-impl SessionLeader {
-    fn start() -> SessionLeader {
-        let dir = tempfile::tempdir().unwrap();
-        let mut command = Command::new(env!("CARGO_BIN_EXE_boxd"));
-        command
-            .args(["serve", "--host", "127.0.0.1", "--port", "0", "--workspace"])
-            .arg(dir.path())
-            .args(["--tools", "shell,processes"])
-            .env("SECRET_TOKEN", TOKEN)
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
+fn session_leader() -> Server {
+    Server::start_prepared(&["--tools", "shell,processes"], |command| {
         // SAFETY: setsid is async-signal-safe; nothing else runs between fork and exec.
         unsafe {
             command.pre_exec(|| {
@@ -361,42 +298,12 @@ impl SessionLeader {
                 Ok(())
             });
         }
-        let mut child = command.spawn().unwrap();
-        let stderr = child.stderr.take().unwrap();
-        let (address_tx, address_rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(at) = line.find("listening on http://") {
-                    let address = line[at + "listening on http://".len()..]
-                        .split_whitespace()
-                        .next()
-                        .unwrap_or_default()
-                        .to_owned();
-                    let _ = address_tx.send(address);
-                }
-            }
-        });
-        let address = address_rx
-            .recv_timeout(WAIT)
-            .expect("boxd reports its address");
-        SessionLeader {
-            child,
-            base: format!("http://{address}"),
-            _dir: dir,
-        }
-    }
-}
-
-impl Drop for SessionLeader {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+    })
 }
 
 #[tokio::test]
 async fn a_session_leading_boxd_survives_terminals_that_exit() {
-    let mut boxd = SessionLeader::start();
+    let mut boxd = session_leader();
     let http = reqwest::Client::builder().timeout(WAIT).build().unwrap();
     for round in 0..3 {
         let started = http
@@ -407,10 +314,7 @@ async fn a_session_leading_boxd_survives_terminals_that_exit() {
             .await;
         let started: Value = match started {
             Ok(response) if response.status() == 201 => response.json().await.unwrap(),
-            other => panic!(
-                "round {round}: {other:?}; boxd: {:?}",
-                boxd.child.try_wait()
-            ),
+            other => panic!("round {round}: {other:?}; boxd: {:?}", boxd.exit_status()),
         };
         let id = started["id"].as_str().unwrap();
         let events = http
@@ -425,7 +329,7 @@ async fn a_session_leading_boxd_survives_terminals_that_exit() {
         assert!(events.contains("\"exit\""), "{events}");
     }
     // Its terminals all hung up; boxd is still there and answering.
-    assert!(boxd.child.try_wait().unwrap().is_none(), "boxd died");
+    assert!(boxd.exit_status().is_none(), "boxd died");
     let live = http
         .get(format!("{}/livez", boxd.base))
         .send()

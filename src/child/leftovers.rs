@@ -5,6 +5,8 @@
 
 use std::path::Path;
 
+use crate::process::signal_group;
+
 /// The environment variable every child of boxd carries.
 pub const MARKER: &str = "BOXD_INSTANCE";
 
@@ -53,14 +55,13 @@ pub fn stop_leftovers(key: &str) -> usize {
             continue;
         };
         found += 1;
-        // SAFETY: getpgid and kill only query or signal another process.
-        unsafe {
-            let group = libc::getpgid(pid);
-            if group > 1 && group != libc::getpgrp() {
-                libc::killpg(group, libc::SIGKILL);
-            }
-            libc::kill(pid, libc::SIGKILL);
+        // SAFETY: getpgid and getpgrp only read process group ids.
+        let (group, ours) = unsafe { (libc::getpgid(pid), libc::getpgrp()) };
+        if group > 1 && group != ours {
+            signal_group(group, libc::SIGKILL);
         }
+        // SAFETY: kill only sends a signal; it touches no memory of ours.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
     }
     found
 }

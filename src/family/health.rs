@@ -1,6 +1,6 @@
 //! A family's readiness, as `/readyz` shows it and as the registry checks it before every call.
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
@@ -29,6 +29,17 @@ impl Status {
     pub fn serves(self) -> bool {
         matches!(self, Status::Ready | Status::Degraded)
     }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Disabled => "disabled",
+            Status::Starting => "starting",
+            Status::Ready => "ready",
+            Status::Degraded => "degraded",
+            Status::Failed => "failed",
+            Status::Unavailable => "unavailable",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -44,46 +55,61 @@ pub struct Snapshot {
 }
 
 /// Shared between a family (which sets it) and its tools and routes (which check it). Cheap to clone.
+/// The watch channel is the one copy of the state: readers see it, waiters are woken by it.
 #[derive(Clone)]
 pub struct Health {
-    state: Arc<Mutex<Snapshot>>,
-    changes: watch::Sender<Status>,
+    family: &'static str,
+    state: Arc<watch::Sender<Snapshot>>,
 }
 
 /// How long a call to a starting family waits for it before answering 503.
 const WAIT_FOR_START: Duration = Duration::from_secs(30);
 
 impl Health {
-    pub fn new(status: Status) -> Health {
+    pub fn new(family: &'static str, status: Status) -> Health {
+        let (state, _) = watch::channel(Snapshot {
+            status,
+            reason: None,
+            restarts: 0,
+            last_exit: None,
+            since_ms: now_ms(),
+        });
         Health {
-            state: Arc::new(Mutex::new(Snapshot {
-                status,
-                reason: None,
-                restarts: 0,
-                last_exit: None,
-                since_ms: now_ms(),
-            })),
-            changes: watch::channel(status).0,
+            family,
+            state: Arc::new(state),
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, Snapshot> {
-        self.state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
+    /// Changes the status; every change is logged here, once, with the family and the reason.
     fn set(&self, status: Status, reason: Option<String>) {
-        {
-            let mut state = self.lock();
+        let changed = self.state.send_if_modified(|state| {
             if state.status == status && state.reason == reason {
-                return;
+                return false;
             }
             state.status = status;
-            state.reason = reason;
+            state.reason = reason.clone();
             state.since_ms = now_ms();
+            true
+        });
+        if changed {
+            let reason = reason.as_deref().unwrap_or("");
+            match status {
+                Status::Failed | Status::Degraded => {
+                    tracing::warn!(
+                        family = self.family,
+                        status = status.as_str(),
+                        reason,
+                        "family state"
+                    )
+                }
+                _ => tracing::info!(
+                    family = self.family,
+                    status = status.as_str(),
+                    reason,
+                    "family state"
+                ),
+            }
         }
-        self.changes.send_replace(status);
     }
 
     pub fn ready(&self) {
@@ -108,52 +134,55 @@ impl Health {
 
     /// Counts a restart of the family's child and why the previous one ended.
     pub fn restarted(&self, last_exit: impl Into<String>) {
-        let mut state = self.lock();
-        state.restarts = state.restarts.saturating_add(1);
-        state.last_exit = Some(last_exit.into());
-    }
-
-    pub fn snapshot(&self) -> Snapshot {
-        self.lock().clone()
+        let last_exit = last_exit.into();
+        self.state.send_modify(|state| {
+            state.restarts = state.restarts.saturating_add(1);
+            state.last_exit = Some(last_exit);
+        });
     }
 
     pub fn status(&self) -> Status {
-        self.lock().status
+        self.state.borrow().status
     }
 
-    /// Ok when the family serves; while it starts, waits for it (bounded); else a 503 with the reason.
-    pub async fn admit(&self, family: &str) -> Result<(), ApiError> {
-        let mut changes = self.changes.subscribe();
-        let waited = tokio::time::timeout(
-            WAIT_FOR_START,
-            changes.wait_for(|status| *status != Status::Starting),
-        )
-        .await;
-        drop(waited);
-        let state = self.snapshot();
-        if state.status.serves() {
+    /// Ok when the family serves (the common case: one read, no waiting); while it starts, waits for
+    /// it (bounded); else a 503 with the reason.
+    pub async fn admit(&self) -> Result<(), ApiError> {
+        if self.status().serves() {
             return Ok(());
         }
-        let retry_after = match state.status {
+        let mut changes = self.state.subscribe();
+        // Timing out leaves the family starting: answered below like any other state that does not serve.
+        let _ = tokio::time::timeout(
+            WAIT_FOR_START,
+            changes.wait_for(|state| state.status != Status::Starting),
+        )
+        .await;
+        let (status, reason) = {
+            let state = self.state.borrow();
+            (state.status, state.reason.clone())
+        };
+        if status.serves() {
+            return Ok(());
+        }
+        let retry_after_seconds = match status {
             Status::Starting => 5,
             Status::Failed => 10,
             _ => 30,
         };
-        let reason = state.reason.unwrap_or_else(|| "not ready".into());
         Err(ApiError::Unavailable {
             message: format!(
-                "the {family} tools are {}: {reason}",
-                serde_json::to_value(state.status)
-                    .ok()
-                    .and_then(|value| value.as_str().map(str::to_owned))
-                    .unwrap_or_default()
+                "{} tools unavailable ({}): {}",
+                self.family,
+                status.as_str(),
+                reason.as_deref().unwrap_or("not ready")
             ),
-            retry_after_seconds: retry_after,
+            retry_after_seconds,
         })
     }
 
     pub fn to_json(&self) -> Value {
-        serde_json::to_value(self.snapshot()).unwrap_or_else(|_| json!({}))
+        serde_json::to_value(&*self.state.borrow()).unwrap_or_else(|_| json!({}))
     }
 }
 
@@ -170,21 +199,21 @@ mod tests {
 
     #[tokio::test]
     async fn a_failed_family_answers_503_with_its_reason() {
-        let health = Health::new(Status::Starting);
+        let health = Health::new("ipython", Status::Starting);
         health.failed("IPython is not installed for python3");
-        let err = health.admit("ipython").await.unwrap_err();
+        let err = health.admit().await.unwrap_err();
         assert_eq!(err.status().as_u16(), 503);
         assert!(err.to_string().contains("IPython is not installed"));
     }
 
     #[tokio::test]
     async fn a_call_waits_for_a_starting_family() {
-        let health = Health::new(Status::Starting);
+        let health = Health::new("x", Status::Starting);
         let later = health.clone();
         tokio::spawn(async move {
             tokio::task::yield_now().await;
             later.ready();
         });
-        assert!(health.admit("x").await.is_ok());
+        assert!(health.admit().await.is_ok());
     }
 }

@@ -70,8 +70,8 @@ impl Families {
         let running = enabled
             .into_iter()
             .map(|family| Running {
+                health: Health::new(family.name(), Status::Starting),
                 family,
-                health: Health::new(Status::Starting),
             })
             .collect();
         Families { running, disabled }
@@ -84,7 +84,7 @@ impl Families {
                 registry.reserve_group(group);
             }
             for tool in family.tools() {
-                registry.register_builtin(tool.admitted_by(family.name(), health.clone()))?;
+                registry.register_builtin(tool.admitted_by(health.clone()))?;
             }
         }
         Ok(())
@@ -98,22 +98,17 @@ impl Families {
                     .family
                     .routes()
                     .layer(axum::middleware::from_fn_with_state(
-                        (running.family.name(), running.health.clone()),
+                        running.health.clone(),
                         admit_route,
                     )),
             )
         })
     }
 
-    /// Starts every family in the background.
+    /// Starts every family in the background (each one's health logs how it went).
     pub fn start(&self) {
         for Running { family, health } in &self.running {
-            let name = family.name();
-            let start = Arc::clone(family).start(health.clone());
-            tokio::spawn(async move {
-                start.await;
-                tracing::info!(family = name, "family started");
-            });
+            tokio::spawn(Arc::clone(family).start(health.clone()));
         }
     }
 
@@ -147,11 +142,11 @@ impl Families {
 
 /// A family's routes answer 503 with the reason while it is not serving, like its tools.
 async fn admit_route(
-    axum::extract::State((name, health)): axum::extract::State<(&'static str, Health)>,
+    axum::extract::State(health): axum::extract::State<Health>,
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
-    match health.admit(name).await {
+    match health.admit().await {
         Ok(()) => next.run(request).await,
         Err(err) => crate::http::reject_unread_body(err, request.into_body()).await,
     }

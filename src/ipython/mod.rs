@@ -216,40 +216,40 @@ fn cell_result(answer: CellAnswer, notice: Option<String>, note: Option<String>)
 const MAX_START_BACKOFF: Duration = Duration::from_secs(60);
 
 /// Starts a kernel, retrying with backoff while it fails (the family shows `failed` with the reason
-/// meanwhile, so calls are refused with it rather than queued). Cells admitted before a failure are
-/// answered with the reason.
+/// meanwhile, so calls are refused with it rather than queued). `waiting`, the cell that needs the
+/// kernel, comes back to run on it if the first attempt succeeds; on a failure it and every cell
+/// admitted before are answered with the reason.
 async fn start_kernel(
     config: &KernelConfig,
     cells: &mut mpsc::Receiver<QueuedCell>,
     health: &Health,
-) -> Kernel {
+    mut waiting: Option<QueuedCell>,
+) -> (Kernel, Option<QueuedCell>) {
     let mut backoff = Duration::from_secs(1);
     loop {
         match Kernel::start(config).await {
             Ok(kernel) => {
                 health.ready();
-                return kernel;
+                return (kernel, waiting);
             }
             Err(err) => {
                 tracing::error!(retry_in = ?backoff, "IPython kernel did not start: {err}");
                 health.failed(err.clone());
-                while let Ok(cell) = cells.try_recv() {
-                    let _ = cell.reply.send(cell_result(
-                        CellAnswer::default(),
-                        None,
-                        Some(err.clone()),
-                    ));
+                let refused = std::iter::from_fn(|| cells.try_recv().ok());
+                for cell in waiting.take().into_iter().chain(refused) {
+                    let answer = cell_result(CellAnswer::default(), None, Some(err.clone()));
+                    let _ = cell.reply.send(answer);
                 }
                 tokio::time::sleep(backoff).await;
                 backoff = backoff.saturating_mul(2).min(MAX_START_BACKOFF);
-                health.restarted(err);
             }
         }
     }
 }
 
 async fn worker(config: KernelConfig, mut cells: mpsc::Receiver<QueuedCell>, health: Health) {
-    let mut kernel = Some(start_kernel(&config, &mut cells, &health).await);
+    let (first, _) = start_kernel(&config, &mut cells, &health, None).await;
+    let mut kernel = Some(first);
     let mut lost_state: Option<String> = None;
     while let Some(cell) = cells.recv().await {
         if cell.cancel.is_cancelled() || cell.reply.is_closed() {
@@ -260,24 +260,23 @@ async fn worker(config: KernelConfig, mut cells: mpsc::Receiver<QueuedCell>, hea
             && let Ok(Some(status)) = idle.child.try_wait()
         {
             tracing::warn!(%status, "IPython kernel died while idle; starting a fresh one");
+            health.restarted(format!("died while idle ({status})"));
             lost_state = Some(format!(
                 "[boxd: this is a fresh IPython kernel; the previous one died ({status}), and all earlier state is gone]\n"
             ));
             kernel = None;
         }
-        if kernel.is_none() {
-            health.restarted(lost_state.clone().unwrap_or_default().trim().to_owned());
-            match Kernel::start(&config).await {
-                Ok(fresh) => kernel = Some(fresh),
-                Err(err) => {
-                    let _ = cell
-                        .reply
-                        .send(cell_result(CellAnswer::default(), None, Some(err)));
-                    kernel = Some(start_kernel(&config, &mut cells, &health).await);
-                    continue;
+        let cell = match kernel {
+            Some(_) => cell,
+            None => {
+                let (fresh, waiting) = start_kernel(&config, &mut cells, &health, Some(cell)).await;
+                kernel = Some(fresh);
+                match waiting {
+                    Some(cell) => cell,
+                    None => continue,
                 }
             }
-        }
+        };
         let Some(running) = kernel.as_mut() else {
             continue;
         };
@@ -302,6 +301,7 @@ async fn worker(config: KernelConfig, mut cells: mpsc::Receiver<QueuedCell>, hea
             ),
             Execution::Unresponsive => {
                 kernel = None;
+                health.restarted("killed: a cell ignored its interrupt");
                 lost_state = Some("[boxd: this is a fresh IPython kernel; the previous one was restarted after a cell ignored its interrupt, and all earlier state is gone]\n".into());
                 cell_result(
                     CellAnswer::default(),
@@ -313,6 +313,7 @@ async fn worker(config: KernelConfig, mut cells: mpsc::Receiver<QueuedCell>, hea
             }
             Execution::Died(status) => {
                 kernel = None;
+                health.restarted(format!("died during a cell ({status})"));
                 lost_state = Some(format!(
                     "[boxd: this is a fresh IPython kernel; the previous one died ({status}), and all earlier state is gone]\n"
                 ));

@@ -33,8 +33,8 @@ pub struct Tool {
     /// JSON schema of the arguments object.
     pub input_schema: Value,
     handler: ToolHandler,
-    /// The family whose health admits each call (built-in tools); hosted tools have none.
-    admission: Option<(&'static str, Health)>,
+    /// The health of the family that admits each call (built-in tools); hosted tools have none.
+    admission: Option<Health>,
 }
 
 impl Tool {
@@ -78,8 +78,8 @@ impl Tool {
     }
 
     /// Calls are admitted only while `family` serves (else 503 with its reason).
-    pub fn admitted_by(mut self, family: &'static str, health: Health) -> Self {
-        self.admission = Some((family, health));
+    pub fn admitted_by(mut self, health: Health) -> Self {
+        self.admission = Some(health);
         self
     }
 
@@ -87,7 +87,8 @@ impl Tool {
     pub fn call(&self, arguments: Value, context: CallContext) -> ToolFuture {
         let admission = self.admission.clone();
         let deadline = context.deadline;
-        let name = self.name.clone();
+        // Named in the timeout's message; cloned only for the calls that have a deadline.
+        let name = deadline.map(|_| self.name.clone());
         // Dropping the call (the caller went away) cancels its token, for work the tool started
         // outside its own future.
         let cancel_on_drop = context.cancel.clone().drop_guard();
@@ -103,8 +104,8 @@ impl Tool {
         Box::pin(tracing::Instrument::instrument(
             async move {
                 let _cancel_on_drop = cancel_on_drop;
-                if let Some((family, health)) = admission {
-                    health.admit(family).await?;
+                if let Some(health) = admission {
+                    health.admit().await?;
                 }
                 match deadline {
                     None => call.await,
@@ -112,7 +113,8 @@ impl Tool {
                         .await
                         .map_err(|_| {
                             ApiError::GatewayTimeout(format!(
-                                "{name} did not finish before the caller's deadline"
+                                "{} did not finish before the caller's deadline",
+                                name.as_deref().unwrap_or("the tool")
                             ))
                         })?,
                 }

@@ -22,7 +22,7 @@ pub struct Server {
     child: Child,
     pub base: String,
     pub workspace: PathBuf,
-    _dir: tempfile::TempDir,
+    _dir: Option<tempfile::TempDir>,
     http: reqwest::Client,
 }
 
@@ -32,6 +32,11 @@ impl Server {
     }
 
     pub fn start_with(extra_args: &[&str]) -> Server {
+        Server::start_prepared(extra_args, |_| {})
+    }
+
+    /// As `start_with`, with `prepare` adjusting the command before it is spawned.
+    pub fn start_prepared(extra_args: &[&str], prepare: impl FnOnce(&mut Command)) -> Server {
         let dir = tempfile::tempdir().expect("temp dir");
         let workspace = dir
             .path()
@@ -39,17 +44,30 @@ impl Server {
             .expect("canonical temp dir")
             .join("workspace");
         std::fs::create_dir_all(&workspace).expect("workspace dir");
-        let mut child = Command::new(boxd_bin())
+        let mut server = Server::start_on(&workspace, extra_args, prepare);
+        server._dir = Some(dir);
+        server
+    }
+
+    /// Starts boxd on a workspace the caller owns (it outlives this server, e.g. for the next boxd),
+    /// with `prepare` adjusting the command (a `pre_exec`, say) before it is spawned.
+    pub fn start_on(
+        workspace: &Path,
+        extra_args: &[&str],
+        prepare: impl FnOnce(&mut Command),
+    ) -> Server {
+        let mut command = Command::new(boxd_bin());
+        command
             .args(["serve", "--host", "127.0.0.1", "--port", "0", "--workspace"])
-            .arg(&workspace)
+            .arg(workspace)
             .args(extra_args)
             .env("SECRET_TOKEN", TOKEN)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("boxd starts");
+            .stderr(Stdio::piped());
+        prepare(&mut command);
+        let mut child = command.spawn().expect("boxd starts");
         let stderr = child.stderr.take().expect("stderr piped");
         let (address_tx, address_rx) = mpsc::channel();
         // Keeps draining stderr after the address is found, so boxd never blocks on a full pipe.
@@ -74,8 +92,8 @@ impl Server {
         Server {
             child,
             base: format!("http://{address}"),
-            workspace,
-            _dir: dir,
+            workspace: workspace.to_path_buf(),
+            _dir: None,
             http: reqwest::Client::builder()
                 .timeout(Duration::from_secs(60))
                 .build()
@@ -124,6 +142,17 @@ impl Server {
 
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// SIGKILL, as an OOM kill would: boxd runs no destructor.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Whether boxd has exited (with its status), without waiting.
+    pub fn exit_status(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
     }
 
     /// SIGTERM, then waits for the exit status (bounded).
@@ -235,4 +264,56 @@ impl NdjsonEvents {
         .await
         .expect("an event within 20 s")
     }
+}
+
+/// Starts a live process (`POST /processes`), which must answer 201; returns its status.
+pub async fn start_process(server: &Server, request: serde_json::Value) -> serde_json::Value {
+    let response = server
+        .post("/processes")
+        .json(&request)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 201, "{:?}", response.text().await);
+    response.json().await.unwrap()
+}
+
+/// Polls a live process until it has exited (10 s at most) and returns its last status.
+pub async fn wait_exited(server: &Server, id: &str) -> serde_json::Value {
+    let mut last = serde_json::Value::Null;
+    for _ in 0..200 {
+        last = server.get(&format!("/processes/{id}")).fetch_json().await;
+        if last["status"] == "exited" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(last["status"], "exited", "{last}");
+    last
+}
+
+/// How many processes `pgrep SELECTOR ID` finds (`-g` a group, `-s` a session).
+pub fn pgrep_count(selector: &str, id: u64) -> usize {
+    let out = Command::new("pgrep")
+        .args([selector, &id.to_string()])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).lines().count()
+}
+
+pub type Terminal =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// Opens a live process's WebSocket from `offset`, with the bearer header.
+pub async fn connect_terminal(server: &Server, id: &str, offset: u64) -> Terminal {
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    let url = format!(
+        "{}/processes/{id}/ws?offset={offset}",
+        server.base.replace("http", "ws")
+    );
+    let mut request = url.into_client_request().unwrap();
+    request
+        .headers_mut()
+        .insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
+    tokio_tungstenite::connect_async(request).await.unwrap().0
 }
