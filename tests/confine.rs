@@ -8,15 +8,11 @@ use std::os::unix::fs::symlink;
 use std::path::Path;
 use std::time::Duration;
 
-use common::{Fetch, Server};
+use common::{Fetch, Server, encode};
 use serde_json::{Value, json};
 
 /// Every request here must answer well within this: a FIFO read that blocks would not.
 const PROMPT: Duration = Duration::from_secs(10);
-
-fn encode(path: &str) -> String {
-    percent_encoding::utf8_percent_encode(path, percent_encoding::NON_ALPHANUMERIC).to_string()
-}
 
 fn filesystem_server() -> Server {
     Server::start_with(&["--tools", "filesystem,workspace"])
@@ -151,24 +147,7 @@ async fn links_out_and_dangling_links_are_entries_to_delete_and_move_but_never_f
 
     // Through them: refused as before.
     for path in ["out-file", "out-dir/secret.txt", "out-dir/new.txt"] {
-        let q = encode(path);
-        assert_eq!(
-            server
-                .get(&format!("/workspace/file?path={q}"))
-                .fetch_status()
-                .await,
-            403,
-            "read {path}"
-        );
-        assert_eq!(
-            server
-                .put(&format!("/workspace/file?path={q}"))
-                .body("pwned")
-                .fetch_status()
-                .await,
-            403,
-            "write {path}"
-        );
+        common::assert_read_and_write_refused(&server, path).await;
     }
     assert_eq!(delete(&server, "out-dir/secret.txt").await, 403);
     assert_eq!(

@@ -317,3 +317,24 @@ pub async fn connect_terminal(server: &Server, id: &str, offset: u64) -> Termina
         .insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
     tokio_tungstenite::connect_async(request).await.unwrap().0
 }
+
+/// A path as a query value.
+pub fn encode(path: &str) -> String {
+    percent_encoding::utf8_percent_encode(path, percent_encoding::NON_ALPHANUMERIC).to_string()
+}
+
+/// Reading and writing `path` through `/workspace/file` are both refused with 403.
+pub async fn assert_read_and_write_refused(server: &Server, path: &str) {
+    let q = encode(path);
+    let read = server
+        .get(&format!("/workspace/file?path={q}"))
+        .fetch_status()
+        .await;
+    assert_eq!(read, 403, "read {path}");
+    let write = server
+        .put(&format!("/workspace/file?path={q}"))
+        .body("pwned")
+        .fetch_status()
+        .await;
+    assert_eq!(write, 403, "write {path}");
+}
