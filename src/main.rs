@@ -10,7 +10,6 @@ mod git;
 mod http;
 mod ipython;
 mod mcp;
-mod process;
 mod processes;
 mod shell;
 mod tools;
@@ -141,6 +140,7 @@ async fn serve(args: ServeArgs, instance: String) -> Result<(), String> {
     families
         .register_tools(&tools)
         .map_err(|err| err.to_string())?;
+    child::set_family_environment(families.child_environment());
 
     let stop_requested = stop_signal()?;
     let listener = TcpListener::bind((args.host.as_str(), args.port))

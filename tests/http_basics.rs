@@ -301,20 +301,27 @@ fn an_unknown_family_is_a_usage_error() {
     );
 }
 
-/// A boxd that is SIGKILLed leaves its children running; the next boxd of the same workspace stops them.
+/// A boxd that is SIGKILLed takes its children's leaders with it (tests/child.rs), but what they started
+/// runs on; the next boxd of the same workspace stops that.
 #[tokio::test]
 async fn children_left_by_a_killed_boxd_are_stopped_by_the_next_one() {
     let dir = tempfile::tempdir().unwrap();
     let pattern = "sleep 3141.5926";
+    // `-x`: the shell's command line holds the pattern too; only the sleep's is exactly it.
     let alive = || {
         std::process::Command::new("pgrep")
-            .args(["-f", pattern])
+            .args(["-x", "-f", pattern])
             .status()
             .is_ok_and(|status| status.success())
     };
     let families = ["--tools", "shell,processes"];
     let mut first = Server::start_on(dir.path(), &families, |_| {});
-    common::start_process(&first, serde_json::json!({"command": pattern})).await;
+    let command = format!("{pattern} & wait");
+    common::start_process(&first, serde_json::json!({"command": command})).await;
+    let started = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !alive() && std::time::Instant::now() < started {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
     first.kill();
     assert!(alive(), "the orphan outlived its boxd");
     let mut second = Server::start_on(dir.path(), &families, |_| {});

@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use crate::process::signal_group;
+use super::group::signal_group;
 
 /// The environment variable every child of boxd carries.
 pub const MARKER: &str = "BOXD_INSTANCE";

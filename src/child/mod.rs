@@ -1,8 +1,15 @@
-//! What every child of boxd (shell commands, cells, live processes, hosted MCP servers, and next Xvfb,
-//! Chromium and adb) inherits, and what it must not.
+//! Everything about boxd's children (shell commands, cells, live processes, hosted MCP servers, and next
+//! Xvfb, Chromium and adb): how they are started, what they inherit and what they must not, how their
+//! groups are signalled and stopped, their stderr, and what a previous boxd left behind.
 
 mod environment;
+mod group;
 mod leftovers;
+mod spawn;
+mod stderr;
 
 pub use environment::withhold_from_children;
+pub use group::OwnedGroup;
 pub use leftovers::{instance_key, mark_children, stop_leftovers};
+pub use spawn::{Backoff, ChildGroup, Grouping, command, set_family_environment, spawn_failure};
+pub use stderr::StderrTail;

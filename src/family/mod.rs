@@ -40,6 +40,12 @@ pub trait Family: Send + Sync + 'static {
         Router::new()
     }
 
+    /// What every child of boxd (commands, cells, processes, servers) gets in its environment from this
+    /// family, such as the display its desktop runs on.
+    fn child_environment(&self) -> Vec<(String, String)> {
+        Vec::new()
+    }
+
     /// Brings the family up, in the background: long-lived children are started and probed here, and
     /// `health` is kept current (it starts as `starting`). The default has nothing to start.
     fn start(self: Arc<Self>, health: Health) -> BoxFuture<'static, ()> {
@@ -88,6 +94,15 @@ impl Families {
             }
         }
         Ok(())
+    }
+
+    /// What the enabled families add to every child's environment, in family order (a later family's
+    /// value for the same name wins).
+    pub fn child_environment(&self) -> Vec<(String, String)> {
+        self.running
+            .iter()
+            .flat_map(|running| running.family.child_environment())
+            .collect()
     }
 
     /// Every family's routes in one router (without state; auth is added by the caller).

@@ -15,12 +15,12 @@ pub use family::family;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
-use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+use tokio::process::{Child, ChildStdin, ChildStdout};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::child::{self, Backoff, ChildGroup, Grouping, StderrTail};
 use crate::error::ApiError;
 use crate::family::Health;
-use crate::process::signal_group;
 use crate::tools::{
     CallContext, CallToolResult, ContentItem, GENERIC_GROUP, ProgressSink, Tool, parse_arguments,
     timeout_argument,
@@ -225,7 +225,7 @@ async fn start_kernel(
     health: &Health,
     mut waiting: Option<QueuedCell>,
 ) -> (Kernel, Option<QueuedCell>) {
-    let mut backoff = Duration::from_secs(1);
+    let mut backoff = Backoff::new(Duration::from_secs(1), MAX_START_BACKOFF);
     loop {
         match Kernel::start(config).await {
             Ok(kernel) => {
@@ -233,15 +233,15 @@ async fn start_kernel(
                 return (kernel, waiting);
             }
             Err(err) => {
-                tracing::error!(retry_in = ?backoff, "IPython kernel did not start: {err}");
+                let retry_in = backoff.next_delay();
+                tracing::error!(?retry_in, "IPython kernel did not start: {err}");
                 health.failed(err.clone());
                 let refused = std::iter::from_fn(|| cells.try_recv().ok());
                 for cell in waiting.take().into_iter().chain(refused) {
                     let answer = cell_result(CellAnswer::default(), None, Some(err.clone()));
                     let _ = cell.reply.send(answer);
                 }
-                tokio::time::sleep(backoff).await;
-                backoff = backoff.saturating_mul(2).min(MAX_START_BACKOFF);
+                tokio::time::sleep(retry_in).await;
             }
         }
     }
@@ -341,29 +341,22 @@ struct Kernel {
     child: Child,
     stdin: ChildStdin,
     answers: Lines<BufReader<ChildStdout>>,
-    pgid: Option<i32>,
+    /// Killed with the kernel (dropping it kills whatever the cells started too).
+    group: Option<ChildGroup>,
+    stderr: StderrTail,
     next_id: u64,
-}
-
-impl Drop for Kernel {
-    fn drop(&mut self) {
-        if let Some(pgid) = self.pgid {
-            signal_group(pgid, libc::SIGKILL);
-        }
-    }
 }
 
 impl Kernel {
     async fn start(config: &KernelConfig) -> Result<Kernel, String> {
         let started = Instant::now();
-        let mut child = Command::new(&config.python)
+        let mut child = child::command(&config.python, Grouping::OwnGroup)
             .args(["-u", "-c", HELPER])
             .current_dir(&config.workspace)
             .env("BOXD_MAX_OUTPUT", config.max_output_bytes.to_string())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .process_group(0)
             .kill_on_drop(true)
             .spawn()
             .map_err(|err| {
@@ -372,40 +365,37 @@ impl Kernel {
                     config.python
                 )
             })?;
-        let pgid = child.id().map(|pid| pid as i32);
+        let group = ChildGroup::of(child.id(), Grouping::OwnGroup);
         let (Some(stdin), Some(stdout), Some(stderr)) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take())
         else {
             return Err("kernel pipes missing".into());
         };
-        tokio::spawn(async move {
-            let mut lines = BufReader::new(stderr).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                tracing::info!(target: "boxd::kernel", "{line}");
-            }
-        });
         let mut kernel = Kernel {
             child,
             stdin,
             answers: BufReader::with_capacity(ANSWER_BUFFER, stdout).lines(),
-            pgid,
+            group,
+            stderr: StderrTail::forward(stderr, "ipython-kernel".into()),
             next_id: 1,
         };
-        let greeting = tokio::time::timeout(config.start_timeout, kernel.answers.next_line())
+        let greeting = match tokio::time::timeout(config.start_timeout, kernel.answers.next_line())
             .await
-            .map_err(|_| {
-                format!(
-                    "the IPython kernel did not start within {:?}",
-                    config.start_timeout
-                )
-            })?
-            .map_err(|err| format!("reading from the IPython kernel failed: {err}"))?
-            .ok_or_else(|| {
-                format!(
-                    "{} exited at start (see boxd's log for its stderr)",
-                    config.python
-                )
-            })?;
+        {
+            Err(_) => {
+                return Err(format!(
+                    "the IPython kernel did not start within {:?}{}",
+                    config.start_timeout,
+                    kernel.stderr.text()
+                ));
+            }
+            Ok(Err(err)) => return Err(format!("reading from the IPython kernel failed: {err}")),
+            Ok(Ok(None)) => {
+                let words = kernel.stderr.last_words(Duration::from_millis(500)).await;
+                return Err(format!("{} exited at start{words}", config.python));
+            }
+            Ok(Ok(Some(greeting))) => greeting,
+        };
         let greeting: Value = serde_json::from_str(&greeting)
             .map_err(|_| format!("unexpected first line from the kernel: {greeting}"))?;
         if let Some(fatal) = greeting.get("fatal").and_then(Value::as_str) {
@@ -441,9 +431,9 @@ impl Kernel {
             Ok(None) => return Execution::Died(self.exit_status().await),
             Err(_) => {}
         }
-        if let Some(pgid) = self.pgid {
-            tracing::info!(pgid, ?timeout, "cell timed out; interrupting the kernel");
-            signal_group(pgid, libc::SIGINT);
+        if let Some(group) = &self.group {
+            tracing::info!(?timeout, "cell timed out; interrupting the kernel");
+            group.signal(libc::SIGINT);
         }
         match tokio::time::timeout(grace, self.answer(id, progress)).await {
             Ok(Some(answer)) => Execution::Interrupted(answer),

@@ -2,7 +2,7 @@
 //! HTTP), its tools in the registry under its name, a restart on the next use after it died, and a stop
 //! that leaves no process behind. Calls are never retried: a tool call may not be idempotent.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
@@ -16,22 +16,23 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use serde_json::Value;
-use tokio::io::{AsyncBufRead, AsyncBufReadExt, BufReader};
 use tokio_util::sync::CancellationToken;
 
 use super::config::{ServerSpec, Transport};
 use super::sse::{SseClientTransport, header_map};
+use crate::child::{self, Backoff, ChildGroup, Grouping, StderrTail};
 use crate::error::{ApiError, ApiResult};
-use crate::process::signal_group;
 use crate::tools::{CallToolResult, ContentItem, Tool, ToolRegistry};
 
-const STDERR_TAIL_LINES: usize = 20;
-/// A stderr line is cut after this many bytes: a child that writes without newlines must not grow
-/// boxd's memory (the tail holds at most `STDERR_TAIL_LINES` such lines).
-const STDERR_LINE_MAX: usize = 4096;
 /// A call that gets no answer in this long fails (the server may still be working; it is not retried).
 const CALL_TIMEOUT: Duration = Duration::from_secs(300);
 const STOP_GRACE: Duration = Duration::from_secs(2);
+/// A stdio server's group gets this long after SIGTERM before SIGKILL.
+const TERM_GRACE: Duration = Duration::from_millis(500);
+/// After a failed restart, the next is tried no sooner than this (doubling up to `MAX_RESTART_BACKOFF`
+/// while it keeps failing); calls meanwhile get the failure at once, not another wait for a handshake.
+const FIRST_RESTART_BACKOFF: Duration = Duration::from_secs(1);
+const MAX_RESTART_BACKOFF: Duration = Duration::from_secs(30);
 
 pub struct HostedServer {
     spec: ServerSpec,
@@ -42,31 +43,28 @@ pub struct HostedServer {
     /// Cancelled by `stop` (or with the host's at shutdown): a handshake in flight gives up and kills its
     /// child, and the server neither reconnects nor registers tools again.
     cancel: CancellationToken,
+    restarts: Mutex<Restarts>,
+}
+
+/// When the next restart may be tried, and why the last one failed.
+struct Restarts {
+    backoff: Backoff,
+    not_before: Option<(tokio::time::Instant, String)>,
 }
 
 struct Connection {
     service: RunningService<RoleClient, ToolListWatcher>,
     /// Dropping the connection, wherever that happens, kills the child's whole group.
-    process_group: Option<ProcessGroup>,
-    stderr_tail: Arc<Mutex<VecDeque<String>>>,
+    process_group: Option<ChildGroup>,
+    stderr_tail: Option<StderrTail>,
 }
 
-/// A stdio server's process group, killed when this is dropped: a server that wraps itself (`sh -c`,
-/// `npx`) leaves its real work in children that the leader's death does not take down.
-struct ProcessGroup(i32);
-
-impl ProcessGroup {
-    /// SIGTERM, a short grace to exit cleanly, then SIGKILL (on drop).
-    async fn terminate(self) {
-        if signal_group(self.0, libc::SIGTERM) {
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    }
-}
-
-impl Drop for ProcessGroup {
-    fn drop(&mut self) {
-        signal_group(self.0, libc::SIGKILL);
+impl Connection {
+    fn last_words(&self) -> String {
+        self.stderr_tail
+            .as_ref()
+            .map(StderrTail::text)
+            .unwrap_or_default()
     }
 }
 
@@ -97,18 +95,6 @@ impl ClientHandler for ToolListWatcher {
     }
 }
 
-fn tail_text(tail: &Mutex<VecDeque<String>>) -> String {
-    let lines = tail.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    if lines.is_empty() {
-        String::new()
-    } else {
-        format!(
-            "; stderr: {}",
-            lines.iter().cloned().collect::<Vec<_>>().join(" | ")
-        )
-    }
-}
-
 impl HostedServer {
     /// Connects and initialises; fails fast with the reason (and the stderr tail of a stdio child) when it
     /// exits, refuses the handshake or exceeds its initialize timeout. Its tools are registered separately
@@ -126,6 +112,10 @@ impl HostedServer {
             connection: tokio::sync::Mutex::new(None),
             myself: myself.clone(),
             cancel,
+            restarts: Mutex::new(Restarts {
+                backoff: Backoff::new(FIRST_RESTART_BACKOFF, MAX_RESTART_BACKOFF),
+                not_before: None,
+            }),
         });
         let connection = server.connect().await?;
         *server.connection.lock().await = Some(connection);
@@ -166,42 +156,19 @@ impl HostedServer {
         let watcher = ToolListWatcher {
             server: self.myself.clone(),
         };
-        let stderr_tail = Arc::new(Mutex::new(VecDeque::new()));
-        let (service, process_group) = match &self.spec.transport {
+        let (service, process_group, stderr_tail) = match &self.spec.transport {
             Transport::Stdio { command, args, env } => {
-                let mut child = tokio::process::Command::new(command);
-                child
-                    .args(args)
-                    .envs(env)
-                    .current_dir(&self.workspace)
-                    .process_group(0);
+                let mut child = child::command(command, Grouping::OwnGroup);
+                child.args(args).envs(env).current_dir(&self.workspace);
                 let (transport, stderr) = TokioChildProcess::builder(child)
                     .stderr(Stdio::piped())
                     .spawn()
                     .map_err(|err| format!("cannot start {command:?}: {err}"))?;
                 // From here on, however this future ends (failure, timeout, stop, or the request being
                 // dropped), the group does not outlive it unless the connection takes it over.
-                let process_group = transport
-                    .id()
-                    .and_then(|pid| i32::try_from(pid).ok())
-                    .map(ProcessGroup);
-                let forwarder = stderr.map(|stderr| {
-                    let tail = Arc::clone(&stderr_tail);
-                    let name = self.spec.name.clone();
-                    tokio::spawn(bounded_lines(
-                        BufReader::new(stderr),
-                        STDERR_LINE_MAX,
-                        move |line| {
-                            tracing::info!(target: "boxd::mcp::child", server = %name, "{line}");
-                            let mut tail =
-                                tail.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-                            if tail.len() == STDERR_TAIL_LINES {
-                                tail.pop_front();
-                            }
-                            tail.push_back(line);
-                        },
-                    ))
-                });
+                let process_group = ChildGroup::of(transport.id(), Grouping::OwnGroup);
+                let mut stderr_tail = stderr
+                    .map(|stderr| StderrTail::forward(stderr, format!("mcp:{}", self.spec.name)));
                 let handshake = self
                     .handshake(async {
                         watcher
@@ -211,15 +178,15 @@ impl HostedServer {
                     })
                     .await;
                 match handshake {
-                    Ok(service) => (service, process_group),
+                    Ok(service) => (service, process_group, stderr_tail),
                     Err(reason) => {
                         drop(process_group);
-                        if let Some(forwarder) = forwarder {
-                            // The child is gone: its stderr ends promptly; its last words explain the failure.
-                            let _ =
-                                tokio::time::timeout(Duration::from_millis(500), forwarder).await;
-                        }
-                        return Err(format!("{reason}{}", tail_text(&stderr_tail)));
+                        // The child is gone: its stderr ends promptly; its last words explain the failure.
+                        let words = match stderr_tail.as_mut() {
+                            Some(tail) => tail.last_words(Duration::from_millis(500)).await,
+                            None => String::new(),
+                        };
+                        return Err(format!("{reason}{words}"));
                     }
                 }
             }
@@ -233,7 +200,7 @@ impl HostedServer {
                             .map_err(|err| format!("the MCP handshake failed ({err})"))
                     })
                     .await?;
-                (service, None)
+                (service, None, None)
             }
             Transport::StreamableHttp { url, headers } => {
                 let headers: HashMap<_, _> = header_map(headers)?
@@ -251,7 +218,7 @@ impl HostedServer {
                             .map_err(|err| format!("the MCP handshake with {url} failed ({err})"))
                     })
                     .await?;
-                (service, None)
+                (service, None, None)
             }
         };
         Ok(Connection {
@@ -333,18 +300,39 @@ impl HostedServer {
         {
             return Ok(live.service.peer().clone());
         }
+        if let Some((not_before, failure)) = self.restart_not_before()
+            && tokio::time::Instant::now() < not_before
+        {
+            let wait = not_before.saturating_duration_since(tokio::time::Instant::now());
+            return Err(ApiError::Unavailable {
+                message: format!(
+                    "MCP server {} is down and its last restart failed ({failure}); the next try is in {}s",
+                    self.spec.name,
+                    wait.as_secs() + 1
+                ),
+                retry_after_seconds: wait.as_secs() + 1,
+            });
+        }
         // Dropping the dead connection kills what is left of its process group.
         let reason = match connection.take() {
-            Some(dead) => format!("its connection closed{}", tail_text(&dead.stderr_tail)),
+            Some(dead) => format!("its connection closed{}", dead.last_words()),
             None => "it was not running".to_owned(),
         };
         tracing::warn!(server = %self.spec.name, %reason, "restarting hosted MCP server for this call");
-        let fresh = self.connect().await.map_err(|err| {
-            ApiError::BadGateway(format!(
-                "MCP server {} is down ({reason}) and did not restart: {err}",
-                self.spec.name
-            ))
-        })?;
+        let fresh = match self.connect().await {
+            Ok(fresh) => {
+                self.restart_succeeded();
+                fresh
+            }
+            Err(err) => {
+                let failure = format!("{reason}; it did not restart: {err}");
+                self.restart_failed(&failure);
+                return Err(ApiError::BadGateway(format!(
+                    "MCP server {} is down ({reason}) and did not restart: {err}",
+                    self.spec.name
+                )));
+            }
+        };
         let peer = fresh.service.peer().clone();
         *connection = Some(fresh);
         drop(connection);
@@ -395,11 +383,37 @@ impl HostedServer {
         }
     }
 
+    fn restart_not_before(&self) -> Option<(tokio::time::Instant, String)> {
+        let restarts = self
+            .restarts
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        restarts.not_before.clone()
+    }
+
+    fn restart_failed(&self, failure: &str) {
+        let mut restarts = self
+            .restarts
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let delay = restarts.backoff.next_delay();
+        restarts.not_before = Some((tokio::time::Instant::now() + delay, failure.to_owned()));
+    }
+
+    fn restart_succeeded(&self) {
+        let mut restarts = self
+            .restarts
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        restarts.backoff.reset();
+        restarts.not_before = None;
+    }
+
     /// Drops a connection whose transport failed, keeping its stderr tail for the restart's log line.
     async fn mark_dead(&self) {
         let mut connection = self.connection.lock().await;
         if let Some(dead) = connection.take() {
-            tracing::warn!(server = %self.spec.name, "connection lost{}", tail_text(&dead.stderr_tail));
+            tracing::warn!(server = %self.spec.name, "connection lost{}", dead.last_words());
         }
     }
 
@@ -418,7 +432,7 @@ impl HostedServer {
         };
         let _ = tokio::time::timeout(STOP_GRACE, service.cancel()).await;
         if let Some(group) = process_group {
-            group.terminate().await;
+            group.terminate(TERM_GRACE).await;
         }
     }
 }
@@ -435,70 +449,5 @@ fn from_mcp_result(result: &rmcp::model::CallToolResult) -> CallToolResult {
         content,
         structured_content: value.get("structuredContent").cloned(),
         is_error: value["isError"].as_bool().unwrap_or(false),
-    }
-}
-
-/// Reads `reader` line by line into `emit`, each line cut to `max` bytes (marked as cut): an endless line
-/// costs `max` bytes of memory, not its length.
-async fn bounded_lines<R: AsyncBufRead + Unpin>(
-    mut reader: R,
-    max: usize,
-    mut emit: impl FnMut(String),
-) {
-    let mut line = Vec::new();
-    let mut cut = false;
-    let finish = |line: &mut Vec<u8>, cut: bool| {
-        let mut text = String::from_utf8_lossy(line)
-            .trim_end_matches('\r')
-            .to_owned();
-        if cut {
-            text.push_str(" [line cut]");
-        }
-        line.clear();
-        text
-    };
-    loop {
-        let available = match reader.fill_buf().await {
-            Ok([]) | Err(_) => break,
-            Ok(available) => available,
-        };
-        let newline = available.iter().position(|byte| *byte == b'\n');
-        let chunk = &available[..newline.unwrap_or(available.len())];
-        let room = max.saturating_sub(line.len());
-        line.extend_from_slice(&chunk[..chunk.len().min(room)]);
-        cut |= chunk.len() > room;
-        let used = chunk.len() + usize::from(newline.is_some());
-        reader.consume(used);
-        if newline.is_some() {
-            emit(finish(&mut line, cut));
-            cut = false;
-        }
-    }
-    if !line.is_empty() || cut {
-        emit(finish(&mut line, cut));
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn an_endless_stderr_line_is_cut_not_buffered() {
-        let mut input = vec![b'x'; 1 << 20];
-        input.extend_from_slice(b"\nshort\r\nlast");
-        let mut lines = Vec::new();
-        bounded_lines(BufReader::with_capacity(64, &input[..]), 16, |line| {
-            lines.push(line)
-        })
-        .await;
-        assert_eq!(
-            lines,
-            [
-                format!("{} [line cut]", "x".repeat(16)),
-                "short".to_owned(),
-                "last".to_owned()
-            ]
-        );
     }
 }

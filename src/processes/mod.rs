@@ -27,8 +27,8 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
+use crate::child::{self, Grouping, OwnedGroup};
 use crate::error::{ApiError, ApiResult};
-use crate::process::OwnedGroup;
 use crate::workspace::Workspace;
 use output::{OutputLog, ReadOut};
 use stdin::{Input, Patience, Queued, StdinQueue};
@@ -398,7 +398,7 @@ impl ProcessManager {
         let slot = self.reserve()?;
 
         let spawned = spawn(&command, &cwd.real, &request.env, terminal)
-            .map_err(|err| spawn_failure(&command[0], &err))?;
+            .map_err(|err| crate::child::spawn_failure(&command[0], &err))?;
         let (changed, _) = watch::channel(0);
         let process = Arc::new(LiveProcess {
             id: new_id(),
@@ -468,18 +468,10 @@ impl ProcessManager {
     }
 }
 
-/// A missing program, a bad argument or a refused exec is the caller's to fix (400); what the machine
-/// lacks right now (processes, memory, descriptors, terminals) is not, and may pass (503).
-fn spawn_failure(program: &str, err: &std::io::Error) -> ApiError {
-    match err.raw_os_error() {
-        Some(libc::EAGAIN | libc::ENOMEM | libc::EMFILE | libc::ENFILE | libc::ENOSPC) => {
-            unavailable(format!(
-                "cannot start {program:?} now, the system is short of processes, memory, file \
-                 descriptors or terminals: {err}; try again later"
-            ))
-        }
-        _ => ApiError::BadRequest(format!("cannot start {program:?}: {err}")),
-    }
+/// Live processes keep their group for as long as their record lives (signals, `DELETE`, eviction) and
+/// stop it themselves, so they hold the group itself rather than a [`child::ChildGroup`].
+fn owned_group(pid: u32, grouping: Grouping) -> Arc<OwnedGroup> {
+    Arc::new(OwnedGroup::new(pid, grouping == Grouping::TerminalSession))
 }
 
 struct Spawned {
@@ -502,7 +494,11 @@ fn spawn(
     env: &BTreeMap<String, String>,
     terminal: Option<TerminalSize>,
 ) -> std::io::Result<Spawned> {
-    let mut command = tokio::process::Command::new(&argv[0]);
+    let grouping = match terminal {
+        None => Grouping::OwnGroup,
+        Some(_) => Grouping::TerminalSession,
+    };
+    let mut command = child::command(&argv[0], grouping);
     command.args(&argv[1..]).current_dir(cwd).envs(env);
     let (input, inputs) = StdinQueue::new();
     match terminal {
@@ -510,11 +506,10 @@ fn spawn(
             command
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .process_group(0);
+                .stderr(Stdio::piped());
             let mut child = command.spawn()?;
             let pid = child.id().ok_or_else(|| std::io::Error::other("no pid"))?;
-            let group = Arc::new(OwnedGroup::new(pid, false));
+            let group = owned_group(pid, grouping);
             let (Some(stdin), Some(stdout), Some(stderr)) =
                 (child.stdin.take(), child.stdout.take(), child.stderr.take())
             else {
@@ -542,24 +537,12 @@ fn spawn(
             if !env.contains_key("TERM") {
                 command.env("TERM", "xterm-256color");
             }
-            // SAFETY: only async-signal-safe calls between fork and exec.
-            unsafe {
-                command.pre_exec(|| {
-                    if libc::setsid() == -1 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    if libc::ioctl(0, libc::TIOCSCTTY as _, 0) == -1 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    Ok(())
-                });
-            }
             let child = command.spawn()?;
             // Only the child holds the slave now, so the master's reads end when it and its
             // descendants are done with the terminal.
             drop(command);
             let pid = child.id().ok_or_else(|| std::io::Error::other("no pid"))?;
-            let group = Arc::new(OwnedGroup::new(pid, true));
+            let group = owned_group(pid, grouping);
             let master = Arc::new(master);
             tokio::spawn(feed_terminal(Arc::clone(&master), inputs));
             Ok(Spawned {
@@ -741,47 +724,4 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn exhaustion_is_503_and_the_callers_mistakes_are_400() {
-        for errno in [
-            libc::EAGAIN,
-            libc::ENOMEM,
-            libc::EMFILE,
-            libc::ENFILE,
-            libc::ENOSPC,
-        ] {
-            let err = spawn_failure("x", &std::io::Error::from_raw_os_error(errno));
-            assert_eq!(
-                err.status(),
-                axum::http::StatusCode::SERVICE_UNAVAILABLE,
-                "errno {errno}"
-            );
-            assert!(err.to_string().contains("try again later"), "{err}");
-        }
-        for errno in [
-            libc::ENOENT,
-            libc::EACCES,
-            libc::ENOEXEC,
-            libc::E2BIG,
-            libc::ENOTDIR,
-        ] {
-            let err = spawn_failure("x", &std::io::Error::from_raw_os_error(errno));
-            assert_eq!(
-                err.status(),
-                axum::http::StatusCode::BAD_REQUEST,
-                "errno {errno}"
-            );
-        }
-        let nul = std::io::Error::new(std::io::ErrorKind::InvalidInput, "nul byte found");
-        assert_eq!(
-            spawn_failure("x", &nul).status(),
-            axum::http::StatusCode::BAD_REQUEST
-        );
-    }
 }

@@ -14,12 +14,11 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::io::AsyncReadExt;
-use tokio::process::Command;
 use tokio::time::{Instant, sleep_until};
 
+use crate::child::{self, ChildGroup, Grouping};
 use crate::deadline::Deadline;
 use crate::error::ApiError;
-use crate::process::signal_group;
 use crate::processes::Utf8Boundary;
 use crate::tools::{
     CallContext, CallToolResult, ContentItem, GENERIC_GROUP, ProgressSink, Tool, parse_arguments,
@@ -106,6 +105,11 @@ async fn call(
     if request.command.trim().is_empty() {
         return Err(ApiError::BadRequest("Command is required.".into()));
     }
+    if request.command.contains('\0') {
+        return Err(ApiError::BadRequest(
+            "command contains a NUL byte, which no shell command can hold".into(),
+        ));
+    }
     let timeout = timeout_argument(request.timeout, limits.default_timeout)?;
     let outcome = run(
         &request.command,
@@ -115,26 +119,8 @@ async fn call(
         progress.as_ref(),
     )
     .await
-    .map_err(|err| ApiError::Internal(format!("cannot start /bin/sh: {err}")))?;
+    .map_err(|err| child::spawn_failure("/bin/sh", &err))?;
     Ok(outcome.into_result())
-}
-
-/// Kills the process group if the caller goes away (client disconnect drops the request future)
-/// while the shell still runs, so an abandoned command does not run on unobserved.
-struct GroupKillOnDrop {
-    pgid: Option<i32>,
-}
-
-impl Drop for GroupKillOnDrop {
-    fn drop(&mut self) {
-        if let Some(pgid) = self.pgid {
-            tracing::info!(
-                pgid,
-                "caller went away; killing the command's process group"
-            );
-            signal_group(pgid, libc::SIGKILL);
-        }
-    }
 }
 
 pub async fn run(
@@ -144,17 +130,17 @@ pub async fn run(
     limits: &ShellLimits,
     progress: Option<&ProgressSink>,
 ) -> std::io::Result<ShellOutcome> {
-    let mut child = Command::new("/bin/sh")
+    let mut child = child::command("/bin/sh", Grouping::OwnGroup)
         .arg("-c")
         .arg(command)
         .current_dir(cwd)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .process_group(0)
         .spawn()?;
-    let pgid = child.id().map(|pid| pid as i32);
-    let mut guard = GroupKillOnDrop { pgid };
+    // Until the shell exits, dropping this (the caller went away: a client disconnect drops the request
+    // future) kills the group, so an abandoned command does not run on unobserved.
+    let mut group = ChildGroup::of(child.id(), Grouping::OwnGroup);
     let (Some(mut stdout), Some(mut stderr)) = (child.stdout.take(), child.stderr.take()) else {
         return Err(std::io::Error::other("child pipes missing"));
     };
@@ -171,7 +157,6 @@ pub async fn run(
     let timeout_at = Deadline::from(started, timeout).instant();
     let mut exit_status = None;
     let mut drain_until = None;
-    let mut kill_at = None;
     let mut timed_out = false;
 
     loop {
@@ -201,33 +186,25 @@ pub async fn run(
             },
             status = child.wait(), if exit_status.is_none() => {
                 exit_status = Some(status?);
-                guard.pgid = None;
+                if let Some(group) = group.as_mut() {
+                    group.leader_reaped();
+                    // What the shell left running in the background may go on (as upstream lets it),
+                    // unless the command timed out.
+                    if !timed_out {
+                        group.disarm();
+                    }
+                }
                 drain_until = Some(Deadline::after(limits.drain).instant());
             },
             _ = sleep_until(timeout_at), if !timed_out && exit_status.is_none() => {
                 timed_out = true;
-                if let Some(pgid) = pgid {
-                    tracing::info!(pgid, ?timeout, "command timed out; sending SIGTERM to its group");
-                    signal_group(pgid, libc::SIGTERM);
+                if let Some(group) = group.take() {
+                    tracing::info!(?timeout, "command timed out; stopping its process group");
+                    group.terminate_then_kill(limits.kill_grace);
                 }
-                kill_at = Some(Deadline::after(limits.kill_grace).instant());
-            },
-            _ = sleep_until(kill_at.unwrap_or(timeout_at)), if kill_at.is_some() => {
-                if let Some(pgid) = pgid {
-                    signal_group(pgid, libc::SIGKILL);
-                }
-                kill_at = None;
             },
             _ = sleep_until(drain_until.unwrap_or(timeout_at)), if drain_until.is_some() => break,
         }
-    }
-
-    if let (Some(pgid), Some(kill_at)) = (pgid, kill_at) {
-        // The shell left on SIGTERM, but members of its group that ignore TERM still get KILL on schedule.
-        tokio::spawn(async move {
-            sleep_until(kill_at).await;
-            signal_group(pgid, libc::SIGKILL);
-        });
     }
 
     let mut stderr_text = stderr_buf.into_text();

@@ -1,0 +1,75 @@
+//! What every child of boxd gets from the one place children are started (src/child): it dies with
+//! boxd, even when boxd is SIGKILLed, and the OOM killer takes it before boxd.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{Fetch, Server, item, start_process};
+use serde_json::json;
+
+/// Gone, or a zombie nobody has reaped yet: either way it no longer runs.
+fn runs(pid: u64) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        !stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
+    })
+}
+
+fn wait_stopped(pid: u64) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while runs(pid) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    !runs(pid)
+}
+
+#[tokio::test]
+async fn children_die_with_a_sigkilled_boxd() {
+    let mut server = Server::start_with(&["--tools", "shell,ipython,processes"]);
+    let process = start_process(&server, json!({"argv": ["sleep", "300"]})).await;
+    let sleeper = process["pid"].as_u64().expect("a pid");
+    let answer = server
+        .post("/tools/run_ipython_cell")
+        .json(&json!({"code": "import os; print(os.getpid())"}))
+        .fetch_json()
+        .await;
+    let kernel: u64 = item(&answer, "stdout")
+        .and_then(|out| out.trim().parse().ok())
+        .unwrap_or_else(|| panic!("the kernel's pid: {answer}"));
+    assert!(runs(sleeper) && runs(kernel));
+
+    server.kill();
+    assert!(wait_stopped(sleeper), "the live process outlived boxd");
+    assert!(wait_stopped(kernel), "the kernel outlived boxd");
+}
+
+#[tokio::test]
+async fn the_oom_killer_takes_a_child_before_boxd() {
+    let server = Server::start_with(&["--tools", "shell"]);
+    let answer = server.shell("cat /proc/self/oom_score_adj").await;
+    let child: i32 = item(&answer, "stdout")
+        .and_then(|out| out.trim().parse().ok())
+        .unwrap_or_else(|| panic!("a score: {answer}"));
+    let own: i32 = std::fs::read_to_string(format!("/proc/{}/oom_score_adj", server.pid()))
+        .expect("boxd's score")
+        .trim()
+        .parse()
+        .expect("a number");
+    assert!(child > own, "child {child}, boxd {own}");
+}
+
+#[tokio::test]
+async fn a_nul_byte_in_a_command_is_refused_with_a_reason() {
+    let server = Server::start_with(&["--tools", "shell"]);
+    let response = server
+        .post("/tools/run_shell_command")
+        .json(&json!({"command": "echo a\u{0}b"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 400);
+    let body = response.text().await.unwrap();
+    assert!(body.contains("NUL"), "{body}");
+}
