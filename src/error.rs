@@ -7,8 +7,12 @@ use serde_json::json;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
+    /// A request that fits its schema but asks for something unacceptable (an empty command, a timeout
+    /// out of range, a NUL in a path), or a malformed query.
     #[error("{0}")]
     BadRequest(String),
+    /// A missing or wrong token, a path outside the workspace, or a file the system does not let boxd
+    /// touch; the detail says which (each has its own wording).
     #[error("{0}")]
     Forbidden(String),
     #[error("{0}")]
@@ -19,6 +23,8 @@ pub enum ApiError {
     PayloadTooLarge(String),
     #[error("{0}")]
     RangeNotSatisfiable(String),
+    /// A body, or a tool's arguments, that does not parse or does not fit the schema (a wrong type, a
+    /// missing field): FastAPI's status for the same case, which upstream's clients already know.
     #[error("{0}")]
     Unprocessable(String),
     #[error("{0}")]
@@ -66,7 +72,9 @@ impl ApiError {
         let message = format!("{what}: {err}");
         match err.kind() {
             K::NotFound => ApiError::NotFound(message),
-            K::PermissionDenied | K::ReadOnlyFilesystem => ApiError::Forbidden(message),
+            K::PermissionDenied | K::ReadOnlyFilesystem => {
+                ApiError::Forbidden(format!("{what}: the system does not allow this ({err})"))
+            }
             K::AlreadyExists | K::IsADirectory | K::NotADirectory | K::DirectoryNotEmpty => {
                 ApiError::Conflict(message)
             }

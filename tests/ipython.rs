@@ -203,17 +203,19 @@ async fn concurrent_cells_each_get_their_own_output() {
 #[tokio::test]
 async fn bad_input_is_a_client_error() {
     let server = start();
-    for body in [
-        json!({"code": ""}),
-        json!({}),
-        json!({"code": "1", "timeout": 0}),
+    // Arguments that do not fit the schema are 422; values it allows but the tool cannot take, 400.
+    for (body, expected) in [
+        (json!({"code": ""}), 400),
+        (json!({}), 422),
+        (json!({"code": 1}), 422),
+        (json!({"code": "1", "timeout": 0}), 400),
     ] {
         let status = server
             .post("/tools/run_ipython_cell")
             .json(&body)
             .fetch_status()
             .await;
-        assert_eq!(status, 400, "{body}");
+        assert_eq!(status, expected, "{body}");
     }
 }
 

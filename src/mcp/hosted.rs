@@ -347,7 +347,7 @@ impl HostedServer {
 
     pub async fn call(&self, tool: &str, arguments: Value) -> ApiResult<CallToolResult> {
         let Value::Object(arguments) = arguments else {
-            return Err(ApiError::BadRequest(
+            return Err(ApiError::Unprocessable(
                 "arguments must be a JSON object".into(),
             ));
         };

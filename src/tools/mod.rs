@@ -296,12 +296,12 @@ impl ToolRegistry {
     }
 }
 
-/// Absent (`null`) arguments mean `{}`; anything but an object is a 400.
+/// Absent (`null`) arguments mean `{}`; anything but an object does not fit any tool's schema (422).
 fn object_arguments(arguments: Value) -> ApiResult<Value> {
     match arguments {
         Value::Null => Ok(Value::Object(serde_json::Map::new())),
         Value::Object(map) => Ok(Value::Object(map)),
-        _ => Err(ApiError::BadRequest(
+        _ => Err(ApiError::Unprocessable(
             "arguments must be a JSON object".into(),
         )),
     }
@@ -332,7 +332,7 @@ pub fn parse_arguments<T: serde::de::DeserializeOwned>(
     arguments: Value,
 ) -> ApiResult<T> {
     serde_json::from_value(arguments)
-        .map_err(|err| ApiError::BadRequest(format!("invalid arguments for {tool}: {err}")))
+        .map_err(|err| ApiError::Unprocessable(format!("invalid arguments for {tool}: {err}")))
 }
 
 #[cfg(test)]
