@@ -617,3 +617,50 @@ async fn a_dead_servers_leftover_children_are_killed_when_it_restarts() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// A server that cannot come back is not restarted on every call: the failed restart is answered with
+/// its reason, and calls until the next try get 503 with `Retry-After` at once.
+#[tokio::test]
+async fn a_failed_restart_is_retried_with_backoff_not_on_every_call() {
+    let server = Server::start();
+    let mark = server.ws(".started-once");
+    let script = format!(
+        "if [ -e '{mark}' ]; then echo 'no second start' >&2; exit 3; fi; touch '{mark}'; exec '{python}' '{peer}' stdio",
+        mark = mark.display(),
+        python = python(),
+        peer = peer_script(),
+    );
+    let (status, _) = add(
+        &server,
+        json!({"once": {"command": "/bin/sh", "args": ["-c", script]}}),
+        false,
+    )
+    .await;
+    assert_eq!(status, 200);
+    let pid = peer_pid(&server, "whoami").await;
+    // SAFETY: kill(2) on the peer process boxd started.
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while process_alive(pid) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    let (status, failed) = call(&server, "whoami", json!({})).await;
+    assert_eq!(status, 502, "{failed}");
+    assert!(failed.to_string().contains("no second start"), "{failed}");
+
+    let started = Instant::now();
+    let response = server
+        .post("/mcp/call_tool")
+        .json(&json!({"tool_name": "whoami", "arguments": {}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 503);
+    assert!(response.headers().contains_key("retry-after"));
+    let detail = response.text().await.unwrap();
+    assert!(detail.contains("no second start"), "{detail}");
+    assert!(started.elapsed() < Duration::from_secs(1), "answered at once");
+}
