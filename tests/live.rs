@@ -635,3 +635,32 @@ async fn idle_terminals_and_streams_send_keep_alives() {
     let mut events = NdjsonEvents::new(response);
     assert_eq!(events.next().await.unwrap()["type"], "keepalive");
 }
+
+/// Closing an NDJSON stream stops its call at once, not at the stream's next write (a keep-alive may be
+/// 15 s away): the command's process is gone within a second or two.
+#[tokio::test]
+async fn closing_a_streamed_call_stops_its_command_at_once() {
+    let server = Server::start_with(&["--tools", "shell", "--keep-alive", "60"]);
+    let response = server
+        .post("/tools/run_shell_command/stream")
+        .json(&json!({"command": "echo $$; exec sleep 30", "timeout": 60}))
+        .send()
+        .await
+        .unwrap();
+    let mut events = NdjsonEvents::new(response);
+    let first = events.next().await.unwrap();
+    let pid: i32 = first["data"]
+        .as_str()
+        .and_then(|data| data.trim().parse().ok())
+        .unwrap_or_else(|| panic!("the shell's pid: {first}"));
+    drop(events);
+    let running = || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .is_ok_and(|stat| !stat.contains(") Z "))
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(3);
+    while running() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(!running(), "the command outlived its closed stream");
+}

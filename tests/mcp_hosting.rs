@@ -662,5 +662,8 @@ async fn a_failed_restart_is_retried_with_backoff_not_on_every_call() {
     assert!(response.headers().contains_key("retry-after"));
     let detail = response.text().await.unwrap();
     assert!(detail.contains("no second start"), "{detail}");
-    assert!(started.elapsed() < Duration::from_secs(1), "answered at once");
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "answered at once"
+    );
 }

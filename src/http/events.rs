@@ -108,29 +108,15 @@ where
             response
         }
         EventFormat::Ndjson => {
-            let (lines, received) = tokio::sync::mpsc::channel::<Bytes>(16);
-            tokio::spawn(async move {
-                let mut events = std::pin::pin!(events);
-                loop {
-                    let line = tokio::select! {
-                        next = events.next() => match next {
-                            Some(event) => ndjson_line(&event.data),
-                            None => break,
-                        },
-                        _ = tokio::time::sleep(keep_alive()) => {
-                            ndjson_line(&serde_json::json!({"type": "keepalive"}))
-                        }
-                    };
-                    if lines.send(line).await.is_err() {
-                        break; // the client went away; dropping `events` ends the source too
-                    }
-                }
-            });
-            let body = futures_util::stream::unfold(received, |mut received| async move {
-                received
-                    .recv()
-                    .await
-                    .map(|line| (Ok::<_, Infallible>(line), received))
+            // The body owns the source: when the client goes away and hyper drops the body, the
+            // source (a running call, a followed process) is dropped with it, not at the next write.
+            let body = futures_util::stream::unfold(Box::pin(events), |mut events| async move {
+                let line = match tokio::time::timeout(keep_alive(), events.next()).await {
+                    Ok(Some(event)) => ndjson_line(&event.data),
+                    Ok(None) => return None,
+                    Err(_) => ndjson_line(&serde_json::json!({"type": "keepalive"})),
+                };
+                Some((Ok::<_, Infallible>(line), events))
             });
             Response::builder()
                 .header(header::CONTENT_TYPE, "application/x-ndjson")
