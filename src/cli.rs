@@ -16,6 +16,8 @@ pub struct Cli {
     pub command: Command,
 }
 
+// Parsed once at start; boxing the larger variant would buy nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve the HTTP API.
@@ -70,8 +72,8 @@ pub struct ServeArgs {
     #[arg(long, env = "BOXD_CELL_TIMEOUT", default_value_t = 300.0)]
     pub cell_timeout: f64,
 
-    /// Families to enable (comma-separated; default: all): their tools and their routes. An image
-    /// offers only what it needs.
+    /// Families to enable (comma-separated): their tools and their routes. An image offers only what
+    /// it needs. Default: every family that needs no display or device (all but `computer`).
     #[arg(
         long,
         env = "BOXD_TOOLS",
@@ -105,6 +107,15 @@ pub struct ServeArgs {
     /// Workspace watch streams open at once.
     #[arg(long, env = "BOXD_MAX_WATCHES", default_value_t = 16)]
     pub max_watches: usize,
+
+    /// The X display the `computer` family drives (images run Xvfb on `:1`).
+    #[arg(long, env = "DISPLAY", default_value = ":1")]
+    pub display: String,
+
+    /// Screenshots larger than WIDTHxHEIGHT are scaled down to fit, and every coordinate the
+    /// `computer` tool takes or gives is in the screenshot's pixels (default: the screen's own size).
+    #[arg(long, env = "BOXD_SCREENSHOT_MAX")]
+    pub screenshot_max: Option<String>,
 
     /// Cap in bytes on each of a command's stdout and stderr (head and tail are kept).
     #[arg(long, env = "BOXD_MAX_OUTPUT", default_value_t = 4 * 1024 * 1024)]

@@ -2,6 +2,7 @@
 
 mod child;
 mod cli;
+mod computer;
 mod deadline;
 mod error;
 mod family;
@@ -31,19 +32,22 @@ use tools::ToolRegistry;
 
 /// Every family, in start order (they stop in reverse). Adding a family is a module with a
 /// `family(&Setup)` builder and one line here.
-const FAMILIES: &[(&str, Builder)] = &[
-    ("shell", shell::family),
-    ("ipython", ipython::family),
-    ("filesystem", filesystem::family),
-    ("workspace", workspace::family),
-    ("git", git::family),
-    ("processes", processes::family),
-    ("watch", watch::family),
-    ("mcp", mcp::family),
+/// Every family, in start order: its `--tools` name, whether it is on when `--tools` is not given
+/// (families that need a display or a device are not), and its builder.
+const FAMILIES: &[(&str, bool, Builder)] = &[
+    ("shell", true, shell::family),
+    ("ipython", true, ipython::family),
+    ("filesystem", true, filesystem::family),
+    ("workspace", true, workspace::family),
+    ("git", true, git::family),
+    ("processes", true, processes::family),
+    ("watch", true, watch::family),
+    ("mcp", true, mcp::family),
+    ("computer", false, computer::family),
 ];
 
 fn family_names() -> impl Iterator<Item = &'static str> {
-    FAMILIES.iter().map(|(name, _)| *name)
+    FAMILIES.iter().map(|(name, _, _)| *name)
 }
 
 /// How long in-flight requests may finish after SIGTERM before boxd exits anyway.
@@ -126,11 +130,17 @@ async fn serve(args: ServeArgs, instance: String) -> Result<(), String> {
         workspace: &workspace,
         mcp: &mcp_host,
     };
-    let wanted = |name: &str| args.tools.is_empty() || args.tools.iter().any(|w| w == name);
+    let wanted = |name: &str, by_default: bool| {
+        if args.tools.is_empty() {
+            by_default
+        } else {
+            args.tools.iter().any(|wanted| wanted == name)
+        }
+    };
     let mut enabled = Vec::new();
     let mut disabled = Vec::new();
-    for (name, build) in FAMILIES {
-        if wanted(name) {
+    for (name, by_default, build) in FAMILIES {
+        if wanted(name, *by_default) {
             enabled.push(build(&setup)?);
         } else {
             disabled.push(*name);

@@ -1,0 +1,518 @@
+//! The actions of the `computer` tool: read from a call's arguments (every mistake is a sentence the
+//! model can act on) and then run on the desktop. Upstream's ten (computer-use-mcp 1.2.0) keep its exact
+//! texts; the rest are the model contracts' names and fields.
+
+use std::time::Duration;
+
+use serde_json::{Map, Value, json};
+
+use super::keys;
+
+/// Longest `hold_key` and `wait`, as the model contracts bound them.
+pub const MAX_ACTION_DURATION: Duration = Duration::from_secs(300);
+/// Longest text one `type` action types.
+pub const MAX_TYPED_CHARS: usize = 100_000;
+/// Most presses of one `key` action (`repeat`), as the toolset bounds it.
+pub const MAX_KEY_REPEAT: u64 = 100;
+
+pub const UPSTREAM_ACTIONS: [&str; 10] = [
+    "key",
+    "type",
+    "mouse_move",
+    "left_click",
+    "left_click_drag",
+    "right_click",
+    "middle_click",
+    "double_click",
+    "get_screenshot",
+    "get_cursor_position",
+];
+
+pub const MORE_ACTIONS: [&str; 11] = [
+    "screenshot",
+    "cursor_position",
+    "triple_click",
+    "left_mouse_down",
+    "left_mouse_up",
+    "scroll",
+    "hold_key",
+    "wait",
+    "zoom",
+    "key_down",
+    "key_up",
+];
+
+/// A point as the caller gave it (for the answer's text) and where it is on the screen.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Point {
+    pub shown: (String, String),
+    pub x: i32,
+    pub y: i32,
+}
+
+impl Point {
+    pub fn text(&self) -> String {
+        format!("({}, {})", self.shown.0, self.shown.1)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Button {
+    Left = 1,
+    Middle = 2,
+    Right = 3,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ShotOptions {
+    pub jpeg_quality: Option<u8>,
+    pub cursor: bool,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    Key {
+        text: String,
+        chord: Vec<u32>,
+        repeat: u64,
+    },
+    KeyDown {
+        text: String,
+        chord: Vec<u32>,
+    },
+    KeyUp {
+        text: String,
+        chord: Vec<u32>,
+    },
+    Type {
+        text: String,
+    },
+    MouseMove {
+        to: Point,
+    },
+    Click {
+        button: Button,
+        count: u8,
+        at: Option<Point>,
+        modifiers: Vec<u32>,
+        done: &'static str,
+    },
+    Drag {
+        from: Option<Point>,
+        to: Point,
+    },
+    MouseDown {
+        at: Option<Point>,
+    },
+    MouseUp {
+        at: Option<Point>,
+    },
+    Scroll {
+        direction: String,
+        button: u8,
+        amount: u64,
+        at: Option<Point>,
+        modifiers: Vec<u32>,
+    },
+    HoldKey {
+        text: String,
+        chord: Vec<u32>,
+        duration: Duration,
+        shown: String,
+    },
+    Wait {
+        duration: Duration,
+        shown: String,
+    },
+    Screenshot(ShotOptions),
+    CursorPosition,
+    Zoom {
+        region: (Point, Point),
+        options: ShotOptions,
+    },
+}
+
+/// How caller coordinates relate to the screen: screenshots may be scaled down to fit a maximum size, and
+/// then every coordinate a caller sends or reads is in the screenshot's pixels.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Geometry {
+    pub screen: (u32, u32),
+    pub image: (u32, u32),
+}
+
+impl Geometry {
+    pub fn scaled(&self) -> bool {
+        self.screen != self.image
+    }
+
+    /// Caller space to screen pixels.
+    fn screen_point(self, x: f64, y: f64) -> (i32, i32) {
+        let scale_x = f64::from(self.screen.0) / f64::from(self.image.0.max(1));
+        let scale_y = f64::from(self.screen.1) / f64::from(self.image.1.max(1));
+        ((x * scale_x).round() as i32, (y * scale_y).round() as i32)
+    }
+
+    /// Screen pixels to caller space.
+    pub fn caller_point(self, x: i32, y: i32) -> (i64, i64) {
+        let scale_x = f64::from(self.image.0) / f64::from(self.screen.0.max(1));
+        let scale_y = f64::from(self.image.1) / f64::from(self.screen.1.max(1));
+        (
+            (f64::from(x) * scale_x).round() as i64,
+            (f64::from(y) * scale_y).round() as i64,
+        )
+    }
+}
+
+/// A number as JavaScript prints it (upstream's texts come from JS): `100`, `1.5`.
+pub fn js_number(value: f64) -> String {
+    if value.fract() == 0.0 && value.abs() < 1e21 {
+        format!("{}", value as i64)
+    } else {
+        format!("{value}")
+    }
+}
+
+fn point(value: &Value, field: &str, geometry: &Geometry) -> Result<Point, String> {
+    let pair = value
+        .as_array()
+        .filter(|pair| pair.len() == 2)
+        .and_then(|pair| Some((pair[0].as_f64()?, pair[1].as_f64()?)))
+        .ok_or_else(|| format!("{field} must be [x, y], two numbers; got {value}"))?;
+    let (x, y) = pair;
+    let (width, height) = geometry.image;
+    if !(x >= 0.0 && y >= 0.0 && x < f64::from(width) && y < f64::from(height)) {
+        return Err(format!(
+            "Coordinates ({}, {}) are outside display bounds of {width}x{height}",
+            js_number(x),
+            js_number(y)
+        ));
+    }
+    let (screen_x, screen_y) = geometry.screen_point(x, y);
+    Ok(Point {
+        shown: (js_number(x), js_number(y)),
+        x: screen_x,
+        y: screen_y,
+    })
+}
+
+fn duration(arguments: &Map<String, Value>, action: &str) -> Result<(Duration, String), String> {
+    let seconds = arguments
+        .get("duration")
+        .and_then(Value::as_f64)
+        .ok_or_else(|| format!("duration (seconds) required for {action}"))?;
+    if !(0.0..=MAX_ACTION_DURATION.as_secs_f64()).contains(&seconds) {
+        return Err(format!(
+            "duration must be between 0 and {} seconds, got {}",
+            MAX_ACTION_DURATION.as_secs(),
+            js_number(seconds)
+        ));
+    }
+    Ok((Duration::from_secs_f64(seconds), js_number(seconds)))
+}
+
+fn text<'a>(arguments: &'a Map<String, Value>, action: &str) -> Result<&'a str, String> {
+    match arguments.get("text") {
+        Some(Value::String(text)) if !text.is_empty() => Ok(text),
+        _ => Err(format!("Text required for {action}")),
+    }
+}
+
+/// Modifiers held during a click or scroll (`text`: `ctrl`, `shift+alt`); none when absent or empty.
+fn modifiers(arguments: &Map<String, Value>) -> Result<Vec<u32>, String> {
+    match arguments.get("text") {
+        Some(Value::String(text)) if !text.trim().is_empty() => keys::parse_chord(text),
+        _ => Ok(Vec::new()),
+    }
+}
+
+fn shot_options(arguments: &Map<String, Value>) -> Result<ShotOptions, String> {
+    let format = arguments
+        .get("format")
+        .and_then(Value::as_str)
+        .unwrap_or("png");
+    let jpeg_quality = match format.to_ascii_lowercase().as_str() {
+        "png" => None,
+        "jpeg" | "jpg" => {
+            let quality = arguments
+                .get("quality")
+                .and_then(Value::as_u64)
+                .unwrap_or(75);
+            if !(1..=100).contains(&quality) {
+                return Err(format!("quality must be 1 to 100, got {quality}"));
+            }
+            Some(quality as u8)
+        }
+        other => return Err(format!("format must be png or jpeg, got {other:?}")),
+    };
+    let cursor = arguments
+        .get("cursor")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    Ok(ShotOptions {
+        jpeg_quality,
+        cursor,
+    })
+}
+
+/// Reads one action from a call's arguments. The coordinate is checked first, whatever the action, as
+/// upstream does.
+pub fn parse(arguments: &Value, geometry: &Geometry) -> Result<Action, String> {
+    let Some(arguments) = arguments.as_object() else {
+        return Err("arguments must be an object with an action".into());
+    };
+    let action = match arguments.get("action") {
+        Some(Value::String(action)) => action.as_str(),
+        _ => {
+            return Err(format!(
+                "action is required: one of {}",
+                UPSTREAM_ACTIONS
+                    .iter()
+                    .chain(MORE_ACTIONS.iter())
+                    .copied()
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+    };
+    let coordinate = match arguments.get("coordinate") {
+        None | Some(Value::Null) => None,
+        Some(value) => Some(point(value, "coordinate", geometry)?),
+    };
+    let require_coordinate = || {
+        coordinate
+            .clone()
+            .ok_or_else(|| format!("Coordinate required for {action}"))
+    };
+    let click = |button, count, done| -> Result<Action, String> {
+        Ok(Action::Click {
+            button,
+            count,
+            at: coordinate.clone(),
+            modifiers: modifiers(arguments)?,
+            done,
+        })
+    };
+    Ok(match action {
+        "key" => {
+            let text = text(arguments, action)?;
+            let repeat = match arguments.get("repeat") {
+                None | Some(Value::Null) => 1,
+                Some(value) => value
+                    .as_u64()
+                    .filter(|count| (1..=MAX_KEY_REPEAT).contains(count))
+                    .ok_or_else(|| {
+                        format!("repeat must be a whole number from 1 to {MAX_KEY_REPEAT}")
+                    })?,
+            };
+            Action::Key {
+                chord: keys::parse_chord(text)?,
+                text: text.to_owned(),
+                repeat,
+            }
+        }
+        "key_down" | "key_up" => {
+            let text = text(arguments, action)?;
+            let chord = keys::parse_chord(text)?;
+            let text = text.to_owned();
+            if action == "key_down" {
+                Action::KeyDown { text, chord }
+            } else {
+                Action::KeyUp { text, chord }
+            }
+        }
+        "type" => {
+            let text = text(arguments, action)?;
+            if text.chars().count() > MAX_TYPED_CHARS {
+                return Err(format!(
+                    "text is too long to type at once: at most {MAX_TYPED_CHARS} characters"
+                ));
+            }
+            Action::Type {
+                text: text.to_owned(),
+            }
+        }
+        "mouse_move" => Action::MouseMove {
+            to: require_coordinate()?,
+        },
+        "left_click" => click(Button::Left, 1, "Left clicked")?,
+        "right_click" => click(Button::Right, 1, "Right clicked")?,
+        "middle_click" => click(Button::Middle, 1, "Middle clicked")?,
+        "double_click" => click(Button::Left, 2, "Double clicked")?,
+        "triple_click" => click(Button::Left, 3, "Triple clicked")?,
+        "left_click_drag" => Action::Drag {
+            from: match arguments.get("start_coordinate") {
+                None | Some(Value::Null) => None,
+                Some(value) => Some(point(value, "start_coordinate", geometry)?),
+            },
+            to: require_coordinate()?,
+        },
+        "left_mouse_down" => Action::MouseDown { at: coordinate },
+        "left_mouse_up" => Action::MouseUp { at: coordinate },
+        "scroll" => {
+            let direction = arguments
+                .get("scroll_direction")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_ascii_lowercase();
+            let button = match direction.as_str() {
+                "up" => 4,
+                "down" => 5,
+                "left" => 6,
+                "right" => 7,
+                _ => {
+                    return Err("scroll_direction must be one of up, down, left, right".to_owned());
+                }
+            };
+            let amount = match arguments.get("scroll_amount") {
+                None | Some(Value::Null) => 3,
+                Some(value) => value
+                    .as_u64()
+                    .filter(|amount| *amount <= 100)
+                    .ok_or_else(|| {
+                        "scroll_amount must be a whole number from 0 to 100".to_owned()
+                    })?,
+            };
+            Action::Scroll {
+                direction,
+                button,
+                amount,
+                at: coordinate,
+                modifiers: modifiers(arguments)?,
+            }
+        }
+        "hold_key" => {
+            let text = text(arguments, action)?;
+            let (duration, shown) = duration(arguments, action)?;
+            Action::HoldKey {
+                chord: keys::parse_chord(text)?,
+                text: text.to_owned(),
+                duration,
+                shown,
+            }
+        }
+        "wait" => {
+            let (duration, shown) = duration(arguments, action)?;
+            Action::Wait { duration, shown }
+        }
+        "get_screenshot" | "screenshot" => Action::Screenshot(shot_options(arguments)?),
+        "get_cursor_position" | "cursor_position" => Action::CursorPosition,
+        "zoom" => {
+            let region = arguments
+                .get("region")
+                .and_then(Value::as_array)
+                .filter(|region| region.len() == 4)
+                .ok_or_else(|| "region must be [x0, y0, x1, y1]".to_owned())?;
+            let first = point(&json!([region[0], region[1]]), "region", geometry)?;
+            let second = point(&json!([region[2], region[3]]), "region", geometry)?;
+            if second.x <= first.x || second.y <= first.y {
+                return Err("region must be [x0, y0, x1, y1] with x1 > x0 and y1 > y0".into());
+            }
+            Action::Zoom {
+                region: (first, second),
+                options: shot_options(arguments)?,
+            }
+        }
+        other => {
+            return Err(format!(
+                "Unknown action: {other}. Valid actions: {}",
+                UPSTREAM_ACTIONS
+                    .iter()
+                    .chain(MORE_ACTIONS.iter())
+                    .copied()
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SCREEN: Geometry = Geometry {
+        screen: (1280, 800),
+        image: (1280, 800),
+    };
+
+    fn parsed(arguments: Value) -> Result<Action, String> {
+        parse(&arguments, &SCREEN)
+    }
+
+    #[test]
+    fn upstream_errors_keep_their_exact_texts() {
+        assert_eq!(
+            parsed(json!({"action": "left_click", "coordinate": [1280, 5]})),
+            Err("Coordinates (1280, 5) are outside display bounds of 1280x800".into())
+        );
+        assert_eq!(
+            parsed(json!({"action": "key", "coordinate": [-1, 0], "text": "x"})),
+            Err("Coordinates (-1, 0) are outside display bounds of 1280x800".into())
+        );
+        assert_eq!(
+            parsed(json!({"action": "mouse_move"})),
+            Err("Coordinate required for mouse_move".into())
+        );
+        assert_eq!(
+            parsed(json!({"action": "left_click_drag"})),
+            Err("Coordinate required for left_click_drag".into())
+        );
+        assert_eq!(
+            parsed(json!({"action": "key"})),
+            Err("Text required for key".into())
+        );
+        assert_eq!(
+            parsed(json!({"action": "type", "text": ""})),
+            Err("Text required for type".into())
+        );
+        assert_eq!(
+            parsed(json!({"action": "key", "text": "ctrl+Hyperdrive"})),
+            Err("Invalid key: hyperdrive".into())
+        );
+        assert!(
+            parsed(json!({"action": "fly"}))
+                .unwrap_err()
+                .starts_with("Unknown action: fly. Valid actions: key, type")
+        );
+    }
+
+    #[test]
+    fn coordinates_map_from_a_scaled_screenshot_to_the_screen() {
+        let half = Geometry {
+            screen: (2560, 1600),
+            image: (1280, 800),
+        };
+        let Ok(Action::MouseMove { to }) = parse(
+            &json!({"action": "mouse_move", "coordinate": [100, 50.5]}),
+            &half,
+        ) else {
+            panic!("a move");
+        };
+        assert_eq!((to.x, to.y, to.text()), (200, 101, "(100, 50.5)".into()));
+        assert_eq!(half.caller_point(200, 101), (100, 51));
+    }
+
+    #[test]
+    fn the_model_contracts_actions_are_read() {
+        assert!(matches!(
+            parsed(json!({"action": "scroll", "scroll_direction": "down", "scroll_amount": 5, "text": "ctrl"})),
+            Ok(Action::Scroll { button: 5, amount: 5, ref modifiers, .. }) if modifiers == &[keys::XK_CONTROL_L]
+        ));
+        assert!(matches!(
+            parsed(json!({"action": "hold_key", "text": "shift", "duration": 0.5})),
+            Ok(Action::HoldKey { .. })
+        ));
+        assert_eq!(
+            parsed(json!({"action": "wait", "duration": 301})),
+            Err("duration must be between 0 and 300 seconds, got 301".into())
+        );
+        assert!(matches!(
+            parsed(json!({"action": "zoom", "region": [10, 10, 110, 60]})),
+            Ok(Action::Zoom { .. })
+        ));
+        assert!(matches!(
+            parsed(json!({"action": "key", "text": "a", "repeat": 3})),
+            Ok(Action::Key { repeat: 3, .. })
+        ));
+    }
+}

@@ -1,0 +1,91 @@
+//! The `computer` family: the desktop on an X display (`--display`, `DISPLAY`; images use `:1`). Not in
+//! the default family list: only images with a display name it. Its health follows the display: ready
+//! once connected, `failed` with the reason while the display is unreachable (calls then answer 503 with
+//! that reason), and it reconnects with backoff until the display is back.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::Computer;
+use super::desktop::Desktop;
+use crate::child::Backoff;
+use crate::family::{BoxFuture, Family, Health, Setup};
+use crate::tools::Tool;
+
+struct ComputerFamily {
+    computer: Arc<Computer>,
+    display: String,
+}
+
+impl Family for ComputerFamily {
+    fn name(&self) -> &'static str {
+        "computer"
+    }
+
+    fn tools(&self) -> Vec<Tool> {
+        super::tools(&self.computer)
+    }
+
+    fn reserved_groups(&self) -> Vec<&'static str> {
+        vec![super::GROUP]
+    }
+
+    /// Every child (a shell command, a cell, a browser) draws on the same display.
+    fn child_environment(&self) -> Vec<(String, String)> {
+        vec![("DISPLAY".to_owned(), self.display.clone())]
+    }
+
+    fn start(self: Arc<Self>, health: Health) -> BoxFuture<'static, ()> {
+        Box::pin(async move {
+            let desktop = self.computer.desktop.clone();
+            desktop.set_health(health.clone());
+            let mut backoff = Backoff::new(Duration::from_millis(250), Duration::from_secs(5));
+            loop {
+                match desktop.run(|session| session.sync()).await {
+                    Ok(()) => {
+                        health.ready();
+                        backoff.reset();
+                        desktop.lost().await;
+                    }
+                    Err(err) => {
+                        health.failed(format!("display {} unreachable: {err}", self.display));
+                        tokio::time::sleep(backoff.next_delay()).await;
+                    }
+                }
+            }
+        })
+    }
+}
+
+pub fn family(setup: &Setup) -> Result<Arc<dyn Family>, String> {
+    let args = setup.args;
+    let display = args.display.clone();
+    let max_image = match &args.screenshot_max {
+        None => None,
+        Some(size) => Some(parse_size(size).ok_or_else(|| {
+            format!("--screenshot-max must be WIDTHxHEIGHT (e.g. 1280x800), got {size:?}")
+        })?),
+    };
+    let desktop = Desktop::start(display.clone())?;
+    Ok(Arc::new(ComputerFamily {
+        computer: Arc::new(Computer { desktop, max_image }),
+        display,
+    }))
+}
+
+fn parse_size(size: &str) -> Option<(u32, u32)> {
+    let (width, height) = size.trim().split_once(['x', 'X'])?;
+    let size = (width.trim().parse().ok()?, height.trim().parse().ok()?);
+    (size.0 > 0 && size.1 > 0).then_some(size)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn sizes_read_as_width_by_height() {
+        assert_eq!(super::parse_size("1280x800"), Some((1280, 800)));
+        assert_eq!(super::parse_size(" 1024 X 768 "), Some((1024, 768)));
+        assert_eq!(super::parse_size("0x10"), None);
+        assert_eq!(super::parse_size("wide"), None);
+    }
+}

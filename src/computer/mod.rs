@@ -1,0 +1,573 @@
+//! The `computer` family: desktop control on an X display (group `computer-use`), native. The tool
+//! `computer` answers upstream's ten actions (computer-use-mcp 1.2.0) with their exact texts and the
+//! model contracts' other actions under their names; `computer_batch` runs a list of them in one call.
+//! Bad arguments are `isError` results that say what is wrong, never an HTTP error (the Python client
+//! would drop the reason).
+
+mod actions;
+mod capture;
+mod desktop;
+mod family;
+mod keys;
+mod x11;
+
+pub use family::family;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::error::ApiError;
+use crate::tools::{CallToolResult, ContentItem, Tool};
+use actions::{Action, Button, Geometry, ShotOptions};
+use capture::Encoding;
+use desktop::{Desktop, DesktopError};
+
+pub const GROUP: &str = "computer-use";
+
+/// What batch actions after a failed one answer (the toolset contract's exact words).
+const NOT_EXECUTED: &str = "Not executed: an earlier computer action in this turn failed.";
+/// Intermediate pointer positions of a drag, so applications that track motion see a path.
+const DRAG_STEPS: i32 = 10;
+
+pub struct Computer {
+    desktop: Desktop,
+    /// Screenshots larger than this are scaled down to fit, and coordinates follow (None: never).
+    max_image: Option<(u32, u32)>,
+}
+
+/// Why an action did not happen: the caller's mistake (an `isError` result), or the desktop's state
+/// (an HTTP error with a retry hint).
+enum Failure {
+    Action(String),
+    Desktop(DesktopError),
+}
+
+impl From<DesktopError> for Failure {
+    fn from(err: DesktopError) -> Self {
+        match err {
+            DesktopError::X(x11::XError::Request(reason)) => Failure::Action(reason),
+            other => Failure::Desktop(other),
+        }
+    }
+}
+
+impl From<DesktopError> for ApiError {
+    fn from(err: DesktopError) -> Self {
+        match err {
+            DesktopError::Busy => ApiError::TooManyRequests(err.to_string()),
+            other => ApiError::Unavailable {
+                message: other.to_string(),
+                retry_after_seconds: 1,
+            },
+        }
+    }
+}
+
+fn text(text: impl Into<String>) -> ContentItem {
+    ContentItem::Text {
+        text: text.into(),
+        description: None,
+    }
+}
+
+impl Computer {
+    async fn geometry(&self) -> Result<Geometry, DesktopError> {
+        let (width, height) = self
+            .desktop
+            .run(|session| Ok((u32::from(session.width), u32::from(session.height))))
+            .await?;
+        Ok(Geometry {
+            screen: (width, height),
+            image: capture::fitted((width, height), self.max_image),
+        })
+    }
+
+    async fn call(&self, arguments: Value) -> Result<CallToolResult, ApiError> {
+        let geometry = self.geometry().await?;
+        let outcome = match actions::parse(&arguments, &geometry) {
+            Ok(action) => self.execute(action, &geometry).await,
+            Err(reason) => Err(Failure::Action(reason)),
+        };
+        match outcome {
+            Ok(items) => Ok(CallToolResult::new(items, false)),
+            Err(Failure::Action(reason)) => Ok(CallToolResult::new(vec![text(reason)], true)),
+            Err(Failure::Desktop(err)) => Err(err.into()),
+        }
+    }
+
+    async fn batch(&self, arguments: Value) -> Result<CallToolResult, ApiError> {
+        let Some(list) = arguments.get("actions").and_then(Value::as_array) else {
+            return Ok(CallToolResult::new(
+                vec![text("actions must be a list of computer actions")],
+                true,
+            ));
+        };
+        let geometry = self.geometry().await?;
+        let mut items = Vec::new();
+        let mut failed = false;
+        for arguments in list {
+            if failed {
+                items.push(text(NOT_EXECUTED));
+                continue;
+            }
+            let outcome = match actions::parse(arguments, &geometry) {
+                Ok(action) => self.execute(action, &geometry).await,
+                Err(reason) => Err(Failure::Action(reason)),
+            };
+            match outcome {
+                Ok(done) => items.extend(done),
+                Err(Failure::Action(reason)) => {
+                    failed = true;
+                    items.push(text(reason));
+                }
+                Err(Failure::Desktop(err)) => return Err(err.into()),
+            }
+        }
+        if arguments.get("screenshot").and_then(Value::as_bool) == Some(true) {
+            let shot = ShotOptions {
+                jpeg_quality: None,
+                cursor: false,
+            };
+            match self.execute(Action::Screenshot(shot), &geometry).await {
+                Ok(done) => items.extend(done),
+                Err(Failure::Action(reason)) => {
+                    failed = true;
+                    items.push(text(reason));
+                }
+                Err(Failure::Desktop(err)) => return Err(err.into()),
+            }
+        }
+        Ok(CallToolResult::new(items, failed))
+    }
+
+    async fn execute(
+        &self,
+        action: Action,
+        geometry: &Geometry,
+    ) -> Result<Vec<ContentItem>, Failure> {
+        let done = match action {
+            Action::Key {
+                text: shown,
+                chord,
+                repeat,
+            } => {
+                self.desktop
+                    .run(move |session| {
+                        for _ in 0..repeat {
+                            press_chord(session, &chord)?;
+                            release_chord(session, &chord)?;
+                        }
+                        session.sync()
+                    })
+                    .await?;
+                format!("Pressed key: {shown}")
+            }
+            Action::KeyDown { text: shown, chord } => {
+                self.desktop
+                    .run(move |session| {
+                        press_chord(session, &chord)?;
+                        session.sync()
+                    })
+                    .await?;
+                format!("Key down: {shown}")
+            }
+            Action::KeyUp { text: shown, chord } => {
+                self.desktop
+                    .run(move |session| {
+                        release_chord(session, &chord)?;
+                        session.sync()
+                    })
+                    .await?;
+                format!("Key up: {shown}")
+            }
+            Action::Type { text: typed } => {
+                let characters = typed.clone();
+                self.desktop
+                    .run(move |session| {
+                        for character in characters.chars() {
+                            session.type_char(character)?;
+                        }
+                        session.sync()
+                    })
+                    .await?;
+                format!("Typed text: {typed}")
+            }
+            Action::MouseMove { to } => {
+                let (x, y) = (to.x, to.y);
+                self.desktop
+                    .run(move |session| {
+                        session.move_to(x, y)?;
+                        session.sync()
+                    })
+                    .await?;
+                format!("Moved cursor to: {}", to.text())
+            }
+            Action::Click {
+                button,
+                count,
+                at,
+                modifiers,
+                done,
+            } => {
+                let at = at.map(|point| (point.x, point.y));
+                self.desktop
+                    .run(move |session| {
+                        if let Some((x, y)) = at {
+                            session.move_to(x, y)?;
+                        }
+                        press_chord(session, &modifiers)?;
+                        for _ in 0..count {
+                            session.button(button as u8, true)?;
+                            session.button(button as u8, false)?;
+                        }
+                        release_chord(session, &modifiers)?;
+                        session.sync()
+                    })
+                    .await?;
+                done.to_owned()
+            }
+            Action::Drag { from, to } => {
+                let start = from.map(|point| (point.x, point.y));
+                let end = (to.x, to.y);
+                self.desktop
+                    .run(move |session| {
+                        if let Some((x, y)) = start {
+                            session.move_to(x, y)?;
+                        }
+                        let (from_x, from_y) = session.pointer()?;
+                        session.button(Button::Left as u8, true)?;
+                        for step in 1..=DRAG_STEPS {
+                            let x = from_x + (end.0 - from_x) * step / DRAG_STEPS;
+                            let y = from_y + (end.1 - from_y) * step / DRAG_STEPS;
+                            session.move_to(x, y)?;
+                        }
+                        session.button(Button::Left as u8, false)?;
+                        session.sync()
+                    })
+                    .await?;
+                format!("Dragged to: {}", to.text())
+            }
+            Action::MouseDown { at } => {
+                self.mouse_button(at.map(|point| (point.x, point.y)), true)
+                    .await?;
+                "Left mouse down".to_owned()
+            }
+            Action::MouseUp { at } => {
+                self.mouse_button(at.map(|point| (point.x, point.y)), false)
+                    .await?;
+                "Left mouse up".to_owned()
+            }
+            Action::Scroll {
+                direction,
+                button,
+                amount,
+                at,
+                modifiers,
+            } => {
+                let at = at.map(|point| (point.x, point.y));
+                self.desktop
+                    .run(move |session| {
+                        if let Some((x, y)) = at {
+                            session.move_to(x, y)?;
+                        }
+                        press_chord(session, &modifiers)?;
+                        for _ in 0..amount {
+                            session.button(button, true)?;
+                            session.button(button, false)?;
+                        }
+                        release_chord(session, &modifiers)?;
+                        session.sync()
+                    })
+                    .await?;
+                format!("Scrolled {direction} by {amount}")
+            }
+            Action::HoldKey {
+                text: shown,
+                chord,
+                duration,
+                shown: seconds,
+            } => {
+                self.hold(chord, duration).await?;
+                format!("Held key: {shown} for {seconds}s")
+            }
+            Action::Wait {
+                duration,
+                shown: seconds,
+            } => {
+                tokio::time::sleep(duration).await;
+                format!("Waited {seconds}s")
+            }
+            Action::CursorPosition => {
+                let (x, y) = self.desktop.run(|session| session.pointer()).await?;
+                let (x, y) = geometry.caller_point(x, y);
+                json!({"x": x, "y": y}).to_string()
+            }
+            Action::Screenshot(options) => return self.screenshot(options, geometry).await,
+            Action::Zoom { region, options } => {
+                return self.zoom(region, options, geometry).await;
+            }
+        };
+        Ok(vec![text(done)])
+    }
+
+    async fn mouse_button(&self, at: Option<(i32, i32)>, pressed: bool) -> Result<(), Failure> {
+        self.desktop
+            .run(move |session| {
+                if let Some((x, y)) = at {
+                    session.move_to(x, y)?;
+                }
+                session.button(Button::Left as u8, pressed)?;
+                session.sync()
+            })
+            .await?;
+        Ok(())
+    }
+
+    /// Presses the chord, waits, releases it; released even when the call is dropped while it waits.
+    async fn hold(&self, chord: Vec<u32>, duration: Duration) -> Result<(), Failure> {
+        let pressed = chord.clone();
+        self.desktop
+            .run(move |session| {
+                press_chord(session, &pressed)?;
+                session.sync()
+            })
+            .await?;
+        let release = ReleaseOnDrop {
+            desktop: self.desktop.clone(),
+            chord: Some(chord),
+        };
+        tokio::time::sleep(duration).await;
+        release.now().await
+    }
+
+    async fn screenshot(
+        &self,
+        options: ShotOptions,
+        geometry: &Geometry,
+    ) -> Result<Vec<ContentItem>, Failure> {
+        let (width, height) = geometry.screen;
+        let region = (0, 0, clamp_u16(width), clamp_u16(height));
+        let (image, pointer) = self
+            .desktop
+            .run(move |session| {
+                let pointer = if options.cursor {
+                    Some(session.pointer()?)
+                } else {
+                    None
+                };
+                Ok((session.capture(region)?, pointer))
+            })
+            .await?;
+        let target = geometry.image;
+        let caller_pointer = pointer.map(|(x, y)| geometry.caller_point(x, y));
+        let image = encode(image, target, caller_pointer, options).await?;
+        let mut size = json!({"display_width_px": target.0, "display_height_px": target.1});
+        let mut items = Vec::new();
+        if geometry.scaled() {
+            size["screen_width_px"] = json!(width);
+            size["screen_height_px"] = json!(height);
+            size["scale"] = json!(f64::from(target.0) / f64::from(width.max(1)));
+        }
+        items.push(text(size.to_string()));
+        items.push(image);
+        if geometry.scaled() {
+            items.push(text(format!(
+                "The screen is {width}x{height}; this image is {}x{}. Give coordinates in this image's pixels: they are scaled to the screen.",
+                target.0, target.1
+            )));
+        }
+        Ok(items)
+    }
+
+    async fn zoom(
+        &self,
+        (first, second): (actions::Point, actions::Point),
+        options: ShotOptions,
+        geometry: &Geometry,
+    ) -> Result<Vec<ContentItem>, Failure> {
+        let region = (
+            clamp_i16(first.x),
+            clamp_i16(first.y),
+            clamp_u16(u32::try_from(second.x.saturating_sub(first.x)).unwrap_or(1)),
+            clamp_u16(u32::try_from(second.y.saturating_sub(first.y)).unwrap_or(1)),
+        );
+        let image = self
+            .desktop
+            .run(move |session| session.capture(region))
+            .await?;
+        // The region at full resolution, enlarged or reduced to fit the usual screenshot size.
+        let (width, height) = image.dimensions();
+        let scale = f64::min(
+            f64::from(geometry.image.0) / f64::from(width.max(1)),
+            f64::from(geometry.image.1) / f64::from(height.max(1)),
+        );
+        let target = (
+            ((f64::from(width) * scale).round() as u32).max(1),
+            ((f64::from(height) * scale).round() as u32).max(1),
+        );
+        let options = ShotOptions {
+            cursor: false,
+            ..options
+        };
+        let encoded = encode(image, target, None, options).await?;
+        let described = json!({
+            "region": [first.shown.0.parse::<f64>().unwrap_or_default(), first.shown.1.parse::<f64>().unwrap_or_default(),
+                       second.shown.0.parse::<f64>().unwrap_or_default(), second.shown.1.parse::<f64>().unwrap_or_default()],
+            "width_px": target.0,
+            "height_px": target.1,
+        });
+        Ok(vec![text(described.to_string()), encoded])
+    }
+}
+
+/// Scales, marks the cursor and encodes off the async workers (a PNG of a full screen is milliseconds
+/// of CPU).
+async fn encode(
+    image: image::RgbImage,
+    target: (u32, u32),
+    pointer: Option<(i64, i64)>,
+    options: ShotOptions,
+) -> Result<ContentItem, Failure> {
+    let encoding = match options.jpeg_quality {
+        Some(quality) => Encoding::Jpeg { quality },
+        None => Encoding::Png,
+    };
+    let data = tokio::task::spawn_blocking(move || {
+        let mut image = capture::resize(image, target);
+        if let Some((x, y)) = pointer {
+            capture::draw_cursor(&mut image, x, y);
+        }
+        capture::encode_base64(&image, encoding)
+    })
+    .await
+    .map_err(|err| Failure::Action(format!("encoding the screenshot failed: {err}")))?
+    .map_err(Failure::Action)?;
+    Ok(ContentItem::Image {
+        data,
+        mime_type: encoding.mime_type().to_owned(),
+    })
+}
+
+fn press_chord(session: &mut x11::Session, chord: &[u32]) -> Result<(), x11::XError> {
+    for keysym in chord {
+        session.key(*keysym, true)?;
+    }
+    Ok(())
+}
+
+fn release_chord(session: &mut x11::Session, chord: &[u32]) -> Result<(), x11::XError> {
+    for keysym in chord.iter().rev() {
+        session.key(*keysym, false)?;
+    }
+    Ok(())
+}
+
+fn clamp_u16(value: u32) -> u16 {
+    u16::try_from(value).unwrap_or(u16::MAX)
+}
+
+fn clamp_i16(value: i32) -> i16 {
+    i16::try_from(value).unwrap_or(if value < 0 { i16::MIN } else { i16::MAX })
+}
+
+/// Releases held keys if `hold_key` is dropped (its caller went away) before it released them itself.
+struct ReleaseOnDrop {
+    desktop: Desktop,
+    chord: Option<Vec<u32>>,
+}
+
+impl ReleaseOnDrop {
+    async fn now(mut self) -> Result<(), Failure> {
+        let Some(chord) = self.chord.take() else {
+            return Ok(());
+        };
+        self.desktop
+            .run(move |session| {
+                release_chord(session, &chord)?;
+                session.sync()
+            })
+            .await?;
+        Ok(())
+    }
+}
+
+impl Drop for ReleaseOnDrop {
+    fn drop(&mut self) {
+        if let Some(chord) = self.chord.take() {
+            let desktop = self.desktop.clone();
+            tokio::spawn(async move {
+                let _ = desktop
+                    .run(move |session| {
+                        release_chord(session, &chord)?;
+                        session.sync()
+                    })
+                    .await;
+            });
+        }
+    }
+}
+
+fn schema() -> Value {
+    let mut actions: Vec<&str> = actions::UPSTREAM_ACTIONS.to_vec();
+    actions.extend(actions::MORE_ACTIONS);
+    json!({
+        "type": "object",
+        "properties": {
+            "action": {"type": "string", "enum": actions, "description": "The action to perform."},
+            "coordinate": {
+                "type": "array", "items": {"type": "number"}, "minItems": 2, "maxItems": 2,
+                "description": "[x, y] in screenshot pixels: where to move, click or scroll."
+            },
+            "text": {
+                "type": "string",
+                "description": "Text to type, or keys to press (`ctrl+shift+t`, `Return`, `KP_Enter`); on clicks and scroll, modifiers to hold."
+            },
+            "start_coordinate": {"type": "array", "items": {"type": "number"}, "minItems": 2, "maxItems": 2, "description": "left_click_drag: where the drag starts (default: the pointer)."},
+            "scroll_direction": {"type": "string", "enum": ["up", "down", "left", "right"]},
+            "scroll_amount": {"type": "integer", "minimum": 0, "maximum": 100, "description": "Wheel clicks (default 3)."},
+            "duration": {"type": "number", "minimum": 0, "maximum": 300, "description": "Seconds, for hold_key and wait."},
+            "repeat": {"type": "integer", "minimum": 1, "maximum": 100, "description": "key: how many times to press."},
+            "region": {"type": "array", "items": {"type": "number"}, "minItems": 4, "maxItems": 4, "description": "zoom: [x0, y0, x1, y1]."},
+            "format": {"type": "string", "enum": ["png", "jpeg"], "description": "Screenshot encoding (default png)."},
+            "quality": {"type": "integer", "minimum": 1, "maximum": 100, "description": "JPEG quality (default 75)."},
+            "cursor": {"type": "boolean", "description": "Draw the pointer into the screenshot."}
+        },
+        "required": ["action"]
+    })
+}
+
+pub fn tools(computer: &Arc<Computer>) -> Vec<Tool> {
+    let single = Arc::clone(computer);
+    let batch = Arc::clone(computer);
+    vec![
+        Tool::new(
+            GROUP,
+            "computer",
+            "Use a mouse and keyboard to interact with a computer, and take screenshots.",
+            schema(),
+            move |arguments| {
+                let computer = Arc::clone(&single);
+                async move { computer.call(arguments).await }
+            },
+        ),
+        Tool::new(
+            GROUP,
+            "computer_batch",
+            "Run several computer actions in order in one call; it stops at the first that fails. Optionally ends with a screenshot.",
+            json!({
+                "type": "object",
+                "properties": {
+                    "actions": {"type": "array", "items": schema(), "description": "Computer actions, as the computer tool takes them."},
+                    "screenshot": {"type": "boolean", "description": "Take a screenshot after the last action."}
+                },
+                "required": ["actions"]
+            }),
+            move |arguments| {
+                let computer = Arc::clone(&batch);
+                async move { computer.batch(arguments).await }
+            },
+        ),
+    ]
+}
