@@ -49,6 +49,10 @@ fn family_names() -> impl Iterator<Item = &'static str> {
 
 /// How long in-flight requests may finish after SIGTERM before boxd exits anyway.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+/// Threads of the runtime's blocking pool (file I/O, path resolution, git), at most; more blocking work
+/// queues for a thread instead of adding one. Tokio's default, 512, let a load burst grow boxd to
+/// hundreds of threads.
+const MAX_BLOCKING_THREADS: usize = 64;
 /// How long the runtime waits for blocking work (a read stuck on a FIFO, a terminal reader) at exit.
 const BLOCKING_WORK_GRACE: Duration = Duration::from_secs(1);
 
@@ -76,6 +80,7 @@ fn main() -> std::process::ExitCode {
     git::configure_library();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        .max_blocking_threads(MAX_BLOCKING_THREADS)
         .build()
     {
         Ok(runtime) => runtime,
