@@ -9,7 +9,7 @@ ENGINE ?= $(shell command -v podman || command -v docker)
 IMAGE_BASE ?= boxd-base:latest
 
 .PHONY: run build kernel-venv test setup lint unit python-tests smoke-release static bench image-base \
-	image-test clean
+	image-test clean load
 
 run: build
 	@PORT='$(PORT)' PYTHON='$(PYTHON)' ./scripts/run.sh
@@ -62,6 +62,13 @@ image-test: setup image-base
 bench: build
 	./bench/setup.sh
 	python3 bench/run.py
+
+# The issue #15 request mix with wrk (Debian package `wrk`) against a release boxd at 1, 64 and 512
+# connections; DURATION (30s) per level, LEVELS to choose them. Not part of `make test`.
+DURATION ?= 30s
+LEVELS ?= 1 64 512
+load: build
+	DURATION='$(DURATION)' LEVELS='$(LEVELS)' ./scripts/load.sh
 
 clean:
 	cargo clean

@@ -104,6 +104,12 @@ pub struct ServeArgs {
     #[arg(long, env = "BOXD_KEEP_ALIVE", default_value_t = 15.0)]
     pub keep_alive: f64,
 
+    /// Seconds a connection may take to send a request's headers, counted from the accept or from the
+    /// previous response (so it is also the idle timeout), before it is closed. Longer than clients'
+    /// own keep-alive expiry (httpx 5 s, aiohttp 15 s), so a client never reuses a closing connection.
+    #[arg(long, env = "BOXD_HEADER_TIMEOUT", default_value_t = 30.0)]
+    pub header_timeout: f64,
+
     /// Workspace watch streams open at once.
     #[arg(long, env = "BOXD_MAX_WATCHES", default_value_t = 16)]
     pub max_watches: usize,

@@ -37,6 +37,13 @@ pub enum ApiError {
     BadGateway(String),
     #[error("{0}")]
     GatewayTimeout(String),
+    /// Work that must wait its turn found the queue full or did not get its turn within its bound
+    /// (a concurrency cap); the client may retry after the given seconds.
+    #[error("{message}")]
+    Busy {
+        message: String,
+        retry_after_seconds: u64,
+    },
     /// A family that is starting or failed; the client may retry after the given seconds.
     #[error("{message}")]
     Unavailable {
@@ -58,7 +65,7 @@ impl ApiError {
             ApiError::RangeNotSatisfiable(_) => StatusCode::RANGE_NOT_SATISFIABLE,
             ApiError::Unprocessable(_) => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::InsufficientStorage(_) => StatusCode::INSUFFICIENT_STORAGE,
-            ApiError::TooManyRequests(_) => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::TooManyRequests(_) | ApiError::Busy { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::BadGateway(_) => StatusCode::BAD_GATEWAY,
             ApiError::GatewayTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
             ApiError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
@@ -103,6 +110,10 @@ impl IntoResponse for ApiError {
         }
         let retry_after = match &self {
             ApiError::Unavailable {
+                retry_after_seconds,
+                ..
+            }
+            | ApiError::Busy {
                 retry_after_seconds,
                 ..
             } => Some(*retry_after_seconds),

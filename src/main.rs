@@ -52,6 +52,10 @@ fn family_names() -> impl Iterator<Item = &'static str> {
 
 /// How long in-flight requests may finish after SIGTERM before boxd exits anyway.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+/// Threads of the runtime's blocking pool (file I/O, path resolution, git), at most; more blocking work
+/// queues for a thread instead of adding one. Tokio's default, 512, let a load burst grow boxd to
+/// hundreds of threads.
+const MAX_BLOCKING_THREADS: usize = 64;
 /// How long the runtime waits for blocking work (a read stuck on a FIFO, a terminal reader) at exit.
 const BLOCKING_WORK_GRACE: Duration = Duration::from_secs(1);
 
@@ -79,6 +83,7 @@ fn main() -> std::process::ExitCode {
     git::configure_library();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        .max_blocking_threads(MAX_BLOCKING_THREADS)
         .build()
     {
         Ok(runtime) => runtime,
@@ -153,6 +158,8 @@ async fn serve(args: ServeArgs, instance: String) -> Result<(), String> {
     child::set_family_environment(families.child_environment());
 
     let stop_requested = stop_signal()?;
+    // Idle clients must not be what runs boxd out of descriptors: take all the hard limit allows.
+    let fd_limit = http::serve::raise_fd_limit();
     let listener = TcpListener::bind((args.host.as_str(), args.port))
         .await
         .map_err(|err| format!("cannot listen on {}:{}: {err}", args.host, args.port))?;
@@ -184,25 +191,27 @@ async fn serve(args: ServeArgs, instance: String) -> Result<(), String> {
         let _ = stop_tx.send(true);
     });
     let mut graceful_stop = stop_rx.clone();
-    // Without TCP_NODELAY a streamed body's first small write waits on the client's delayed ACK of the
-    // headers (~40 ms per small file read).
-    let listener = axum::serve::ListenerExt::tap_io(listener, |stream| {
-        if let Err(err) = stream.set_nodelay(true) {
-            tracing::debug!("cannot set TCP_NODELAY: {err}");
-        }
-    });
     let router = http::router(http::Core {
         tools: Arc::clone(&tools),
         families: Arc::clone(&families),
         tool_routes: mcp::tool_routes(Arc::clone(&mcp_host)),
         token: auth::Token::new(&token),
     });
-    let server = axum::serve(listener, router).with_graceful_shutdown(async move {
+    let limits = http::serve::Limits {
+        max_connections: http::serve::connection_cap(fd_limit),
+        header_timeout: cli::positive_seconds("--header-timeout", args.header_timeout)?,
+    };
+    tracing::debug!(
+        fd_limit,
+        max_connections = limits.max_connections,
+        "connection limits"
+    );
+    let server = http::serve::serve(listener, router, limits, async move {
         let _ = graceful_stop.wait_for(|stopped| *stopped).await;
         tracing::info!("stop signal received; finishing in-flight requests");
     });
     tokio::select! {
-        served = server => served.map_err(|err| format!("server failed: {err}")),
+        () = server => Ok(()),
         _ = async {
             let _ = stop_rx.wait_for(|stopped| *stopped).await;
             tokio::time::sleep(SHUTDOWN_GRACE).await;

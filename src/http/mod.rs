@@ -5,6 +5,7 @@ pub mod auth;
 pub mod events;
 pub mod extract;
 mod log;
+pub mod serve;
 
 use std::sync::Arc;
 

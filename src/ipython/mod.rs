@@ -8,6 +8,7 @@
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 pub use family::family;
@@ -21,6 +22,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::child::{self, Backoff, ChildGroup, Grouping, StderrTail};
 use crate::error::ApiError;
 use crate::family::Health;
+use crate::tools::admission::BUSY_RETRY_AFTER_SECONDS;
 use crate::tools::{
     CallContext, CallToolResult, ContentItem, GENERIC_GROUP, ProgressSink, Tool, parse_arguments,
     timeout_argument,
@@ -30,8 +32,12 @@ use tokio_util::sync::CancellationToken;
 mod family;
 
 const HELPER: &str = include_str!("helper.py");
-/// Cells waiting beyond this are refused rather than queued without bound.
-const MAX_QUEUED_CELLS: usize = 256;
+/// Cells waiting behind the running one, at most; one more is answered 429 with `Retry-After` at once.
+/// One agent runs one cell at a time: a long queue only means many clients share the kernel.
+pub const MAX_QUEUED_CELLS: usize = 16;
+/// How long a queued cell waits for its turn; a cell not started by then is not run, and its caller
+/// gets a 429 with `Retry-After` (the kernel is busy with earlier cells) rather than a long stall.
+pub const CELL_QUEUE_WAIT: Duration = Duration::from_secs(5);
 /// Answers carry whole cell outputs; a large buffer avoids ping-ponging the pipe in small reads.
 const ANSWER_BUFFER: usize = 1024 * 1024;
 
@@ -76,6 +82,9 @@ struct QueuedCell {
     progress: Option<ProgressSink>,
     /// Cancelled when the caller went away: a cell still queued then is not run at all.
     cancel: CancellationToken,
+    /// Set by whichever comes first: the worker starting the cell, or its caller giving up waiting
+    /// ([`CELL_QUEUE_WAIT`]); so a cell is either run and answered, or refused and never run.
+    claimed: Arc<AtomicBool>,
     reply: oneshot::Sender<CallToolResult>,
 }
 
@@ -137,22 +146,44 @@ impl IpythonBridge {
         context: CallContext,
     ) -> Result<CallToolResult, ApiError> {
         let (reply, answer) = oneshot::channel();
+        let claimed = Arc::new(AtomicBool::new(false));
         self.queue
             .try_send(QueuedCell {
                 code,
                 timeout,
                 progress: context.progress,
                 cancel: context.cancel,
+                claimed: Arc::clone(&claimed),
                 reply,
             })
-            .map_err(|_| {
-                ApiError::Conflict(format!(
-                    "more than {MAX_QUEUED_CELLS} cells are queued; try again later"
-                ))
+            .map_err(|err| match err {
+                mpsc::error::TrySendError::Full(_) => ApiError::Busy {
+                    message: format!(
+                        "the IPython kernel is busy: {MAX_QUEUED_CELLS} cells are already waiting for it (the most boxd queues); retry later"
+                    ),
+                    retry_after_seconds: BUSY_RETRY_AFTER_SECONDS,
+                },
+                mpsc::error::TrySendError::Closed(_) => {
+                    ApiError::Internal("the IPython worker stopped".into())
+                }
             })?;
-        answer
-            .await
-            .map_err(|_| ApiError::Internal("the IPython worker stopped".into()))
+        let stopped = || ApiError::Internal("the IPython worker stopped".into());
+        tokio::pin!(answer);
+        tokio::select! {
+            answer = &mut answer => return answer.map_err(|_| stopped()),
+            () = tokio::time::sleep(CELL_QUEUE_WAIT) => {}
+        }
+        if !claimed.swap(true, Ordering::AcqRel) {
+            return Err(ApiError::Busy {
+                message: format!(
+                    "the IPython kernel is busy: earlier cells kept it for {} s and this cell did not start (it was not run); retry later",
+                    CELL_QUEUE_WAIT.as_secs_f64()
+                ),
+                retry_after_seconds: BUSY_RETRY_AFTER_SECONDS,
+            });
+        }
+        // The worker took the cell just in time: it runs, and its answer comes.
+        answer.await.map_err(|_| stopped())
     }
 }
 
@@ -254,6 +285,10 @@ async fn worker(config: KernelConfig, mut cells: mpsc::Receiver<QueuedCell>, hea
     while let Some(cell) = cells.recv().await {
         if cell.cancel.is_cancelled() || cell.reply.is_closed() {
             tracing::info!("skipping a queued cell whose caller went away");
+            continue;
+        }
+        if cell.claimed.swap(true, Ordering::AcqRel) {
+            tracing::debug!("skipping a queued cell whose caller stopped waiting for its turn");
             continue;
         }
         if let Some(idle) = kernel.as_mut()

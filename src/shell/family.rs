@@ -5,6 +5,14 @@ use std::time::Duration;
 
 use crate::family::{Family, Setup};
 use crate::tools::Tool;
+use crate::tools::admission::Admission;
+
+/// Shell commands running at once (blocking and streamed calls together); past it a call waits for a
+/// place at most [`COMMAND_ADMISSION_WAIT`], then is answered 429 with `Retry-After`. Long jobs
+/// belong in `/processes`, which has its own cap.
+pub const MAX_CONCURRENT_COMMANDS: usize = 32;
+/// How long a command waits for a place under [`MAX_CONCURRENT_COMMANDS`] before the busy answer.
+pub const COMMAND_ADMISSION_WAIT: Duration = Duration::from_millis(500);
 
 struct Shell {
     tool: Tool,
@@ -29,6 +37,14 @@ pub fn family(setup: &Setup) -> Result<Arc<dyn Family>, String> {
         drain: Duration::from_millis(200),
     };
     Ok(Arc::new(Shell {
-        tool: super::tool(setup.workspace.real_root().to_path_buf(), limits),
+        tool: super::tool(
+            setup.workspace.real_root().to_path_buf(),
+            limits,
+            Admission::new(
+                "shell commands",
+                MAX_CONCURRENT_COMMANDS,
+                COMMAND_ADMISSION_WAIT,
+            ),
+        ),
     }))
 }

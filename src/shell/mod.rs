@@ -20,6 +20,7 @@ use crate::child::{self, ChildGroup, Grouping};
 use crate::deadline::Deadline;
 use crate::error::ApiError;
 use crate::processes::Utf8Boundary;
+use crate::tools::admission::Admission;
 use crate::tools::{
     CallContext, CallToolResult, ContentItem, GENERIC_GROUP, ProgressSink, Tool, parse_arguments,
     timeout_argument,
@@ -71,7 +72,8 @@ impl ShellOutcome {
     }
 }
 
-pub fn tool(workspace: PathBuf, limits: ShellLimits) -> Tool {
+/// `admission` caps the commands running at once (blocking and streamed calls alike).
+pub fn tool(workspace: PathBuf, limits: ShellLimits, admission: Admission) -> Tool {
     let schema = json!({
         "type": "object",
         "properties": {
@@ -83,7 +85,7 @@ pub fn tool(workspace: PathBuf, limits: ShellLimits) -> Tool {
         },
         "required": ["command"]
     });
-    let settings = Arc::new((workspace, limits));
+    let settings = Arc::new((workspace, limits, admission));
     Tool::with_context(
         GENERIC_GROUP,
         "run_shell_command",
@@ -96,12 +98,12 @@ pub fn tool(workspace: PathBuf, limits: ShellLimits) -> Tool {
 }
 
 async fn call(
-    settings: Arc<(PathBuf, ShellLimits)>,
+    settings: Arc<(PathBuf, ShellLimits, Admission)>,
     arguments: Value,
     progress: Option<ProgressSink>,
 ) -> Result<CallToolResult, ApiError> {
     let request: ShellRequest = parse_arguments("run_shell_command", arguments)?;
-    let (workspace, limits) = &*settings;
+    let (workspace, limits, admission) = &*settings;
     if request.command.trim().is_empty() {
         return Err(ApiError::BadRequest("Command is required.".into()));
     }
@@ -111,6 +113,8 @@ async fn call(
         ));
     }
     let timeout = timeout_argument(request.timeout, limits.default_timeout)?;
+    // Held until the command's outcome is in: its processes are gone or killed by then.
+    let _place = admission.enter().await?;
     let outcome = run(
         &request.command,
         workspace,
