@@ -65,7 +65,7 @@ PIPE_SIZE = 1024 * 1024
 #: Bytes read from a capture pipe at a time.
 READ_SIZE = 65536
 #: Pipes of finished cells still held open by processes those cells started in the background; what they
-#: write is read and dropped. Past this many, the oldest is closed, and its writers get EPIPE.
+#: write is read and dropped. Past this many, the oldest is closed, and its writers get SIGPIPE (or EPIPE).
 MAX_ORPHAN_PIPES = 64
 #: Bytes still read from a pipe when its cell ends, while a background writer keeps filling it.
 FINISH_DRAIN = 2 * PIPE_SIZE
