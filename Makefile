@@ -9,7 +9,7 @@ ENGINE ?= $(shell command -v podman || command -v docker)
 IMAGE_BASE ?= boxd-base:latest
 
 .PHONY: run build kernel-venv test setup lint unit python-tests smoke-release static bench image-base \
-	image-test clean load
+	image-test clean load faults
 
 run: build
 	@PORT='$(PORT)' PYTHON='$(PYTHON)' ./scripts/run.sh
@@ -42,6 +42,11 @@ python-tests:
 # A smoke subset against the release binary: its profile differs from the debug one the tests above use.
 smoke-release: build
 	BOXD_BIN=$(CURDIR)/target/release/boxd cargo test -q --test smoke
+
+# The fault suite (tests/faults): kills, a full disk, floods, 200 000 files. Not part of `make test`: it runs
+# as root (it mounts small tmpfs workspaces) and waits out server-side timeouts, for some minutes.
+faults: setup
+	cargo test --test faults -- --ignored --test-threads=1 --nocapture
 
 # Fully static release binary (glibc static-pie), with fat LTO: what images ship.
 static:

@@ -94,6 +94,15 @@ pub fn search_files(
     pattern: &str,
     exclude_patterns: &[String],
 ) -> Result<String, String> {
+    search_within(root, pattern, exclude_patterns, MAX_WALK_ENTRIES)
+}
+
+fn search_within(
+    root: &Path,
+    pattern: &str,
+    exclude_patterns: &[String],
+    max_entries: usize,
+) -> Result<String, String> {
     let excludes = exclude_set(exclude_patterns)?;
     let mut search = Search {
         root,
@@ -101,11 +110,18 @@ pub fn search_files(
         excludes,
         matches: Vec::new(),
         visited: 0,
+        max_entries,
         truncated: false,
     };
     // The start directory must be readable (its failure is the answer); deeper ones are skipped.
     search.visit(root, read_dir_sorted(root)?);
     if search.matches.is_empty() {
+        // A plain "No matches found" after a cut-short walk would claim the rest of the tree was seen.
+        if search.truncated {
+            return Ok(format!(
+                "No matches found in the first {max_entries} entries (search stopped there; narrow the path)"
+            ));
+        }
         return Ok("No matches found".to_owned());
     }
     let mut lines: Vec<String> = search
@@ -115,7 +131,7 @@ pub fn search_files(
         .collect();
     if search.truncated {
         lines.push(format!(
-            "(search stopped after {} matches or {MAX_WALK_ENTRIES} entries; narrow the pattern or path)",
+            "(search stopped after {} matches or {max_entries} entries; narrow the pattern or path)",
             search.matches.len()
         ));
     }
@@ -145,6 +161,7 @@ struct Search<'a> {
     excludes: GlobSet,
     matches: Vec<PathBuf>,
     visited: usize,
+    max_entries: usize,
     truncated: bool,
 }
 
@@ -155,7 +172,7 @@ impl Search<'_> {
                 return;
             }
             self.visited += 1;
-            if self.visited > MAX_WALK_ENTRIES || self.matches.len() >= MAX_SEARCH_MATCHES {
+            if self.visited > self.max_entries || self.matches.len() >= MAX_SEARCH_MATCHES {
                 self.truncated = true;
                 return;
             }
@@ -180,6 +197,25 @@ impl Search<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_search_cut_short_does_not_claim_there_is_no_match() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in ["a1", "a2", "a3", "b-target"] {
+            std::fs::write(dir.path().join(name), "").unwrap();
+        }
+        let answer = search_within(dir.path(), "target", &[], 2).unwrap();
+        assert!(
+            answer.starts_with("No matches found in the first 2 entries"),
+            "{answer}"
+        );
+        let whole = search_within(dir.path(), "target", &[], 10).unwrap();
+        assert!(whole.ends_with("b-target"), "{whole}");
+        assert_eq!(
+            search_within(dir.path(), "nothing", &[], 10).unwrap(),
+            "No matches found"
+        );
+    }
 
     #[test]
     fn excludes_read_bare_names_as_directories_and_globs_per_segment() {

@@ -2,18 +2,21 @@
 
 Requests arrive on the original stdin and answers leave on the original stdout; those two fds are moved
 aside at start so user code can neither read the protocol nor corrupt it. During a cell, fds 1 and 2 point
-at capture files (so `!cmd`, C extensions and subprocesses are captured too); between cells they point at
-boxd's log.
+at capture pipes (so `!cmd`, C extensions and subprocesses are captured too), of which a bounded head and tail
+are kept in memory and nothing is written to disk; between cells they point at boxd's log.
 """
 import base64
 import codecs
+import collections
+import fcntl
 import json
 import os
 import re
+import selectors
 import signal
 import sys
-import tempfile
 import threading
+import time
 
 proto_in = os.fdopen(os.dup(0), "r", encoding="utf-8")
 proto_out = os.fdopen(os.dup(1), "w", encoding="utf-8")
@@ -44,8 +47,32 @@ except ImportError as error:
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 IMAGE_TYPES = ("image/png", "image/jpeg", "image/svg+xml")
-MAX_OUTPUT = int(os.environ.get("BOXD_MAX_OUTPUT", str(4 * 1024 * 1024)))
+
+# Bounds on what one cell can make the kernel hold. Output never touches the disk: fds 1 and 2 of a cell are
+# pipes, read by one thread that keeps only a bounded head and tail in memory.
+#: Bytes of each stream (stdout, stderr) a cell's answer keeps: the first half and the last half; what lies
+#: between is dropped and counted in a marker. boxd passes its --max-output.
+MAX_OUTPUT = max(2, int(os.environ.get("BOXD_MAX_OUTPUT", str(4 * 1024 * 1024))))
+#: Bytes of each stream a streaming cell forwards as it runs; past it, one marker event, and the answer
+#: still carries the head and the tail.
+MAX_STREAMED = MAX_OUTPUT
+#: Seconds live output may wait to be sent with what follows it (one event per write would be chatty).
+STREAM_BATCH = 0.05
+#: Bytes of images (as base64) one cell's answer carries; later images are dropped and counted in stdout.
+MAX_IMAGE_BYTES = 16 * 1024 * 1024
+#: Kernel buffer of a capture pipe: a writer blocks (never fails) when the reader is behind by this much.
+PIPE_SIZE = 1024 * 1024
+#: Bytes read from a capture pipe at a time.
+READ_SIZE = 65536
+#: Pipes of finished cells still held open by processes those cells started in the background; what they
+#: write is read and dropped. Past this many, the oldest is closed, and its writers get SIGPIPE (or EPIPE).
+MAX_ORPHAN_PIPES = 64
+#: Bytes still read from a pipe when its cell ends, while a background writer keeps filling it.
+FINISH_DRAIN = 2 * PIPE_SIZE
+F_SETPIPE_SZ = 1031
+
 images = []
+dropped_images = [0, 0]
 
 
 def take_images(data):
@@ -54,12 +81,16 @@ def take_images(data):
         payload = data.get(mime)
         if payload is None:
             continue
+        found = True
         if isinstance(payload, bytes):
             payload = base64.b64encode(payload).decode()
         elif mime == "image/svg+xml":
             payload = base64.b64encode(payload.encode()).decode()
+        if sum(len(image["data"]) for image in images) + len(payload) > MAX_IMAGE_BYTES:
+            dropped_images[0] += 1
+            dropped_images[1] += len(payload)
+            continue
         images.append({"mimeType": mime, "data": payload})
-        found = True
     return found
 
 
@@ -88,77 +119,221 @@ shell._showtraceback = show_traceback_on_stderr
 signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def read_capped(capture):
-    size = capture.seek(0, os.SEEK_END)
-    capture.seek(0)
-    if size <= MAX_OUTPUT:
-        return capture.read().decode("utf-8", "replace")
-    half = MAX_OUTPUT // 2
-    head = capture.read(half)
-    capture.seek(size - half)
-    tail = capture.read(half)
-    marker = f"\n[boxd: output truncated, {size - 2 * half} bytes omitted]\n".encode()
-    return (head + marker + tail).decode("utf-8", "replace")
+class Capture:
+    """One stream of one cell: a pipe, of which only a bounded head and tail are kept."""
 
-
-class Tail(threading.Thread):
-    """Streams what a cell writes to its capture files while it runs (for streaming calls)."""
-
-    def __init__(self, request_id, captures):
-        super().__init__(daemon=True)
+    def __init__(self, name, request_id, stream):
+        self.name = name
         self.request_id = request_id
-        self.captures = [(name, capture, codecs.getincrementaldecoder("utf-8")("replace"))
-                         for name, capture in captures]
-        self.positions = {name: 0 for name, _ in captures}
-        self.stopping = threading.Event()
+        self.stream = stream
+        self.read_fd, self.write_fd = os.pipe()
+        try:
+            fcntl.fcntl(self.read_fd, F_SETPIPE_SZ, PIPE_SIZE)
+        except OSError:
+            pass  # the default 64 KiB works too, with more wake-ups
+        os.set_blocking(self.read_fd, False)
+        self.head_cap = MAX_OUTPUT - MAX_OUTPUT // 2
+        self.tail_cap = MAX_OUTPUT // 2
+        self.head = bytearray()
+        self.tail = collections.deque()
+        self.tail_len = 0
+        self.total = 0
+        self.streamed = 0
+        self.pending = ""
+        self.pending_since = 0.0
+        self.decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        self.open = True
+        self.done = threading.Event()
 
-    def pump(self, final=False):
-        for name, capture, decoder in self.captures:
-            while True:
-                chunk = os.pread(capture.fileno(), 65536, self.positions[name])
-                self.positions[name] += len(chunk)
-                text = decoder.decode(chunk, final=final and not chunk)
-                if name == "stderr":
-                    text = ANSI.sub("", text)
-                if text:
-                    send({"id": self.request_id, "output": {"stream": name, "data": text}})
-                if not chunk:
-                    break
+    def take(self, chunk):
+        self.total += len(chunk)
+        if self.stream:
+            self.forward(chunk)
+        room = self.head_cap - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        if chunk:
+            self.tail.append(chunk)
+            self.tail_len += len(chunk)
+            while self.tail and self.tail_len - len(self.tail[0]) >= self.tail_cap:
+                self.tail_len -= len(self.tail.popleft())
+
+    def forward(self, chunk, final=False):
+        if self.streamed > MAX_STREAMED:
+            return
+        room = MAX_STREAMED - self.streamed
+        self.streamed += len(chunk)
+        if not self.pending:
+            self.pending_since = time.monotonic()
+        self.pending += self.decoder.decode(chunk[:room], final=final)
+        if self.streamed > MAX_STREAMED:
+            self.pending += (f"\n[boxd: live output stopped after {MAX_STREAMED} bytes of {self.name}; "
+                             "the result keeps the head and the tail]\n")
+        if len(self.pending) >= READ_SIZE or final:
+            self.flush()
+
+    def flush(self):
+        text = ANSI.sub("", self.pending) if self.name == "stderr" else self.pending
+        self.pending = ""
+        if text:
+            send({"id": self.request_id, "output": {"stream": self.name, "data": text}})
+
+    def text(self):
+        if self.stream:
+            self.forward(b"", final=True)
+        tail = b"".join(self.tail)[-self.tail_cap:] if self.tail_cap else b""
+        omitted = self.total - len(self.head) - len(tail)
+        if omitted <= 0:
+            return (bytes(self.head) + tail).decode("utf-8", "replace")
+        marker = f"\n[boxd: output truncated, {omitted} bytes omitted]\n".encode()
+        return (bytes(self.head) + marker + tail).decode("utf-8", "replace")
+
+
+class Collector(threading.Thread):
+    """Reads every capture pipe, so no writer, user code or subprocess, ever fills a disk or waits for long.
+
+    Owns the pipes' read ends; other threads talk to it through `requests` and a wake-up pipe.
+    """
+
+    def __init__(self):
+        super().__init__(daemon=True, name="boxd-capture")
+        self.selector = selectors.DefaultSelector()
+        self.wake_read, self.wake_write = os.pipe()
+        os.set_blocking(self.wake_read, False)
+        self.selector.register(self.wake_read, selectors.EVENT_READ, None)
+        self.requests = collections.deque()
+        self.orphans = collections.OrderedDict()
+
+    def add(self, capture):
+        self.ask(("add", capture))
+
+    def finish(self, capture):
+        """Waits until `capture` holds everything its cell wrote (the caller has closed its write ends)."""
+        self.ask(("finish", capture))
+        capture.done.wait()
+
+    def ask(self, request):
+        self.requests.append(request)
+        os.write(self.wake_write, b"x")
 
     def run(self):
-        while not self.stopping.wait(0.05):
-            self.pump()
+        while True:
+            try:
+                batching = [key.data for key in self.selector.get_map().values()
+                            if key.data is not None and key.data.pending]
+                now = time.monotonic()
+                wait = min((capture.pending_since + STREAM_BATCH - now for capture in batching), default=None)
+                for key, _ in self.selector.select(None if wait is None else max(0.0, wait)):
+                    if key.fd == self.wake_read:
+                        self.serve_requests()
+                    else:
+                        self.read(key.fd, key.data)
+                now = time.monotonic()
+                for capture in batching:
+                    if capture.pending and now - capture.pending_since >= STREAM_BATCH:
+                        capture.flush()
+            except Exception as error:  # a dead collector would hang every later cell
+                print(f"boxd: output capture: {error!r}", file=sys.stderr)
 
-    def finish(self):
-        self.stopping.set()
-        self.join()
-        self.pump(final=True)
+    def serve_requests(self):
+        try:
+            os.read(self.wake_read, 4096)
+        except BlockingIOError:
+            pass
+        while self.requests:
+            verb, capture = self.requests.popleft()
+            if verb == "add":
+                self.selector.register(capture.read_fd, selectors.EVENT_READ, capture)
+            else:
+                self.settle(capture)
+
+    def read(self, fd, capture):
+        try:
+            chunk = os.read(fd, READ_SIZE)
+        except BlockingIOError:
+            return
+        except OSError:
+            chunk = b""
+        if not chunk:
+            self.close(fd, capture)
+        elif capture is not None:
+            capture.take(chunk)
+
+    def settle(self, capture):
+        fd = capture.read_fd
+        if not capture.open:
+            capture.done.set()
+            return
+        drained = 0
+        while drained < FINISH_DRAIN:
+            try:
+                chunk = os.read(fd, READ_SIZE)
+            except BlockingIOError:
+                break
+            except OSError:
+                chunk = b""
+            if not chunk:
+                self.close(fd, capture)
+                break
+            drained += len(chunk)
+            capture.take(chunk)
+        if capture.open:
+            # A process the cell started still holds the write end: keep reading, and dropping, what it writes.
+            self.selector.modify(fd, selectors.EVENT_READ, None)
+            self.orphans[fd] = None
+            if len(self.orphans) > MAX_ORPHAN_PIPES:
+                oldest = next(iter(self.orphans))
+                print(f"boxd: closing the output of an old cell's background process (fd {oldest})", file=sys.stderr)
+                self.close(oldest)
+        capture.done.set()
+
+    def close(self, fd, capture=None):
+        if capture is not None:
+            capture.open = False
+        self.orphans.pop(fd, None)
+        try:
+            self.selector.unregister(fd)
+        except (KeyError, ValueError):
+            pass
+        os.close(fd)
+
+
+collector = Collector()
+collector.start()
 
 
 def run(code, request_id, stream):
     images.clear()
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+    dropped_images[:] = [0, 0]
+    out = Capture("stdout", request_id, stream)
+    err = Capture("stderr", request_id, stream)
+    collector.add(out)
+    collector.add(err)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(out.write_fd, 1)
+    os.dup2(err.write_fd, 2)
+    os.close(out.write_fd)
+    os.close(err.write_fd)
+    try:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        shell.run_cell(code, store_history=True)
+    except KeyboardInterrupt:
+        sys.stderr.write("KeyboardInterrupt\n")
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         sys.stdout.flush()
         sys.stderr.flush()
-        os.dup2(out.fileno(), 1)
-        os.dup2(err.fileno(), 2)
-        tail = Tail(request_id, [("stdout", out), ("stderr", err)]) if stream else None
-        if tail:
-            tail.start()
-        try:
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-            shell.run_cell(code, store_history=True)
-        except KeyboardInterrupt:
-            sys.stderr.write("KeyboardInterrupt\n")
-        finally:
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-            sys.stdout.flush()
-            sys.stderr.flush()
-            if tail:
-                tail.finish()
-            os.dup2(log_fd, 1)
-            os.dup2(log_fd, 2)
-        return {"stdout": read_capped(out), "stderr": ANSI.sub("", read_capped(err)), "images": list(images)}
+        os.dup2(log_fd, 1)
+        os.dup2(log_fd, 2)
+    collector.finish(out)
+    collector.finish(err)
+    stdout = out.text()
+    if dropped_images[0]:
+        stdout += (f"\n[boxd: {dropped_images[0]} images dropped ({dropped_images[1]} bytes): "
+                   f"a cell's images are capped at {MAX_IMAGE_BYTES} bytes]\n")
+    return {"stdout": stdout, "stderr": ANSI.sub("", err.text()), "images": list(images)}
 
 
 send({"ready": True, "python": sys.version.split()[0], "ipython": IPython.__version__})
