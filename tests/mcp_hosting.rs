@@ -344,7 +344,8 @@ async fn bad_requests_are_named_400s() {
             .json(&json!({"tool_name": "run_shell_command", "arguments": [1]}))
             .fetch_status()
             .await,
-        400
+        422,
+        "arguments that are not an object do not fit any tool's schema"
     );
 }
 

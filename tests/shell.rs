@@ -100,9 +100,9 @@ async fn bad_input_is_a_client_error() {
     for (body, status) in [
         (json!({"command": ""}), 400),
         (json!({"command": "   "}), 400),
-        (json!({}), 400),
+        (json!({}), 422),
         (json!({"command": "true", "timeout": -1}), 400),
-        (json!({"command": 5}), 400),
+        (json!({"command": 5}), 422),
     ] {
         let response = server
             .post("/tools/run_shell_command")
