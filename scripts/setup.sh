@@ -17,6 +17,9 @@ need python3 python3
 need node nodejs
 need npm npm
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || missing+=(python3-venv)
+# The computer family's tests: a virtual X server and a real Tk window (Debian's python3) to drive.
+need Xvfb xvfb
+/usr/bin/python3 -c 'import tkinter' >/dev/null 2>&1 || missing+=(python3-tk)
 
 if ((${#missing[@]})); then
   sudo=""
