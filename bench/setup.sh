@@ -22,3 +22,19 @@ if [[ ! -x $venv/bin/python || ! -f $stamp || $(cat "$stamp") != "$wanted" ]]; t
     agentscope-runtime==1.1.6.post2
   echo "$wanted" > "$stamp"
 fi
+
+# The reference desktop server for bench/computer.py (npm, pinned by its lock file), and Xvfb to run it on.
+command -v Xvfb >/dev/null 2>&1 || {
+  sudo=""
+  [[ $(id -u) -eq 0 ]] || sudo="sudo"
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends xvfb python3-tk
+}
+reference=bench-out/reference-computer
+stamp=$reference/node_modules/.lock.sha256
+wanted=$(sha256sum bench/reference-computer/package-lock.json | cut -d' ' -f1)
+if [[ ! -f $stamp || $(cat "$stamp") != "$wanted" ]]; then
+  mkdir -p "$reference"
+  cp bench/reference-computer/package.json bench/reference-computer/package-lock.json "$reference/"
+  npm ci --prefix "$reference" --no-audit --no-fund --loglevel=error
+  echo "$wanted" > "$stamp"
+fi

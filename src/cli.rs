@@ -24,6 +24,9 @@ pub enum Command {
     Serve(ServeArgs),
     /// Be a stdio MCP server that relays to a remote boxd (for stdio-only MCP clients).
     McpStdio(McpStdioArgs),
+    /// Print every bound boxd keeps (connections, sizes, concurrency, timeouts) for the configuration
+    /// the same flags and environment give `serve`, as a Markdown table.
+    Limits(ServeArgs),
 }
 
 #[derive(Debug, Args)]

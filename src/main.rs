@@ -10,6 +10,7 @@ mod filesystem;
 mod git;
 mod http;
 mod ipython;
+mod limits;
 mod mcp;
 mod processes;
 mod shell;
@@ -61,6 +62,10 @@ const BLOCKING_WORK_GRACE: Duration = Duration::from_secs(1);
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    if let Command::Limits(args) = &cli.command {
+        print!("{}", limits::markdown(args));
+        return std::process::ExitCode::SUCCESS;
+    }
     // Before any thread or child exists: the token was read into `cli`; no child may inherit it.
     child::withhold_from_children(&["SECRET_TOKEN"]);
     let instance = match &cli.command {
@@ -68,7 +73,7 @@ fn main() -> std::process::ExitCode {
             &std::path::absolute(&args.workspace).unwrap_or_else(|_| args.workspace.clone()),
             args.port,
         )),
-        Command::McpStdio(_) => None,
+        Command::McpStdio(_) | Command::Limits(_) => None,
     };
     if let Some(key) = &instance {
         child::mark_children(key);
@@ -95,6 +100,7 @@ fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::Serve(args) => runtime.block_on(serve(args, instance.unwrap_or_default())),
         Command::McpStdio(args) => runtime.block_on(mcp::relay::run(&args.url, &args.token)),
+        Command::Limits(_) => Ok(()),
     };
     // Dropping the runtime would wait without limit for blocking-pool threads; a stop is bounded.
     runtime.shutdown_timeout(BLOCKING_WORK_GRACE);

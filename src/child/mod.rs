@@ -11,5 +11,8 @@ mod stderr;
 pub use environment::withhold_from_children;
 pub use group::OwnedGroup;
 pub use leftovers::{instance_key, mark_children, stop_leftovers};
-pub use spawn::{Backoff, ChildGroup, Grouping, command, set_family_environment, spawn_failure};
-pub use stderr::StderrTail;
+pub use spawn::{
+    Backoff, CHILD_OOM_SCORE_ADJ, ChildGroup, Grouping, command, set_family_environment,
+    spawn_failure,
+};
+pub use stderr::{STDERR_LINE_MAX, STDERR_TAIL_LINES, StderrTail};

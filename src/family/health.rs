@@ -63,7 +63,7 @@ pub struct Health {
 }
 
 /// How long a call to a starting family waits for it before answering 503.
-const WAIT_FOR_START: Duration = Duration::from_secs(30);
+pub const WAIT_FOR_START: Duration = Duration::from_secs(30);
 
 impl Health {
     pub fn new(family: &'static str, status: Status) -> Health {

@@ -4,7 +4,7 @@
 
 mod health;
 
-pub use health::{Health, Status};
+pub use health::{Health, Status, WAIT_FOR_START};
 
 use std::future::Future;
 use std::pin::Pin;

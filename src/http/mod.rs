@@ -25,7 +25,7 @@ use crate::tools::{
 
 /// JSON bodies (tool arguments, file contents sent as strings) up to this size; raw file uploads are
 /// streamed and not limited by it.
-const MAX_JSON_BODY: usize = 64 * 1024 * 1024;
+pub const MAX_JSON_BODY: usize = 64 * 1024 * 1024;
 
 /// What the router serves besides the families' own routes.
 pub struct Core {

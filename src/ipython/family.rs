@@ -7,6 +7,9 @@ use std::time::Duration;
 use crate::family::{BoxFuture, Family, Health, Setup};
 use crate::tools::Tool;
 
+/// How long a timed-out cell has to stop on SIGINT before the kernel is killed.
+pub const INTERRUPT_GRACE: Duration = Duration::from_secs(3);
+
 struct Ipython {
     config: super::KernelConfig,
     bridge: super::IpythonBridge,
@@ -37,7 +40,7 @@ pub fn family(setup: &Setup) -> Result<Arc<dyn Family>, String> {
         python: interpreter_path(&args.python),
         workspace: setup.workspace.real_root().to_path_buf(),
         default_timeout: crate::cli::positive_seconds("--cell-timeout", args.cell_timeout)?,
-        interrupt_grace: Duration::from_secs(3),
+        interrupt_grace: INTERRUPT_GRACE,
         start_timeout: Duration::from_secs(60),
         max_output_bytes: args.max_output,
     };

@@ -26,8 +26,9 @@ use tokio_util::sync::CancellationToken;
 use crate::error::{ApiError, ApiResult};
 use crate::http::extract::ApiJson;
 use crate::tools::{CallContext, CallToolResult, GENERIC_GROUP, ToolRegistry};
-pub use config::parse_servers;
+pub use config::{DEFAULT_INITIALIZE_TIMEOUT, MAX_INITIALIZE_TIMEOUT, parse_servers};
 use hosted::HostedServer;
+pub use hosted::{CALL_TIMEOUT, FIRST_RESTART_BACKOFF, MAX_RESTART_BACKOFF};
 
 /// What boxd's MCP servers (the `/mcp` endpoint and the stdio relay) announce: tools, under `name`.
 fn tools_server_info(name: &str) -> rmcp::model::ServerConfig {

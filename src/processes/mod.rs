@@ -12,7 +12,8 @@ mod stdin;
 mod terminal;
 
 pub use output::{StreamName, Utf8Boundary};
-pub use routes::routes;
+pub use routes::{WEBSOCKET_MESSAGE_MAX, routes};
+pub use stdin::{BODY_MAX as STDIN_BODY_MAX, QUEUE_BYTES as STDIN_QUEUE_BYTES, WAIT as STDIN_WAIT};
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -28,7 +28,7 @@ use crate::http::extract::{ApiJson, ApiQuery};
 /// Output per event batch: bounds one read of the log while a reader catches up.
 const READ_BATCH: usize = 64 * 1024;
 /// A WebSocket text frame carries stdin JSON-escaped: room for a full stdin write in the worst case.
-const WEBSOCKET_MESSAGE_MAX: usize = 8 * stdin::BODY_MAX;
+pub const WEBSOCKET_MESSAGE_MAX: usize = 8 * stdin::BODY_MAX;
 
 pub fn routes<S>() -> Router<S>
 where

@@ -29,7 +29,7 @@ use crate::http::extract::ApiQuery;
 use crate::workspace::Workspace;
 
 /// Events queued for one slow client before the stream reports an overflow and drops some.
-const QUEUE: usize = 1024;
+pub const QUEUE: usize = 1024;
 
 pub struct WatchHub {
     workspace: Arc<Workspace>,

@@ -35,7 +35,7 @@ use upload::StagedFile;
 
 const READ_CHUNK: usize = 256 * 1024;
 /// All `paths` fields of one batch upload together: far more than any real list of target paths.
-const MAX_BATCH_PATHS_BYTES: usize = 1024 * 1024;
+pub const MAX_BATCH_PATHS_BYTES: usize = 1024 * 1024;
 
 pub fn routes<S>() -> Router<S>
 where

@@ -1,0 +1,148 @@
+"""The `computer` tool: boxd's native family against the reference Node server (computer-use-mcp from npm,
+hosted through a second boxd's MCP hosting, as upstream's image hosts it), on the same Xvfb, in one run.
+
+Prints one table (action, reference p50/p95, boxd p50/p95, ratio of p50s) and writes
+bench-out/computer.json. Every loop is bounded in count and time; only loopback is used.
+"""
+import argparse
+import http.client
+import json
+import os
+import pathlib
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+TOKEN = "bench-token"
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+OUT = ROOT / "bench-out"
+REFERENCE = OUT / "reference-computer" / "node_modules" / "computer-use-mcp" / "dist" / "main.js"
+RECORDER = ROOT / "tests" / "computer" / "recorder.py"
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_xvfb():
+    read, write = os.pipe()
+    xvfb = subprocess.Popen(["Xvfb", "-displayfd", str(write), "-screen", "0", "1280x800x24", "-nolisten", "tcp"],
+                            pass_fds=(write,), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    os.close(write)
+    with os.fdopen(read) as numbers:
+        return xvfb, ":" + numbers.readline().strip()
+
+
+class Boxd:
+    def __init__(self, binary, *args):
+        self.dir = tempfile.mkdtemp(prefix="bench-computer-")
+        self.port = free_port()
+        self.proc = subprocess.Popen(
+            [binary, "serve", "--host", "127.0.0.1", "--port", str(self.port), "--workspace", self.dir, *args],
+            env={**os.environ, "SECRET_TOKEN": TOKEN, "RUST_LOG": "warn"},
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                self.post("/healthz", None, method="GET")
+                self.conn = None
+                return
+            except OSError:
+                time.sleep(0.01)
+        raise RuntimeError("boxd did not start within 30 s")
+
+    conn = None
+
+    def post(self, path, body, method="POST"):
+        if self.conn is None:
+            self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
+        headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+        self.conn.request(method, path, body=json.dumps(body) if body is not None else None, headers=headers)
+        response = self.conn.getresponse()
+        data = response.read()
+        if response.status >= 400:
+            raise RuntimeError(f"{path} -> {response.status}: {data[:300]!r}")
+        return json.loads(data) if data else None
+
+    def computer(self, arguments):
+        result = self.post("/mcp/call_tool", {"tool_name": "computer", "arguments": arguments})
+        if result.get("isError"):
+            raise RuntimeError(f"computer {arguments} failed: {result}")
+        return result
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def timed(call, count, budget_seconds):
+    samples = []
+    deadline = time.perf_counter() + budget_seconds
+    for _ in range(count):
+        started = time.perf_counter()
+        call()
+        samples.append(time.perf_counter() - started)
+        if time.perf_counter() > deadline:
+            break
+    samples.sort()
+    return {
+        "p50_ms": statistics.median(samples) * 1000,
+        "p95_ms": samples[min(len(samples) - 1, int(len(samples) * 0.95))] * 1000,
+        "n": len(samples),
+    }
+
+
+WORKLOAD = [
+    ("mouse_move", lambda i: {"action": "mouse_move", "coordinate": [100 + i % 50, 200]}, 50),
+    ("left_click", lambda i: {"action": "left_click", "coordinate": [400, 310]}, 50),
+    ("type_10_chars", lambda i: {"action": "type", "text": "abcdefghij"}, 30),
+    ("get_screenshot", lambda i: {"action": "get_screenshot"}, 15),
+]
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--boxd", default=str(ROOT / "target" / "release" / "boxd"))
+    args = parser.parse_args()
+    if not REFERENCE.exists():
+        sys.exit(f"missing {REFERENCE}: run bench/setup.sh")
+    xvfb, display = start_xvfb()
+    recorder = subprocess.Popen(["/usr/bin/python3", str(RECORDER)], env={**os.environ, "DISPLAY": display},
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    native = Boxd(args.boxd, "--tools", "computer", "--display", display)
+    host = Boxd(args.boxd, "--tools", "mcp")
+    results = {}
+    try:
+        host.post("/mcp/add_servers", {"server_configs": {"mcpServers": {"computer-use": {
+            "command": "node", "args": [str(REFERENCE)], "env": {"DISPLAY": display}}}}})
+        for name, server in (("reference", host), ("boxd", native)):
+            server.computer({"action": "get_screenshot"})  # warm-up
+            results[name] = {
+                action: timed(lambda counter=iter(range(10**6)), make=make, server=server:
+                              server.computer(make(next(counter))), count, budget_seconds=60)
+                for action, make, count in WORKLOAD
+            }
+    finally:
+        for process in (native, host):
+            process.stop()
+        recorder.terminate()
+        xvfb.terminate()
+    OUT.mkdir(exist_ok=True)
+    (OUT / "computer.json").write_text(json.dumps(results, indent=2))
+    print(f"{'computer action':<18} {'reference p50/p95 ms':>22} {'boxd p50/p95 ms':>18} {'ratio p50':>10}")
+    for action, _, _ in WORKLOAD:
+        ref, box = results["reference"][action], results["boxd"][action]
+        print(f"{action:<18} {ref['p50_ms']:>10.1f} /{ref['p95_ms']:>9.1f} {box['p50_ms']:>8.2f} /{box['p95_ms']:>7.2f}"
+              f" {box['p50_ms'] / ref['p50_ms']:>10.3f}")
+
+
+if __name__ == "__main__":
+    main()
