@@ -256,3 +256,13 @@ def test_a_scaled_screenshot_and_coordinates_that_follow_it(tmp_path):
     finally:
         server.stop()
         big.stop()
+
+
+def test_the_cursor_can_be_drawn_into_a_screenshot(computer, desktop):
+    computer.computer_use("mouse_move", [900, 600])
+    plain = png_pixels(computer.call_tool("computer", {"action": "screenshot"}))
+    marked = png_pixels(computer.call_tool("computer", {"action": "screenshot", "cursor": True}))
+    assert plain.getpixel((900, 600)) == (255, 255, 255)
+    assert marked.getpixel((900, 600)) == (0, 0, 0)
+    assert marked.getpixel((905, 601)) == (255, 255, 255)
+    assert marked.getpixel((920, 600)) == plain.getpixel((920, 600)), "only a small mark"
