@@ -52,7 +52,8 @@ class Boxd:
                 self.post("/healthz", None, method="GET")
                 self.conn = None
                 return
-            except OSError:
+            except (OSError, http.client.HTTPException):
+                self.conn = None
                 time.sleep(0.01)
         raise RuntimeError("boxd did not start within 30 s")
 
@@ -67,7 +68,10 @@ class Boxd:
         data = response.read()
         if response.status >= 400:
             raise RuntimeError(f"{path} -> {response.status}: {data[:300]!r}")
-        return json.loads(data) if data else None
+        try:
+            return json.loads(data)
+        except ValueError:
+            return data
 
     def computer(self, arguments):
         result = self.post("/mcp/call_tool", {"tool_name": "computer", "arguments": arguments})
