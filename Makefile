@@ -8,7 +8,7 @@ STATIC_BIN := target/$(TARGET)/release/boxd
 ENGINE ?= $(shell command -v podman || command -v docker)
 IMAGE_BASE ?= boxd-base:latest
 
-.PHONY: run build kernel-venv test setup lint unit python-tests smoke-release static bench image-base \
+.PHONY: run build kernel-venv test setup lint unit python-tests smoke-release fuzz static bench image-base \
 	image-test clean
 
 run: build
@@ -21,7 +21,7 @@ build:
 kernel-venv:
 	@./scripts/kernel-venv.sh >/dev/null
 
-test: setup lint unit python-tests smoke-release
+test: setup lint unit python-tests smoke-release fuzz
 
 setup:
 	./scripts/setup.sh
@@ -42,6 +42,11 @@ python-tests:
 # A smoke subset against the release binary: its profile differs from the debug one the tests above use.
 smoke-release: build
 	BOXD_BIN=$(CURDIR)/target/release/boxd cargo test -q --test smoke
+
+# schemathesis over docs/openapi.json against the release binary, as an unprivileged user on a scratch
+# workspace, fixed seed, bounded examples (a few minutes): any 5xx, schema mismatch or dead server fails.
+fuzz: build
+	./scripts/fuzz.sh
 
 # Fully static release binary (glibc static-pie), with fat LTO: what images ship.
 static:
