@@ -8,7 +8,7 @@ STATIC_BIN := target/$(TARGET)/release/boxd
 ENGINE ?= $(shell command -v podman || command -v docker)
 IMAGE_BASE ?= boxd-base:latest
 
-.PHONY: run build kernel-venv test setup lint unit python-tests smoke-release static bench image-base \
+.PHONY: run build kernel-venv test setup lint unit python-tests smoke-release fuzz static bench image-base \
 	image-test clean load faults
 
 run: build
@@ -21,7 +21,7 @@ build:
 kernel-venv:
 	@./scripts/kernel-venv.sh >/dev/null
 
-test: setup lint unit python-tests smoke-release
+test: setup lint unit python-tests smoke-release fuzz
 
 setup:
 	./scripts/setup.sh
@@ -47,6 +47,11 @@ smoke-release: build
 # as root (it mounts small tmpfs workspaces) and waits out server-side timeouts, for some minutes.
 faults: setup
 	cargo test --test faults -- --ignored --test-threads=1 --nocapture
+
+# schemathesis over docs/openapi.json against the release binary, as an unprivileged user on a scratch
+# workspace, fixed seed, bounded examples (a few minutes): any 5xx, schema mismatch or dead server fails.
+fuzz: build
+	./scripts/fuzz.sh
 
 # Fully static release binary (glibc static-pie), with fat LTO: what images ship.
 static:

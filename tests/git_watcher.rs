@@ -871,3 +871,122 @@ async fn damaged_or_nested_repositories_are_409_with_a_reason() {
         "{answer}"
     );
 }
+
+// ---- Files that vanish while a git route runs (uploads' staging files, deletes mid-walk). ----
+
+/// An upload that replaces a file is linked in beside it under a `.boxd-upload-*.tmp` name for a moment
+/// before it is renamed over its target: git must never list or commit such a file.
+#[tokio::test]
+async fn upload_staging_names_are_invisible_to_git() {
+    let server = Server::start();
+    std::fs::write(server.ws("a.txt"), "a\n").unwrap();
+    std::fs::create_dir_all(server.ws("sub")).unwrap();
+    std::fs::write(server.ws(".boxd-upload-0011223344556677.tmp"), "staged\n").unwrap();
+    std::fs::write(
+        server.ws("sub/.boxd-upload-8899aabbccddeeff.tmp"),
+        "staged\n",
+    )
+    .unwrap();
+    let (status, answer) = post(&server, "/watcher/generate_diff", json!({})).await;
+    assert_eq!(status, 200, "{answer}");
+    let listed: Vec<&String> = answer["diffs"].as_object().unwrap().keys().collect();
+    assert_eq!(listed, ["a.txt"], "{answer}");
+    let (status, answer) = post(&server, "/watcher/commit_changes", json!({})).await;
+    assert_eq!(status, 200, "{answer}");
+    let files = git(&server.workspace, &["ls-tree", "-r", "--name-only", "HEAD"]);
+    assert_eq!(files, "a.txt\n");
+}
+
+/// Uploads (replacing files, so each passes through a staging name beside its target) and plain creates
+/// and deletes race `generate_diff` and `commit_changes`: every answer must be 200, never a 404 or 500
+/// about a file that was there when the walk started and gone when it was read.
+#[tokio::test]
+async fn git_routes_tolerate_files_that_vanish_while_they_run() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::{Duration, Instant};
+
+    const ROUNDS: usize = 150;
+    const TIME_LIMIT: Duration = Duration::from_secs(60);
+    let server = Arc::new(Server::start());
+    std::fs::create_dir_all(server.ws("up")).unwrap();
+    std::fs::create_dir_all(server.ws("churn")).unwrap();
+    for n in 0..8 {
+        std::fs::write(server.ws(&format!("up/f{n}.txt")), "start\n").unwrap();
+    }
+    let (status, answer) = post(
+        &server,
+        "/watcher/commit_changes",
+        json!({"commit_message": "base"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let started = Instant::now();
+    let uploader = {
+        let (server, stop) = (Arc::clone(&server), Arc::clone(&stop));
+        tokio::spawn(async move {
+            let mut n = 0usize;
+            while !stop.load(Ordering::Relaxed) && started.elapsed() < TIME_LIMIT {
+                let body = format!("content {n}\n").repeat(64);
+                let response = server
+                    .put(&format!("/workspace/file?path=up/f{}.txt", n % 8))
+                    .body(body)
+                    .send()
+                    .await
+                    .unwrap();
+                assert!(response.status().is_success(), "upload {n}");
+                n += 1;
+            }
+            n
+        })
+    };
+    let churner = {
+        let (server, stop) = (Arc::clone(&server), Arc::clone(&stop));
+        tokio::task::spawn_blocking(move || {
+            let mut n = 0usize;
+            while !stop.load(Ordering::Relaxed) && started.elapsed() < TIME_LIMIT {
+                let path = server.ws(&format!("churn/c{}.txt", n % 16));
+                let _ = std::fs::write(&path, format!("churn {n}\n"));
+                let _ = std::fs::remove_file(server.ws(&format!("churn/c{}.txt", (n + 8) % 16)));
+                let _ = std::fs::create_dir_all(server.ws(&format!("churn/d{}", n % 4)));
+                let _ = std::fs::write(server.ws(&format!("churn/d{}/x", n % 4)), "x\n");
+                let _ = std::fs::remove_dir_all(server.ws(&format!("churn/d{}", (n + 2) % 4)));
+                n += 1;
+            }
+            n
+        })
+    };
+
+    let mut failures = Vec::new();
+    let mut rounds = 0;
+    while rounds < ROUNDS && started.elapsed() < TIME_LIMIT {
+        let (path, body) = if rounds % 2 == 0 {
+            ("/watcher/generate_diff", json!({}))
+        } else {
+            ("/watcher/commit_changes", json!({"commit_message": "race"}))
+        };
+        let (status, answer) = post(&server, path, body).await;
+        if status != 200 {
+            failures.push(format!("{path}: {status} {answer}"));
+        }
+        rounds += 1;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let uploads = uploader.await.unwrap();
+    let churns = churner.await.unwrap();
+    assert!(
+        failures.is_empty(),
+        "{} of {rounds} git calls failed ({uploads} uploads, {churns} churn rounds): {:#?}",
+        failures.len(),
+        &failures[..failures.len().min(10)]
+    );
+    assert!(uploads > 0 && churns > 0, "nothing raced the git calls");
+    // No staging file was ever committed.
+    let files = git(
+        &server.workspace,
+        &["log", "--all", "--name-only", "--format="],
+    );
+    assert!(!files.contains(".boxd-upload-"), "{files}");
+}

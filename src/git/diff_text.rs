@@ -2,7 +2,17 @@
 
 use std::collections::BTreeMap;
 
-use git2::{Diff, DiffFormat};
+use git2::{Diff, ErrorClass, ErrorCode, Patch};
+
+/// libgit2's error for a work-tree file that is gone when its content is read (ENOENT / ENOTDIR on
+/// open), or whose size changed between the stat and the read.
+pub fn vanished(err: &git2::Error) -> bool {
+    matches!(
+        (err.code(), err.class()),
+        (ErrorCode::NotFound, ErrorClass::Os)
+    ) || (err.class() == ErrorClass::Filesystem
+        && err.message().contains("changed before we could read"))
+}
 
 /// A single file's diff beyond this is cut with a marker: the JSON answer must stay bounded.
 pub const MAX_FILE_DIFF_BYTES: usize = 1024 * 1024;
@@ -21,6 +31,10 @@ pub struct Rendered {
 /// Renders at most `budget` bytes of diff text. A file that does not fit is cut with a marker saying how
 /// many bytes were omitted; once the budget is spent, rendering stops at the next file (libgit2 stops
 /// computing too) and the last rendered file ends with a line saying the rest is omitted.
+///
+/// Files are rendered one at a time, so a work-tree file that vanished between the diff listing it and
+/// its content being read (a delete or a rename racing the diff) is left out rather than failing the
+/// whole answer: it is no longer there to show, and the next diff shows where it went.
 pub fn render(diff: &Diff<'_>, budget: usize) -> Result<Rendered, git2::Error> {
     let mut files: BTreeMap<String, FileDiff> = BTreeMap::new();
     let mut used = 0usize;
@@ -29,47 +43,55 @@ pub fn render(diff: &Diff<'_>, budget: usize) -> Result<Rendered, git2::Error> {
     // A line did not fit the budget: the next file is not started (lines are never split, so `used` may
     // stay just below `budget`).
     let mut spent = budget == 0;
-    let printed = diff.print(DiffFormat::Patch, |delta, _hunk, line| {
-        let path = delta
-            .new_file()
-            .path()
-            .or_else(|| delta.old_file().path())
-            .map(|path| path.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        if current.as_deref() != Some(path.as_str()) {
-            if spent {
-                cut = true;
-                return false;
+    for index in 0..diff.deltas().len() {
+        if spent {
+            cut = true;
+            break;
+        }
+        let mut patch = match Patch::from_diff(diff, index) {
+            Ok(Some(patch)) => patch,
+            Ok(None) => continue,
+            Err(err) if vanished(&err) => {
+                tracing::debug!(
+                    reason = err.message(),
+                    "a file vanished while its diff was read"
+                );
+                continue;
             }
-            current = Some(path.clone());
-        }
-        let entry = files.entry(path).or_insert_with(|| FileDiff {
-            text: String::new(),
-            omitted: 0,
-        });
-        let content = String::from_utf8_lossy(line.content());
-        let prefix = match line.origin() {
-            origin @ ('+' | '-' | ' ') => Some(origin),
-            _ => None,
+            Err(err) => return Err(err),
         };
-        let added = content.len() + usize::from(prefix.is_some());
-        let fits_answer = used.saturating_add(added) <= budget;
-        spent |= !fits_answer;
-        let fits = fits_answer && entry.text.len().saturating_add(added) <= MAX_FILE_DIFF_BYTES;
-        if entry.omitted > 0 || !fits {
-            entry.omitted = entry.omitted.saturating_add(added);
-            return true;
-        }
-        if let Some(prefix) = prefix {
-            entry.text.push(prefix);
-        }
-        entry.text.push_str(&content);
-        used = used.saturating_add(added);
-        true
-    });
-    match printed {
-        Err(_) if cut => {}
-        other => other?,
+        patch.print(&mut |delta, _hunk, line| {
+            let path = delta
+                .new_file()
+                .path()
+                .or_else(|| delta.old_file().path())
+                .map(|path| path.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            current = Some(path.clone());
+            let entry = files.entry(path).or_insert_with(|| FileDiff {
+                text: String::new(),
+                omitted: 0,
+            });
+            let content = String::from_utf8_lossy(line.content());
+            let prefix = match line.origin() {
+                origin @ ('+' | '-' | ' ') => Some(origin),
+                _ => None,
+            };
+            let added = content.len() + usize::from(prefix.is_some());
+            let fits_answer = used.saturating_add(added) <= budget;
+            spent |= !fits_answer;
+            let fits = fits_answer && entry.text.len().saturating_add(added) <= MAX_FILE_DIFF_BYTES;
+            if entry.omitted > 0 || !fits {
+                entry.omitted = entry.omitted.saturating_add(added);
+                return true;
+            }
+            if let Some(prefix) = prefix {
+                entry.text.push(prefix);
+            }
+            entry.text.push_str(&content);
+            used = used.saturating_add(added);
+            true
+        })?;
     }
     let last = current;
     Ok(Rendered {

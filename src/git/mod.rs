@@ -32,6 +32,15 @@ const MAX_COMMIT_DIFF_BYTES: usize = diff_text::MAX_FILE_DIFF_BYTES;
 /// All diff text of one answer (`generate_diff`, or every commit of a `git_logs` page together).
 pub const MAX_RESPONSE_DIFF_BYTES: usize = 32 * 1024 * 1024;
 
+/// Times one operation is run when files keep changing under it (see `Failure::Changed`).
+const ATTEMPTS: usize = 5;
+
+/// The names `upload::stage` gives a file on its way into place (`src/workspace/upload.rs`): an upload
+/// that replaces a file is linked in under such a name and renamed over its target a moment later. Kept
+/// out of every status, diff and commit by an in-memory ignore rule, so git never lists a file that is
+/// about to vanish, and never commits one.
+const STAGING_PATTERN: &str = ".boxd-upload-*.tmp";
+
 /// What upstream writes into the repository config; boxd uses it only when no identity is configured.
 const FALLBACK_NAME: &str = "User";
 const FALLBACK_EMAIL: &str = "user@example.com";
@@ -86,6 +95,41 @@ impl From<git2::Error> for ApiError {
     }
 }
 
+/// Why one attempt at a git operation failed.
+enum Failure {
+    /// A file changed size or vanished between libgit2 listing it and reading it (an upload renamed into
+    /// place, a file deleted mid-walk). Not the client's error nor the host's: the operation is run
+    /// again on what is there now.
+    Changed(String),
+    Api(ApiError),
+}
+
+type GitResult<T> = Result<T, Failure>;
+
+impl From<ApiError> for Failure {
+    fn from(err: ApiError) -> Self {
+        Failure::Api(err)
+    }
+}
+
+impl From<git2::Error> for Failure {
+    fn from(err: git2::Error) -> Self {
+        if diff_text::vanished(&err) {
+            Failure::Changed(err.message().to_owned())
+        } else {
+            Failure::Api(err.into())
+        }
+    }
+}
+
+/// A file of the work tree that is gone by the time it is read: `git add -A` treats it as deleted.
+fn vanished(err: &std::io::Error) -> bool {
+    matches!(
+        err.kind(),
+        std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+    )
+}
+
 #[derive(Serialize)]
 pub struct CommitOutcome {
     commit: String,
@@ -137,14 +181,34 @@ impl GitWatcher {
         }
     }
 
-    /// Blocking. Runs `work` on the workspace repository, creating it on first use.
-    fn with_repo<T>(&self, work: impl FnOnce(&Repository) -> ApiResult<T>) -> ApiResult<T> {
+    /// Blocking. Runs `work` on the workspace repository, creating it on first use. The workspace is
+    /// shared with the client's own writes, so a file may change while libgit2 walks it: `work` then
+    /// runs again on a freshly opened repository (nothing is written before a walk is complete), a
+    /// bounded number of times, and a work tree that never holds still is a 409 saying so.
+    fn with_repo<T>(&self, work: impl Fn(&Repository) -> GitResult<T>) -> ApiResult<T> {
         let _serialised = self
             .lock
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let repo = pin::open(&self.workdir)?;
-        work(&repo)
+        let mut attempt = 1;
+        loop {
+            let repo = pin::open(&self.workdir)?;
+            repo.add_ignore_rule(STAGING_PATTERN)?;
+            match work(&repo) {
+                Ok(value) => return Ok(value),
+                Err(Failure::Api(err)) => return Err(err),
+                Err(Failure::Changed(reason)) if attempt < ATTEMPTS => {
+                    tracing::debug!(attempt, %reason, "work tree changed during a git walk; again");
+                    attempt += 1;
+                }
+                Err(Failure::Changed(reason)) => {
+                    return Err(ApiError::Conflict(format!(
+                        "the workspace kept changing while git read it ({reason}), {ATTEMPTS} times \
+                         in a row; try again once writes to it have settled"
+                    )));
+                }
+            }
+        }
     }
 
     pub fn commit_all(&self, message: &str) -> ApiResult<CommitOutcome> {
@@ -237,7 +301,7 @@ const DIRECT_STAGE_MAX_BYTES: u64 = 8 * 1024 * 1024;
 /// six times what `git add` needs. Returns `false`, having changed nothing, whenever a filter might apply
 /// (`core.autocrlf`, any attributes file, `core.filemode` off) or an entry is not a plain file or symlink;
 /// the caller then uses `add_all`.
-fn stage_unfiltered(repo: &Repository, index: &mut git2::Index) -> ApiResult<bool> {
+fn stage_unfiltered(repo: &Repository, index: &mut git2::Index) -> GitResult<bool> {
     let config = repo.config()?;
     let autocrlf = config
         .get_string("core.autocrlf")
@@ -278,10 +342,10 @@ fn stage_unfiltered(repo: &Repository, index: &mut git2::Index) -> ApiResult<boo
     // without a submodule entry, so say what is in the way instead of libgit2's "invalid path".
     if let Some((path, _)) = changes.iter().find(|(path, _)| path.ends_with(b"/")) {
         let shown = String::from_utf8_lossy(path);
-        return Err(ApiError::Conflict(format!(
+        return Err(Failure::Api(ApiError::Conflict(format!(
             "{shown} is a git repository inside the workspace (a clone?): boxd does not commit nested \
              repositories; add it to .gitignore, or remove its .git directory to commit its files"
-        )));
+        ))));
     }
     if changes
         .iter()
@@ -292,26 +356,43 @@ fn stage_unfiltered(repo: &Repository, index: &mut git2::Index) -> ApiResult<boo
     for (path, status) in changes {
         let relative = std::path::Path::new(std::ffi::OsStr::from_bytes(&path));
         let full = workdir.join(relative);
+        let shown = || relative.display().to_string();
+        // A file gone since `statuses()` listed it (deleted, or renamed away mid-walk) is staged as
+        // deleted, which is what `git add -A` run now would do; one never tracked is left out.
+        let gone = |index: &mut git2::Index| -> GitResult<()> {
+            if status.is_wt_new() {
+                return Ok(());
+            }
+            match index.remove_path(relative) {
+                Err(err) if err.code() == ErrorCode::NotFound => Ok(()),
+                other => Ok(other?),
+            }
+        };
         let meta = match std::fs::symlink_metadata(&full) {
-            Err(_) if status.is_wt_deleted() => {
-                index.remove_path(relative)?;
+            Err(err) if vanished(&err) || status.is_wt_deleted() => {
+                gone(index)?;
                 continue;
             }
-            Err(err) => return Err(ApiError::from_io(&err, &relative.display().to_string())),
+            Err(err) => return Err(ApiError::from_io(&err, &shown()).into()),
             Ok(meta) => meta,
         };
-        let (content, mode) = if meta.file_type().is_symlink() {
-            let target = std::fs::read_link(&full)
-                .map_err(|err| ApiError::from_io(&err, &relative.display().to_string()))?;
-            (target.into_os_string().into_vec(), 0o120000)
+        let read = if meta.file_type().is_symlink() {
+            std::fs::read_link(&full).map(|target| (target.into_os_string().into_vec(), 0o120000))
         } else if meta.is_file() && meta.len() <= DIRECT_STAGE_MAX_BYTES {
-            let content = std::fs::read(&full)
-                .map_err(|err| ApiError::from_io(&err, &relative.display().to_string()))?;
             let executable = meta.mode() & 0o100 != 0;
-            (content, if executable { 0o100755 } else { 0o100644 })
+            std::fs::read(&full)
+                .map(|content| (content, if executable { 0o100755 } else { 0o100644 }))
         } else {
             index.add_path(relative)?;
             continue;
+        };
+        let (content, mode) = match read {
+            Ok(read) => read,
+            Err(err) if vanished(&err) => {
+                gone(index)?;
+                continue;
+            }
+            Err(err) => return Err(ApiError::from_io(&err, &shown()).into()),
         };
         let id = repo.blob(&content)?;
         index.add(&git2::IndexEntry {
@@ -332,7 +413,7 @@ fn stage_unfiltered(repo: &Repository, index: &mut git2::Index) -> ApiResult<boo
     Ok(true)
 }
 
-fn log_entry(repo: &Repository, oid: Oid, budget: usize) -> ApiResult<LogEntry> {
+fn log_entry(repo: &Repository, oid: Oid, budget: usize) -> GitResult<LogEntry> {
     let commit = repo.find_commit(oid)?;
     let parent_tree = match commit.parents().next() {
         Some(parent) => Some(parent.tree()?),
@@ -371,7 +452,7 @@ fn iso8601(time: git2::Time) -> String {
         .unwrap_or_default()
 }
 
-fn head_commit(repo: &Repository) -> ApiResult<Option<git2::Commit<'_>>> {
+fn head_commit(repo: &Repository) -> GitResult<Option<git2::Commit<'_>>> {
     match repo.head() {
         Ok(head) => Ok(Some(head.peel_to_commit()?)),
         Err(err) if matches!(err.code(), ErrorCode::UnbornBranch | ErrorCode::NotFound) => Ok(None),

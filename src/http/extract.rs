@@ -54,3 +54,22 @@ where
             .map_err(|rejection| ApiError::BadRequest(rejection.body_text()))
     }
 }
+
+/// Path parameters; one that does not decode (invalid UTF-8, a bad percent escape) → 400 naming it, in
+/// JSON like every other error.
+pub struct ApiPath<T>(pub T);
+
+impl<S, T> FromRequestParts<S> for ApiPath<T>
+where
+    T: DeserializeOwned + Send,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        axum::extract::Path::<T>::from_request_parts(parts, state)
+            .await
+            .map(|axum::extract::Path(value)| ApiPath(value))
+            .map_err(|rejection| ApiError::BadRequest(rejection.body_text()))
+    }
+}

@@ -10,7 +10,7 @@ pub mod serve;
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::extract::{DefaultBodyLimit, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -119,7 +119,7 @@ async fn openapi() -> impl IntoResponse {
 /// `run_ipython_cell` and any other registered tool by name.
 async fn call_tool(
     State(tools): State<Arc<ToolRegistry>>,
-    Path(tool_name): Path<String>,
+    extract::ApiPath(tool_name): extract::ApiPath<String>,
     context: CallContext,
     extract::ApiJson(arguments): extract::ApiJson<Value>,
 ) -> ApiResult<Json<CallToolResult>> {
@@ -133,7 +133,7 @@ async fn call_tool(
 /// from the blocking route does.
 async fn stream_tool(
     State(tools): State<Arc<ToolRegistry>>,
-    Path(tool_name): Path<String>,
+    extract::ApiPath(tool_name): extract::ApiPath<String>,
     headers: axum::http::HeaderMap,
     context: CallContext,
     extract::ApiJson(arguments): extract::ApiJson<Value>,

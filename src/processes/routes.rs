@@ -7,7 +7,7 @@ use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
-use axum::extract::{DefaultBodyLimit, FromRef, Path, State};
+use axum::extract::{DefaultBodyLimit, FromRef, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -23,7 +23,7 @@ use super::{
 };
 use crate::error::{ApiError, ApiResult};
 use crate::http::events::{self, Event, EventFormat};
-use crate::http::extract::{ApiJson, ApiQuery};
+use crate::http::extract::{ApiJson, ApiPath, ApiQuery};
 
 /// Output per event batch: bounds one read of the log while a reader catches up.
 const READ_BATCH: usize = 64 * 1024;
@@ -65,21 +65,21 @@ async fn list(State(manager): State<Arc<ProcessManager>>) -> Json<Value> {
 
 async fn status(
     State(manager): State<Arc<ProcessManager>>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> ApiResult<Json<ProcessStatus>> {
     Ok(Json(manager.get(&id)?.status()))
 }
 
 async fn remove(
     State(manager): State<Arc<ProcessManager>>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> ApiResult<Json<ProcessStatus>> {
     Ok(Json(manager.remove(&id).await?))
 }
 
 async fn write_stdin(
     State(manager): State<Arc<ProcessManager>>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> ProcessResult<StatusCode> {
     let process = manager.get(&id)?;
@@ -96,7 +96,7 @@ async fn write_stdin(
 
 async fn close_stdin(
     State(manager): State<Arc<ProcessManager>>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> ProcessResult<StatusCode> {
     manager
         .get(&id)?
@@ -125,7 +125,7 @@ fn parse_signal(signal: &Value) -> ApiResult<i32> {
 
 async fn signal(
     State(manager): State<Arc<ProcessManager>>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiJson(request): ApiJson<SignalRequest>,
 ) -> ApiResult<StatusCode> {
     let signal = parse_signal(&request.signal)?;
@@ -135,7 +135,7 @@ async fn signal(
 
 async fn kill(
     State(manager): State<Arc<ProcessManager>>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> ApiResult<(StatusCode, Json<ProcessStatus>)> {
     let process = manager.get(&id)?;
     process.signal(libc::SIGKILL).await?;
@@ -144,7 +144,7 @@ async fn kill(
 
 async fn resize(
     State(manager): State<Arc<ProcessManager>>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiJson(size): ApiJson<TerminalSize>,
 ) -> ApiResult<StatusCode> {
     manager.get(&id)?.resize(size)?;
@@ -162,7 +162,7 @@ struct OutputQuery {
 /// One page of output from `offset`, without waiting: for clients that poll.
 async fn output(
     State(manager): State<Arc<ProcessManager>>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiQuery(query): ApiQuery<OutputQuery>,
 ) -> ApiResult<Json<Value>> {
     let process = manager.get(&id)?;
@@ -185,7 +185,7 @@ async fn output(
 /// Follows output from `offset` (or `Last-Event-ID`) until the exit event.
 async fn follow(
     State(manager): State<Arc<ProcessManager>>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiQuery(query): ApiQuery<OutputQuery>,
     headers: HeaderMap,
 ) -> ApiResult<Response> {
@@ -287,7 +287,7 @@ pub fn event_stream(process: Arc<LiveProcess>, offset: u64) -> impl Stream<Item 
 /// leaves the process running; reconnect with `?offset=` to resume.
 async fn websocket(
     State(manager): State<Arc<ProcessManager>>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiQuery(query): ApiQuery<OutputQuery>,
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> ApiResult<impl IntoResponse> {

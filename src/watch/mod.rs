@@ -217,6 +217,15 @@ impl EventFilter {
             EventKind::Modify(_) => "modify",
             EventKind::Access(_) | EventKind::Any | EventKind::Other => return None,
         };
+        // An upload renamed over its target: to the watcher, the target's content changed.
+        if kind == "rename"
+            && let [from, to] = event.paths.as_slice()
+            && from
+                .file_name()
+                .is_some_and(crate::workspace::is_staging_name)
+        {
+            return Some(json!({"type": "modify", "path": self.relative(to)?}));
+        }
         let paths: Vec<String> = event
             .paths
             .iter()
@@ -234,6 +243,12 @@ impl EventFilter {
 
     /// Workspace-relative, or `None` for paths to leave out (under `.git`, or outside).
     fn relative(&self, path: &Path) -> Option<String> {
+        if path
+            .file_name()
+            .is_some_and(crate::workspace::is_staging_name)
+        {
+            return None;
+        }
         let relative = workspace_relative(&self.real_root, path)?;
         let under_git = Path::new(&relative)
             .components()

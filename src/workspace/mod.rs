@@ -12,7 +12,7 @@ mod upload;
 pub use entry::EntryInfo;
 pub(crate) use entry::{OpenError, open_for_reading};
 pub use path::{Confined, Confinement, Last, Root, Workspace, WorkspacePath};
-pub(crate) use upload::stage_bytes;
+pub(crate) use upload::{is_staging_name, stage_bytes};
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -240,7 +240,20 @@ async fn write_file(
 /// Multipart `files` parts with optional `paths` fields (same count, else each part's filename). Each part
 /// streams to an unnamed staging file; nothing is placed (no directory even created) until every part
 /// arrived and every target is checked.
-async fn batch_write(State(workspace): State<Arc<Workspace>>, multipart: Multipart) -> Response {
+async fn batch_write(
+    State(workspace): State<Arc<Workspace>>,
+    multipart: Result<Multipart, axum::extract::multipart::MultipartRejection>,
+) -> Response {
+    let multipart = match multipart {
+        Ok(multipart) => multipart,
+        Err(rejection) => {
+            return ApiError::BadRequest(format!(
+                "expected a multipart/form-data body: {}",
+                rejection.body_text()
+            ))
+            .into_response();
+        }
+    };
     let (paths, files) = match receive_parts(workspace.real_root(), multipart).await {
         Ok(parts) => parts,
         Err(err) => {
@@ -391,7 +404,10 @@ fn walk(
     out: &mut Vec<EntryInfo>,
 ) -> std::io::Result<()> {
     let mut children: Vec<_> = match std::fs::read_dir(real) {
-        Ok(reader) => reader.filter_map(Result::ok).collect(),
+        Ok(reader) => reader
+            .filter_map(Result::ok)
+            .filter(|child| !is_staging_name(&child.file_name()))
+            .collect(),
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(()),
         Err(err) => return Err(err),
     };

@@ -145,10 +145,23 @@ fn tmpfile_unsupported(err: &std::io::Error) -> bool {
     )
 }
 
+const STAGING_PREFIX: &str = ".boxd-upload-";
+const STAGING_SUFFIX: &str = ".tmp";
+
 fn staging_name(dir: &Path) -> PathBuf {
     let mut random = [0u8; 8];
     let _ = getrandom::fill(&mut random);
-    dir.join(format!(".boxd-upload-{}.tmp", hex::encode(random)))
+    dir.join(format!(
+        "{STAGING_PREFIX}{}{STAGING_SUFFIX}",
+        hex::encode(random)
+    ))
+}
+
+/// An upload's name while it is being put in place: listings, the filesystem tools, `/watch` and git
+/// leave such files out, as they are not the user's.
+pub fn is_staging_name(name: &std::ffi::OsStr) -> bool {
+    let name = name.as_bytes();
+    name.starts_with(STAGING_PREFIX.as_bytes()) && name.ends_with(STAGING_SUFFIX.as_bytes())
 }
 
 fn create_named(dir: &Path) -> std::io::Result<(File, PathBuf)> {
