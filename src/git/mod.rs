@@ -122,6 +122,22 @@ impl From<git2::Error> for Failure {
     }
 }
 
+/// Below this much free space, a failed repository write is taken as the disk being full.
+const LOW_SPACE_BYTES: u64 = 1024 * 1024;
+
+/// Bytes an unprivileged writer may still use on the filesystem holding `path`.
+fn free_bytes(path: &std::path::Path) -> Option<u64> {
+    let path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).ok()?;
+    let mut stat = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: a NUL-terminated path and a buffer of the right type for statvfs to fill.
+    if unsafe { libc::statvfs(path.as_ptr(), stat.as_mut_ptr()) } != 0 {
+        return None;
+    }
+    // SAFETY: statvfs returned 0, so it filled the buffer.
+    let stat = unsafe { stat.assume_init() };
+    Some(u64::from(stat.f_bavail).saturating_mul(u64::from(stat.f_frsize)))
+}
+
 /// A file of the work tree that is gone by the time it is read: `git add -A` treats it as deleted.
 fn vanished(err: &std::io::Error) -> bool {
     matches!(
@@ -212,31 +228,49 @@ impl GitWatcher {
     }
 
     pub fn commit_all(&self, message: &str) -> ApiResult<CommitOutcome> {
-        self.with_repo(|repo| {
-            let mut index = repo.index()?;
-            if !stage_unfiltered(repo, &mut index)? {
-                index.add_all(["*"], IndexAddOption::DEFAULT, None)?;
-                index.update_all(["*"], None)?;
-            }
-            index.write()?;
-            let tree = repo.find_tree(index.write_tree()?)?;
-            let signature = repo
-                .signature()
-                .or_else(|_| Signature::now(FALLBACK_NAME, FALLBACK_EMAIL))?;
-            let parent = head_commit(repo)?;
-            let parents: Vec<&git2::Commit> = parent.iter().collect();
-            let oid = repo.commit(
-                Some("HEAD"),
-                &signature,
-                &signature,
-                message,
-                &tree,
-                &parents,
-            )?;
-            Ok(CommitOutcome {
-                commit: oid.to_string(),
-                message: message.to_owned(),
-            })
+        self.with_repo(|repo| self.commit_staged_all(repo, message))
+            .map_err(|err| self.explain_write_failure(err))
+    }
+
+    /// libgit2 does not always say why a write failed: on a full disk it has answered "no error", or a
+    /// stale message about another file, and left errno clear. A failed write with almost no space
+    /// left on the workspace's filesystem is that.
+    fn explain_write_failure(&self, err: ApiError) -> ApiError {
+        if !matches!(err, ApiError::Internal(_) | ApiError::Conflict(_)) {
+            return err;
+        }
+        match free_bytes(&self.workdir) {
+            Some(free) if free < LOW_SPACE_BYTES => ApiError::InsufficientStorage(format!(
+                "no space left on the workspace's device ({free} bytes free) while git wrote the commit; free some space and try again ({err})"
+            )),
+            _ => err,
+        }
+    }
+
+    fn commit_staged_all(&self, repo: &Repository, message: &str) -> GitResult<CommitOutcome> {
+        let mut index = repo.index()?;
+        if !stage_unfiltered(repo, &mut index)? {
+            index.add_all(["*"], IndexAddOption::DEFAULT, None)?;
+            index.update_all(["*"], None)?;
+        }
+        index.write()?;
+        let tree = repo.find_tree(index.write_tree()?)?;
+        let signature = repo
+            .signature()
+            .or_else(|_| Signature::now(FALLBACK_NAME, FALLBACK_EMAIL))?;
+        let parent = head_commit(repo)?;
+        let parents: Vec<&git2::Commit> = parent.iter().collect();
+        let oid = repo.commit(
+            Some("HEAD"),
+            &signature,
+            &signature,
+            message,
+            &tree,
+            &parents,
+        )?;
+        Ok(CommitOutcome {
+            commit: oid.to_string(),
+            message: message.to_owned(),
         })
     }
 
