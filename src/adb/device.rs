@@ -239,6 +239,10 @@ impl Connector {
                     self.live = live;
                     return Err(DeviceError::Refused(reason));
                 }
+                Err(WireError::TooLarge) => {
+                    // The rest of the output is unread: the connection cannot carry another command.
+                    return Err(DeviceError::Refused(WireError::TooLarge.to_string()));
+                }
                 Err(err) if !err.opened() && !fresh && attempt == 0 => {
                     tracing::debug!(error = %err, "adb connection went stale; reconnecting");
                 }

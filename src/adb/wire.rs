@@ -206,13 +206,12 @@ pub struct Direct {
 impl Direct {
     pub fn connect(address: &str, deadline: Deadline) -> Result<Direct, WireError> {
         let mut stream = connect(address, deadline)?;
-        let mut banner = b"host::boxd\0".to_vec();
         send(
             &mut stream,
             A_CNXN,
             VERSION,
             MAX_PAYLOAD,
-            &banner,
+            b"host::boxd\0",
             deadline,
             false,
         )?;
@@ -235,8 +234,7 @@ impl Direct {
                 )));
             }
         }
-        banner = data;
-        let banner = String::from_utf8_lossy(&banner)
+        let banner = String::from_utf8_lossy(&data)
             .trim_end_matches('\0')
             .to_owned();
         Ok(Direct {
@@ -440,7 +438,16 @@ impl Server {
         command: &str,
         deadline: Deadline,
     ) -> Result<Output, WireError> {
-        let mut stream = self.open(&format!("host:transport:{serial}"), deadline)?;
+        // The device gone from the server is a lost device (to pick again), not a refused command.
+        let mut stream = self
+            .open(&format!("host:transport:{serial}"), deadline)
+            .map_err(|err| match err {
+                WireError::Refused(reason) => WireError::Io {
+                    message: format!("the adb server at {}: {reason}", self.address),
+                    opened: false,
+                },
+                other => other,
+            })?;
         self.request(&mut stream, &shell_service(command), deadline)
             .map_err(|err| match err {
                 WireError::Refused(reason) => WireError::Refused(format!(
