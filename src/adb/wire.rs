@@ -522,6 +522,30 @@ mod tests {
     }
 
     #[test]
+    fn a_silent_device_times_out_and_a_closing_one_is_an_error() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        let held = std::thread::spawn(move || {
+            let silent = listener.accept().unwrap();
+            let closing = listener.accept().unwrap();
+            drop(closing);
+            std::thread::sleep(Duration::from_millis(500));
+            drop(silent);
+        });
+        let started = Instant::now();
+        let silent = Direct::connect(&address, Deadline::after(Duration::from_millis(200)));
+        assert!(matches!(silent, Err(WireError::Timeout(_))));
+        assert!(started.elapsed() < Duration::from_secs(2));
+        let closing = Direct::connect(&address, Deadline::after(Duration::from_secs(5)));
+        assert!(
+            matches!(closing, Err(WireError::Io { opened: false, .. })),
+            "{:?}",
+            closing.err()
+        );
+        held.join().unwrap();
+    }
+
+    #[test]
     fn server_socket_specs() {
         assert_eq!(
             Server::from_socket_spec("tcp:127.0.0.1:5037")
