@@ -76,7 +76,7 @@ pub struct ServeArgs {
     pub cell_timeout: f64,
 
     /// Families to enable (comma-separated): their tools and their routes. An image offers only what
-    /// it needs. Default: every family that needs no display or device (all but `computer`).
+    /// it needs. Default: every family that needs no display or device (all but `computer` and `adb`).
     #[arg(
         long,
         env = "BOXD_TOOLS",
@@ -125,6 +125,20 @@ pub struct ServeArgs {
     /// `computer` tool takes or gives is in the screenshot's pixels (default: the screen's own size).
     #[arg(long, env = "BOXD_SCREENSHOT_MAX")]
     pub screenshot_max: Option<String>,
+
+    /// The adb server the `adb` family asks for its device (`tcp:HOST:PORT`, as adb itself reads it).
+    #[arg(long, env = "ADB_SERVER_SOCKET", default_value = "tcp:127.0.0.1:5037")]
+    pub adb_server: String,
+
+    /// The device the `adb` family drives when the adb server has several (its serial, as `adb
+    /// devices` lists it). Unset: the only device.
+    #[arg(long, env = "ANDROID_SERIAL")]
+    pub adb_serial: Option<String>,
+
+    /// A device the `adb` family reaches straight over TCP (HOST:PORT, e.g. redroid's or an emulator's
+    /// adbd on 5555), with no adb server in between. Set, it wins over the adb server.
+    #[arg(long, env = "BOXD_ADB_CONNECT")]
+    pub adb_connect: Option<String>,
 
     /// Cap in bytes on each of a command's stdout and stderr (head and tail are kept).
     #[arg(long, env = "BOXD_MAX_OUTPUT", default_value_t = 4 * 1024 * 1024)]

@@ -1,0 +1,485 @@
+//! The `adb` tool's arguments read into actions, with every check done before anything reaches the
+//! device; and the exact device command each action runs.
+
+use serde_json::Value;
+
+pub const ACTIONS: [&str; 6] = [
+    "get_screen_resolution",
+    "tap",
+    "swipe",
+    "input_text",
+    "key_event",
+    "get_screenshot",
+];
+
+/// upstream's swipe duration when none is given, in milliseconds.
+pub const DEFAULT_SWIPE_MS: u64 = 300;
+pub const MAX_SWIPE_MS: u64 = 60_000;
+/// Coordinates above this are no screen's pixels (and keep the command line short).
+const MAX_COORDINATE: i64 = 100_000;
+/// Characters one `input_text` types (each is a key event on the device: long texts take seconds).
+pub const MAX_TEXT_CHARS: usize = 10_000;
+/// Android's KEYCODE_ range today is below 320; this leaves room for new ones.
+const MAX_KEY_CODE: i64 = 1_000;
+
+#[derive(Debug, PartialEq)]
+pub enum Action {
+    Resolution,
+    Tap {
+        x: i64,
+        y: i64,
+    },
+    Swipe {
+        from: (i64, i64),
+        to: (i64, i64),
+        duration_ms: u64,
+    },
+    Text(String),
+    Key {
+        code: i64,
+        shown: String,
+    },
+    Screenshot,
+}
+
+pub fn parse(arguments: &Value) -> Result<Action, String> {
+    let Some(arguments) = arguments.as_object() else {
+        return Err("arguments must be an object with an action".into());
+    };
+    let action = match arguments.get("action") {
+        Some(Value::String(action)) => action.as_str(),
+        Some(_) => return Err("action must be a string".into()),
+        None => {
+            return Err(format!("action is required: one of {}", ACTIONS.join(", ")));
+        }
+    };
+    match action {
+        "get_screen_resolution" => Ok(Action::Resolution),
+        "get_screenshot" => Ok(Action::Screenshot),
+        "tap" => {
+            let (x, y) = point(arguments.get("coordinate"), "coordinate", "tap")?;
+            Ok(Action::Tap { x, y })
+        }
+        "swipe" => {
+            let from = point(arguments.get("start"), "start", "swipe")?;
+            let to = point(arguments.get("end"), "end", "swipe")?;
+            let duration_ms = match arguments.get("duration") {
+                None | Some(Value::Null) => DEFAULT_SWIPE_MS,
+                Some(value) => integer(value)
+                    .and_then(|ms| u64::try_from(ms).ok())
+                    .filter(|ms| *ms <= MAX_SWIPE_MS)
+                    .ok_or_else(|| {
+                        format!(
+                            "duration must be an integer number of milliseconds from 0 to {MAX_SWIPE_MS}, got {value}"
+                        )
+                    })?,
+            };
+            Ok(Action::Swipe {
+                from,
+                to,
+                duration_ms,
+            })
+        }
+        "input_text" => match arguments.get("text") {
+            Some(Value::String(text)) if !text.is_empty() => {
+                let count = text.chars().count();
+                if count > MAX_TEXT_CHARS {
+                    return Err(format!(
+                        "text is {count} characters; input_text types at most {MAX_TEXT_CHARS} per call"
+                    ));
+                }
+                if let Some(bad) = text
+                    .chars()
+                    .find(|c| c.is_control() && !matches!(c, '\n' | '\r' | '\t'))
+                {
+                    return Err(format!(
+                        "text holds the control character U+{:04X}, which no key types",
+                        u32::from(bad)
+                    ));
+                }
+                Ok(Action::Text(text.clone()))
+            }
+            Some(Value::String(_)) => Err("text must not be empty for input_text".into()),
+            Some(Value::Null) | None => Err("text is required for input_text".into()),
+            Some(other) => Err(format!("text must be a string, got {other}")),
+        },
+        "key_event" => key(arguments.get("code")),
+        other => Err(format!(
+            "Unknown action: {other}. Valid actions: {}",
+            ACTIONS.join(", ")
+        )),
+    }
+}
+
+/// An integer, also when JSON spells it `3.0`; not `3.5`, not a string.
+fn integer(value: &Value) -> Option<i64> {
+    if let Some(number) = value.as_i64() {
+        return Some(number);
+    }
+    let float = value.as_f64()?;
+    (float.fract() == 0.0 && float.abs() <= 1e15).then_some(float as i64)
+}
+
+fn point(value: Option<&Value>, name: &str, action: &str) -> Result<(i64, i64), String> {
+    let value = match value {
+        None | Some(Value::Null) => {
+            return Err(format!("{name} is required for {action}: [x, y] in pixels"));
+        }
+        Some(value) => value,
+    };
+    let bad = || {
+        format!(
+            "{name} must be [x, y], two integers from 0 to {MAX_COORDINATE} (pixels), got {value}"
+        )
+    };
+    let Some([x, y]) = value.as_array().map(Vec::as_slice) else {
+        return Err(bad());
+    };
+    let coordinate = |v: &Value| integer(v).filter(|n| (0..=MAX_COORDINATE).contains(n));
+    match (coordinate(x), coordinate(y)) {
+        (Some(x), Some(y)) => Ok((x, y)),
+        _ => Err(bad()),
+    }
+}
+
+fn key(value: Option<&Value>) -> Result<Action, String> {
+    let value = match value {
+        None | Some(Value::Null) => {
+            return Err(
+                "code is required for key_event: a key code (3) or name (HOME, BACK, ENTER, KEYCODE_VOLUME_UP)"
+                    .into(),
+            );
+        }
+        Some(value) => value,
+    };
+    let in_range = |code: i64| (0..=MAX_KEY_CODE).contains(&code);
+    if let Some(code) = integer(value) {
+        return if in_range(code) {
+            Ok(Action::Key {
+                code,
+                shown: code.to_string(),
+            })
+        } else {
+            Err(format!(
+                "Invalid key code: {code} (key codes are 0 to {MAX_KEY_CODE})"
+            ))
+        };
+    }
+    let Some(name) = value.as_str() else {
+        return Err(format!(
+            "code must be a key code or a key name, got {value}"
+        ));
+    };
+    let trimmed = name.trim();
+    if let Ok(code) = trimmed.parse::<i64>() {
+        return if in_range(code) {
+            Ok(Action::Key {
+                code,
+                shown: trimmed.to_owned(),
+            })
+        } else {
+            Err(format!(
+                "Invalid key code: {code} (key codes are 0 to {MAX_KEY_CODE})"
+            ))
+        };
+    }
+    match key_code(trimmed) {
+        Some(code) => Ok(Action::Key {
+            code,
+            shown: trimmed.to_owned(),
+        }),
+        None => Err(format!(
+            "Invalid key: {name}. Use a key code or an Android key name such as HOME, BACK, ENTER, DEL, TAB, APP_SWITCH, VOLUME_UP, POWER or KEYCODE_*"
+        )),
+    }
+}
+
+/// Android `KeyEvent` names (with or without `KEYCODE_`, any case) and a few common aliases.
+fn key_code(name: &str) -> Option<i64> {
+    let upper = name.to_ascii_uppercase().replace([' ', '-'], "_");
+    let bare = upper.strip_prefix("KEYCODE_").unwrap_or(&upper);
+    if let [letter @ b'A'..=b'Z'] = bare.as_bytes() {
+        return Some(29 + i64::from(letter - b'A'));
+    }
+    if let [digit @ b'0'..=b'9'] = bare.as_bytes() {
+        return Some(7 + i64::from(digit - b'0'));
+    }
+    if let Some(number) = bare.strip_prefix('F').and_then(|n| n.parse::<i64>().ok())
+        && (1..=12).contains(&number)
+    {
+        return Some(130 + number);
+    }
+    let code = match bare {
+        "SOFT_LEFT" => 1,
+        "SOFT_RIGHT" => 2,
+        "HOME" => 3,
+        "BACK" => 4,
+        "CALL" => 5,
+        "ENDCALL" => 6,
+        "STAR" => 17,
+        "POUND" => 18,
+        "DPAD_UP" | "UP" => 19,
+        "DPAD_DOWN" | "DOWN" => 20,
+        "DPAD_LEFT" | "LEFT" => 21,
+        "DPAD_RIGHT" | "RIGHT" => 22,
+        "DPAD_CENTER" | "CENTER" => 23,
+        "VOLUME_UP" => 24,
+        "VOLUME_DOWN" => 25,
+        "POWER" => 26,
+        "CAMERA" => 27,
+        "CLEAR" => 28,
+        "COMMA" => 55,
+        "PERIOD" => 56,
+        "ALT_LEFT" | "ALT" => 57,
+        "ALT_RIGHT" => 58,
+        "SHIFT_LEFT" | "SHIFT" => 59,
+        "SHIFT_RIGHT" => 60,
+        "TAB" => 61,
+        "SPACE" => 62,
+        "SYM" => 63,
+        "EXPLORER" => 64,
+        "ENVELOPE" => 65,
+        "ENTER" | "RETURN" => 66,
+        "DEL" | "BACKSPACE" | "DELETE" => 67,
+        "GRAVE" => 68,
+        "MINUS" => 69,
+        "EQUALS" => 70,
+        "LEFT_BRACKET" => 71,
+        "RIGHT_BRACKET" => 72,
+        "BACKSLASH" => 73,
+        "SEMICOLON" => 74,
+        "APOSTROPHE" => 75,
+        "SLASH" => 76,
+        "AT" => 77,
+        "NUM" => 78,
+        "HEADSETHOOK" => 79,
+        "FOCUS" => 80,
+        "PLUS" => 81,
+        "MENU" => 82,
+        "NOTIFICATION" => 83,
+        "SEARCH" => 84,
+        "MEDIA_PLAY_PAUSE" => 85,
+        "MEDIA_STOP" => 86,
+        "MEDIA_NEXT" => 87,
+        "MEDIA_PREVIOUS" => 88,
+        "MEDIA_REWIND" => 89,
+        "MEDIA_FAST_FORWARD" => 90,
+        "MUTE" => 91,
+        "PAGE_UP" => 92,
+        "PAGE_DOWN" => 93,
+        "ESCAPE" | "ESC" => 111,
+        "FORWARD_DEL" => 112,
+        "CTRL_LEFT" | "CTRL" => 113,
+        "CTRL_RIGHT" => 114,
+        "CAPS_LOCK" => 115,
+        "SCROLL_LOCK" => 116,
+        "META_LEFT" => 117,
+        "META_RIGHT" => 118,
+        "SYSRQ" => 120,
+        "BREAK" => 121,
+        "MOVE_HOME" => 122,
+        "MOVE_END" => 123,
+        "INSERT" => 124,
+        "FORWARD" => 125,
+        "MEDIA_PLAY" => 126,
+        "MEDIA_PAUSE" => 127,
+        "VOLUME_MUTE" => 164,
+        "SETTINGS" => 176,
+        "APP_SWITCH" | "RECENTS" | "RECENT_APPS" => 187,
+        "BRIGHTNESS_DOWN" => 220,
+        "BRIGHTNESS_UP" => 221,
+        "SLEEP" => 223,
+        "WAKEUP" => 224,
+        "ASSIST" => 219,
+        "VOICE_ASSIST" => 231,
+        "CUT" => 277,
+        "COPY" => 278,
+        "PASTE" => 279,
+        "ALL_APPS" => 284,
+        _ => return None,
+    };
+    Some(code)
+}
+
+/// The text as one literal argument of the device shell: single quotes, each `'` written `'\''`.
+pub fn quote(text: &str) -> String {
+    format!("'{}'", text.replace('\'', r"'\''"))
+}
+
+/// The device command that types ASCII `text` as it reads. `input text` takes one literal argument
+/// (quoted); a newline is the Enter key and a tab the Tab key; and since `input text` turns `%s` into a
+/// space, a `%` followed by `s` is typed in two parts.
+pub fn text_command(text: &str) -> String {
+    let mut commands: Vec<String> = Vec::new();
+    let mut segment = String::new();
+    let flush = |segment: &mut String, commands: &mut Vec<String>| {
+        if !segment.is_empty() {
+            commands.push(format!("input text {}", quote(segment)));
+            segment.clear();
+        }
+    };
+    let mut characters = text.chars().peekable();
+    while let Some(character) = characters.next() {
+        match character {
+            '\r' if characters.peek() == Some(&'\n') => {}
+            '\n' | '\r' => {
+                flush(&mut segment, &mut commands);
+                commands.push("input keyevent 66".into());
+            }
+            '\t' => {
+                flush(&mut segment, &mut commands);
+                commands.push("input keyevent 61".into());
+            }
+            '%' if characters.peek() == Some(&'s') => {
+                segment.push('%');
+                flush(&mut segment, &mut commands);
+            }
+            other => segment.push(other),
+        }
+    }
+    flush(&mut segment, &mut commands);
+    commands.join(" && ")
+}
+
+/// The first character `input text` cannot type (it injects key events of the device's ASCII keymap).
+pub fn first_non_ascii(text: &str) -> Option<(usize, char)> {
+    text.chars().enumerate().find(|(_, c)| !c.is_ascii())
+}
+
+/// `wm size`: `Physical size: WxH`, with an `Override size: WxH` line winning when present.
+pub fn parse_wm_size(output: &str) -> Option<(u32, u32)> {
+    let size_after = |label: &str| {
+        output.lines().find_map(|line| {
+            let rest = line.trim().strip_prefix(label)?;
+            let (width, height) = rest.trim().split_once('x')?;
+            Some((width.trim().parse().ok()?, height.trim().parse().ok()?))
+        })
+    };
+    size_after("Override size:").or_else(|| size_after("Physical size:"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn upstream_arguments_parse() {
+        assert_eq!(
+            parse(&json!({"action": "tap", "coordinate": [10, 20]})).unwrap(),
+            Action::Tap { x: 10, y: 20 }
+        );
+        assert_eq!(
+            parse(&json!({"action": "swipe", "start": [1, 2], "end": [3, 4]})).unwrap(),
+            Action::Swipe {
+                from: (1, 2),
+                to: (3, 4),
+                duration_ms: 300
+            }
+        );
+        assert_eq!(
+            parse(&json!({"action": "key_event", "code": 3})).unwrap(),
+            Action::Key {
+                code: 3,
+                shown: "3".into()
+            }
+        );
+        assert_eq!(
+            parse(&json!({"action": "key_event", "code": "4"})).unwrap(),
+            Action::Key {
+                code: 4,
+                shown: "4".into()
+            }
+        );
+    }
+
+    #[test]
+    fn key_names_as_the_sdk_documents_them() {
+        for (name, code) in [
+            ("HOME", 3),
+            ("back", 4),
+            ("ENTER", 66),
+            ("KEYCODE_VOLUME_UP", 24),
+            ("keycode_a", 29),
+            ("KEYCODE_0", 7),
+            ("F12", 142),
+            ("APP_SWITCH", 187),
+        ] {
+            assert_eq!(key_code(name), Some(code), "{name}");
+        }
+        assert!(parse(&json!({"action": "key_event", "code": "HOMEY"})).is_err());
+        assert!(parse(&json!({"action": "key_event", "code": -1})).is_err());
+        assert!(parse(&json!({"action": "key_event", "code": 2.5})).is_err());
+    }
+
+    #[test]
+    fn bad_arguments_say_what_is_wrong() {
+        for (arguments, needle) in [
+            (json!({"action": "tap"}), "coordinate is required"),
+            (
+                json!({"action": "tap", "coordinate": [1]}),
+                "coordinate must be [x, y]",
+            ),
+            (
+                json!({"action": "tap", "coordinate": [-1, 5]}),
+                "coordinate must be",
+            ),
+            (
+                json!({"action": "tap", "coordinate": [1.5, 5]}),
+                "coordinate must be",
+            ),
+            (
+                json!({"action": "tap", "coordinate": ["1", 5]}),
+                "coordinate must be",
+            ),
+            (
+                json!({"action": "swipe", "start": [1, 1]}),
+                "end is required",
+            ),
+            (
+                json!({"action": "swipe", "start": [1, 1], "end": [2, 2], "duration": -5}),
+                "duration",
+            ),
+            (json!({"action": "input_text"}), "text is required"),
+            (
+                json!({"action": "input_text", "text": ""}),
+                "must not be empty",
+            ),
+            (json!({"action": "input_text", "text": "a\u{7}"}), "U+0007"),
+            (json!({"action": "key_event"}), "code is required"),
+            (json!({"action": "fly"}), "Unknown action: fly"),
+            (json!({}), "action is required"),
+        ] {
+            let err = parse(&arguments).unwrap_err();
+            assert!(err.contains(needle), "{arguments}: {err}");
+        }
+    }
+
+    #[test]
+    fn text_is_one_literal_argument() {
+        assert_eq!(text_command("hello"), "input text 'hello'");
+        assert_eq!(text_command("it's"), r"input text 'it'\''s'");
+        assert_eq!(
+            text_command("a\nb\tc"),
+            "input text 'a' && input keyevent 66 && input text 'b' && input keyevent 61 && input text 'c'"
+        );
+        assert_eq!(
+            text_command("100%sure"),
+            "input text '100%' && input text 'sure'"
+        );
+        assert_eq!(text_command("x\r\n"), "input text 'x' && input keyevent 66");
+    }
+
+    #[test]
+    fn wm_size_override_wins() {
+        assert_eq!(
+            parse_wm_size("Physical size: 1080x1920\n"),
+            Some((1080, 1920))
+        );
+        assert_eq!(
+            parse_wm_size("Physical size: 1080x1920\nOverride size: 720x1280\n"),
+            Some((720, 1280))
+        );
+        assert_eq!(parse_wm_size("nothing"), None);
+    }
+}

@@ -1,0 +1,368 @@
+//! The device: one thread that owns the way to it and runs the commands sent to it, one at a time, in the
+//! order they came (two agents' taps never interleave, and the blocking socket I/O never holds an async
+//! worker). It picks and connects the device on first use and again after it is lost; the family's health
+//! says whether the device is reachable.
+
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{Notify, oneshot};
+
+use super::wire::{Deadline, Direct, Output, Server, WireError};
+use crate::family::Health;
+
+/// Commands waiting for the device beyond this are refused as busy (429), not queued without end.
+pub const MAX_QUEUED_COMMANDS: usize = 64;
+/// Connecting, and asking the server for its devices.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Beyond its own bound, how long a caller waits for the thread (commands queued ahead of it).
+const QUEUE_GRACE: Duration = Duration::from_secs(30);
+
+/// Where the device is: straight over TCP, or whichever device an adb server has (the one named, else the
+/// only one).
+#[derive(Clone)]
+pub enum Target {
+    Direct(String),
+    Server {
+        server: Server,
+        serial: Option<String>,
+    },
+}
+
+impl Target {
+    fn describe(&self) -> String {
+        match self {
+            Target::Direct(address) => format!("device {address}"),
+            Target::Server {
+                server,
+                serial: Some(serial),
+            } => format!("device {serial} (adb server {})", server.address),
+            Target::Server { server, .. } => format!("the adb server at {}", server.address),
+        }
+    }
+}
+
+type Job = Box<dyn FnOnce(&mut Connector) + Send>;
+
+#[derive(Clone)]
+pub struct Device {
+    jobs: SyncSender<Job>,
+    state: Arc<Shared>,
+}
+
+struct Shared {
+    health: Mutex<Option<Health>>,
+    /// Signalled when a command finds the device gone, so the family's watch reconnects.
+    lost: Notify,
+}
+
+enum Live {
+    Direct(Direct),
+    Server { server: Server, serial: String },
+}
+
+struct Connector {
+    target: Target,
+    live: Option<Live>,
+    state: Arc<Shared>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DeviceError {
+    /// No device to talk to, or it stopped answering: the family is failed until it is back.
+    #[error("{0}")]
+    Unreachable(String),
+    /// The device answered but refused this command (too long, a service it lacks).
+    #[error("{0}")]
+    Refused(String),
+    #[error("the device is busy: {MAX_QUEUED_COMMANDS} commands are waiting; try again shortly")]
+    Busy,
+    #[error("the device thread stopped")]
+    Stopped,
+}
+
+impl Device {
+    pub fn start(target: Target) -> Result<Device, String> {
+        let (jobs, received) = std::sync::mpsc::sync_channel(MAX_QUEUED_COMMANDS);
+        let state = Arc::new(Shared {
+            health: Mutex::new(None),
+            lost: Notify::new(),
+        });
+        let connector = Connector {
+            target,
+            live: None,
+            state: Arc::clone(&state),
+        };
+        std::thread::Builder::new()
+            .name("boxd-adb".into())
+            .spawn(move || serve(connector, received))
+            .map_err(|err| format!("cannot start the adb thread: {err}"))?;
+        Ok(Device { jobs, state })
+    }
+
+    /// Runs `command` in the device's shell, within `timeout` once its turn comes.
+    pub async fn shell(&self, command: String, timeout: Duration) -> Result<Output, DeviceError> {
+        self.run(move |connector| connector.shell(&command, timeout), timeout)
+            .await
+    }
+
+    /// Connects if needed and says which device answers: its description (for health).
+    pub async fn probe(&self) -> Result<(String, Output), DeviceError> {
+        self.run(
+            |connector| {
+                let output = connector.shell("getprop sys.boot_completed", CONNECT_TIMEOUT)?;
+                Ok((connector.current(), output))
+            },
+            CONNECT_TIMEOUT,
+        )
+        .await
+    }
+
+    async fn run<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&mut Connector) -> Result<T, DeviceError> + Send + 'static,
+        timeout: Duration,
+    ) -> Result<T, DeviceError> {
+        let (reply, answer) = oneshot::channel();
+        let job: Job = Box::new(move |connector: &mut Connector| {
+            let _ = reply.send(work(connector));
+        });
+        match self.jobs.try_send(job) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) => return Err(DeviceError::Busy),
+            Err(TrySendError::Disconnected(_)) => return Err(DeviceError::Stopped),
+        }
+        // The thread bounds each command itself; this only caps the wait behind a queue.
+        match tokio::time::timeout(timeout.saturating_add(QUEUE_GRACE), answer).await {
+            Ok(Ok(outcome)) => outcome,
+            Ok(Err(_)) => Err(DeviceError::Stopped),
+            Err(_) => Err(DeviceError::Busy),
+        }
+    }
+
+    pub fn set_health(&self, health: Health) {
+        *self
+            .state
+            .health
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(health);
+    }
+
+    /// Resolves when a command found the device gone.
+    pub async fn lost(&self) {
+        self.state.lost.notified().await;
+    }
+}
+
+fn serve(mut connector: Connector, jobs: Receiver<Job>) {
+    while let Ok(job) = jobs.recv() {
+        job(&mut connector);
+    }
+}
+
+impl Connector {
+    fn current(&self) -> String {
+        match &self.live {
+            Some(Live::Direct(direct)) => format!(
+                "device {} ({})",
+                match &self.target {
+                    Target::Direct(address) => address.as_str(),
+                    Target::Server { .. } => "",
+                },
+                direct.banner
+            ),
+            Some(Live::Server { server, serial }) => {
+                format!("device {serial} (adb server {})", server.address)
+            }
+            None => self.target.describe(),
+        }
+    }
+
+    fn connect(&self) -> Result<Live, DeviceError> {
+        let deadline = Deadline::after(CONNECT_TIMEOUT);
+        match &self.target {
+            Target::Direct(address) => {
+                let direct = Direct::connect(address, deadline).map_err(|err| {
+                    DeviceError::Unreachable(format!("device {address} unreachable: {err}"))
+                })?;
+                tracing::info!(device = %address, banner = %direct.banner, "connected to the adb device");
+                Ok(Live::Direct(direct))
+            }
+            Target::Server { server, serial } => {
+                let devices = server
+                    .devices(deadline)
+                    .map_err(|err| DeviceError::Unreachable(err.to_string()))?;
+                let serial = choose(&devices, serial.as_deref(), &server.address)
+                    .map_err(DeviceError::Unreachable)?;
+                tracing::info!(device = %serial, server = %server.address, "using the adb device");
+                Ok(Live::Server {
+                    server: server.clone(),
+                    serial,
+                })
+            }
+        }
+    }
+
+    fn shell(&mut self, command: &str, timeout: Duration) -> Result<Output, DeviceError> {
+        // A connection that went stale while idle fails before the device accepted the command: one
+        // fresh connection may then run it, and it still runs once.
+        for attempt in 0..2 {
+            let fresh = self.live.is_none();
+            let live = match self.live.take() {
+                Some(live) => live,
+                None => match self.connect() {
+                    Ok(live) => live,
+                    Err(err) => {
+                        self.lost(&err);
+                        return Err(err);
+                    }
+                },
+            };
+            let deadline = Deadline::after(timeout);
+            let (outcome, live) = match live {
+                Live::Direct(mut direct) => {
+                    (direct.shell(command, deadline), Some(Live::Direct(direct)))
+                }
+                Live::Server { server, serial } => {
+                    let outcome = server.shell(&serial, command, deadline);
+                    (outcome, Some(Live::Server { server, serial }))
+                }
+            };
+            match outcome {
+                Ok(output) => {
+                    self.live = live;
+                    return Ok(output);
+                }
+                Err(WireError::Refused(reason)) => {
+                    // The transport is intact when the device refuses: keep it.
+                    self.live = live;
+                    return Err(DeviceError::Refused(reason));
+                }
+                Err(WireError::TooLarge) => {
+                    // The rest of the output is unread: the connection cannot carry another command.
+                    return Err(DeviceError::Refused(WireError::TooLarge.to_string()));
+                }
+                Err(err) if !err.opened() && !fresh && attempt == 0 => {
+                    tracing::debug!(error = %err, "adb connection went stale; reconnecting");
+                }
+                Err(err) => {
+                    let err = DeviceError::Unreachable(format!(
+                        "{} did not answer: {err}",
+                        self.target.describe()
+                    ));
+                    self.lost(&err);
+                    return Err(err);
+                }
+            }
+        }
+        Err(DeviceError::Unreachable(format!(
+            "{} unreachable",
+            self.target.describe()
+        )))
+    }
+
+    fn lost(&self, err: &DeviceError) {
+        if let Some(health) = self
+            .state
+            .health
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .as_ref()
+        {
+            health.failed(err.to_string());
+        }
+        self.state.lost.notify_one();
+    }
+}
+
+/// `ANDROID_SERIAL`'s device if it is there and ready, else the only ready device, else why not.
+fn choose(
+    devices: &[(String, String)],
+    wanted: Option<&str>,
+    server: &str,
+) -> Result<String, String> {
+    let listing = || {
+        if devices.is_empty() {
+            "none".to_owned()
+        } else {
+            devices
+                .iter()
+                .map(|(serial, state)| format!("{serial} ({state})"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
+    };
+    if let Some(wanted) = wanted {
+        return match devices.iter().find(|(serial, _)| serial == wanted) {
+            Some((serial, state)) if state == "device" => Ok(serial.clone()),
+            Some((serial, state)) => Err(format!(
+                "device {serial} (ANDROID_SERIAL) is {state}, not ready"
+            )),
+            None => Err(format!(
+                "device {wanted} (ANDROID_SERIAL) is not attached to the adb server at {server}; attached: {}",
+                listing()
+            )),
+        };
+    }
+    let ready: Vec<&String> = devices
+        .iter()
+        .filter(|(_, state)| state == "device")
+        .map(|(serial, _)| serial)
+        .collect();
+    match ready.as_slice() {
+        [only] => Ok((*only).clone()),
+        [] => Err(format!(
+            "no device is ready on the adb server at {server} (attached: {}); start one, or set BOXD_ADB_CONNECT=host:port",
+            listing()
+        )),
+        _ => Err(format!(
+            "{} devices are attached to the adb server at {server}: {}; set ANDROID_SERIAL to the one to use",
+            ready.len(),
+            listing()
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::choose;
+
+    fn devices(list: &[(&str, &str)]) -> Vec<(String, String)> {
+        list.iter()
+            .map(|(serial, state)| (serial.to_string(), state.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn the_named_device_else_the_only_one_else_a_listing() {
+        let two = devices(&[("emulator-5554", "device"), ("127.0.0.1:5555", "device")]);
+        assert_eq!(
+            choose(&two, Some("127.0.0.1:5555"), "s").unwrap(),
+            "127.0.0.1:5555"
+        );
+        let err = choose(&two, None, "s").unwrap_err();
+        assert!(
+            err.contains("emulator-5554 (device), 127.0.0.1:5555 (device)")
+                && err.contains("ANDROID_SERIAL"),
+            "{err}"
+        );
+        let one = devices(&[("a", "offline"), ("b", "device")]);
+        assert_eq!(choose(&one, None, "s").unwrap(), "b");
+        assert!(
+            choose(&one, Some("a"), "s")
+                .unwrap_err()
+                .contains("offline")
+        );
+        assert!(
+            choose(&one, Some("c"), "s")
+                .unwrap_err()
+                .contains("a (offline), b (device)")
+        );
+        assert!(
+            choose(&[], None, "s")
+                .unwrap_err()
+                .contains("attached: none")
+        );
+    }
+}

@@ -1,0 +1,106 @@
+//! The `adb` family: one Android device, reached straight over TCP (`BOXD_ADB_CONNECT=host:port`, as
+//! redroid and emulators listen) or through an adb server (`ADB_SERVER_SOCKET`, default
+//! `tcp:127.0.0.1:5037`; the device `ANDROID_SERIAL` names, else the only one). Not in the default family
+//! list: only images with a device name it. Its health follows the device: ready once it answers and
+//! has booted, `starting` while it boots, `failed` with the reason while it cannot be reached (calls then
+//! answer 503 with that reason); it reconnects with backoff, and checks an idle device now and then so
+//! the health does not go stale.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::Adb;
+use super::device::{Device, Target};
+use super::wire::Server;
+use crate::child::Backoff;
+use crate::family::{BoxFuture, Family, Health, Setup};
+use crate::tools::Tool;
+
+/// How often a device that answered is checked again while nothing else talks to it.
+const IDLE_CHECK: Duration = Duration::from_secs(10);
+
+struct AdbFamily {
+    adb: Arc<Adb>,
+}
+
+impl Family for AdbFamily {
+    fn name(&self) -> &'static str {
+        "adb"
+    }
+
+    fn tools(&self) -> Vec<Tool> {
+        super::tools(&self.adb)
+    }
+
+    fn reserved_groups(&self) -> Vec<&'static str> {
+        vec![super::GROUP]
+    }
+
+    fn start(self: Arc<Self>, health: Health) -> BoxFuture<'static, ()> {
+        Box::pin(async move {
+            let device = self.adb.device.clone();
+            device.set_health(health.clone());
+            let mut backoff = Backoff::new(Duration::from_millis(250), Duration::from_secs(5));
+            loop {
+                match device.probe().await {
+                    Ok((which, output)) => {
+                        let booted = String::from_utf8_lossy(&output.stdout).trim().to_owned();
+                        // 127: no `getprop` (a device stand-in, not Android): it answers, so it serves.
+                        if booted == "1" || output.exit == Some(127) {
+                            health.ready();
+                            backoff.reset();
+                            tokio::select! {
+                                () = device.lost() => {}
+                                () = tokio::time::sleep(IDLE_CHECK) => {}
+                            }
+                        } else {
+                            health.starting(format!(
+                                "{which} is booting (sys.boot_completed={booted:?})"
+                            ));
+                            tokio::time::sleep(backoff.next_delay()).await;
+                        }
+                    }
+                    Err(err) => {
+                        health.failed(err.to_string());
+                        tokio::time::sleep(backoff.next_delay()).await;
+                    }
+                }
+            }
+        })
+    }
+}
+
+pub fn family(setup: &Setup) -> Result<Arc<dyn Family>, String> {
+    let args = setup.args;
+    let target = match args
+        .adb_connect
+        .as_deref()
+        .map(str::trim)
+        .filter(|a| !a.is_empty())
+    {
+        Some(address) => {
+            match address.rsplit_once(':') {
+                Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => {}
+                _ => {
+                    return Err(format!(
+                        "BOXD_ADB_CONNECT must be host:port (e.g. 127.0.0.1:5555), got {address:?}"
+                    ));
+                }
+            }
+            Target::Direct(address.to_owned())
+        }
+        None => Target::Server {
+            server: Server::from_socket_spec(args.adb_server.trim())?,
+            serial: args
+                .adb_serial
+                .as_deref()
+                .map(str::trim)
+                .filter(|serial| !serial.is_empty())
+                .map(str::to_owned),
+        },
+    };
+    let device = Device::start(target)?;
+    Ok(Arc::new(AdbFamily {
+        adb: Arc::new(Adb { device }),
+    }))
+}

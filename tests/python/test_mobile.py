@@ -1,0 +1,314 @@
+"""The `adb` tool through the SDK's own `MobileSandbox` methods, against fake-adbd (the device side of the
+real ADB protocol; ../shared/tools/fake-adbd) whose shell runs tests/adb/fakebin's stand-ins for Android's
+`input`, `wm`, `screencap`, `getprop`, `settings` and `am`. What reached the device is read from the
+fake's input log: the exact commands, and nothing at all for bad arguments."""
+import base64
+import os
+import pathlib
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+import requests
+from agentscope_runtime.sandbox.box.mobile.mobile_sandbox import MobileSandbox
+
+from conftest import ROOT, TOKEN, Boxd
+
+SHARED_FAKE = ROOT.parent / "shared" / "tools" / "fake-adbd"
+FAKEBIN = ROOT / "tests" / "adb" / "fakebin"
+ADB_KEYBOARD = "com.android.adbkeyboard/.AdbIME"
+
+pytestmark = pytest.mark.skipif(
+    not (SHARED_FAKE / "fake_adbd.py").exists(), reason=f"fake-adbd not found at {SHARED_FAKE}"
+)
+
+
+def free_port():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class FakeDevice:
+    """fake-adbd on a port of its own, with its own input log and switches."""
+
+    def __init__(self, directory: pathlib.Path, port=None):
+        directory.mkdir(parents=True, exist_ok=True)
+        self.log = directory / "input.log"
+        self.fail = directory / "input-fails"
+        self.ime = directory / "ime"
+        self.port = port or free_port()
+        self.start()
+
+    def start(self):
+        env = {
+            **os.environ,
+            "FAKEBIN": str(FAKEBIN),
+            "FAKE_SHARED_BIN": str(SHARED_FAKE / "fakebin"),
+            "FAKE_INPUT_LOG": str(self.log),
+            "FAKE_INPUT_FAIL": str(self.fail),
+            "FAKE_IME_FILE": str(self.ime),
+        }
+        self.proc = subprocess.Popen(
+            [sys.executable, str(SHARED_FAKE / "fake_adbd.py"), str(self.port)],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        )
+        listening = threading.Event()
+
+        def wait_for_banner():
+            if "listening" in (self.proc.stdout.readline() or ""):
+                listening.set()
+
+        threading.Thread(target=wait_for_banner, daemon=True).start()
+        if not listening.wait(10):
+            self.stop()
+            raise RuntimeError("fake-adbd did not start within 10 s")
+
+    def lines(self):
+        return self.log.read_text().splitlines() if self.log.exists() else []
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
+
+
+@pytest.fixture
+def device(tmp_path):
+    fake = FakeDevice(tmp_path / "device")
+    yield fake
+    fake.stop()
+
+
+@pytest.fixture
+def boxd(device, tmp_path):
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    server = Boxd(workspace, "--tools", "adb", "--adb-connect", f"127.0.0.1:{device.port}")
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def mobile(boxd):
+    with boxd.client() as client:
+        sandbox = MobileSandbox.__new__(MobileSandbox)
+        sandbox.call_tool = client.call_tool
+        yield sandbox
+
+
+def texts(result):
+    return [item["text"] for item in result["content"] if item["type"] == "text"]
+
+
+def readiness(server):
+    answer = requests.get(
+        f"http://127.0.0.1:{server.port}/readyz",
+        headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10,
+    )
+    return answer.json()["families"]["adb"]
+
+
+def wait_for(predicate, seconds, what):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"{what} within {seconds} s")
+
+
+def test_upstream_actions_texts_and_device_commands(mobile, device):
+    assert texts(mobile.mobile_tap([100, 200])) == ["Tapped at (100, 200)"]
+    assert texts(mobile.mobile_swipe([10, 20], [30, 40])) == ["Swiped from (10, 20) to (30, 40)"]
+    assert texts(mobile.mobile_swipe([1, 2], [3, 4], duration=750)) == ["Swiped from (1, 2) to (3, 4)"]
+    assert texts(mobile.mobile_key_event(3)) == ["Sent key event: 3"]
+    assert texts(mobile.mobile_key_event("4")) == ["Sent key event: 4"]
+    assert texts(mobile.mobile_input_text("hello")) == ["Input text: hello"]
+    assert texts(mobile.mobile_get_screen_resolution()) == ['{"width":1080,"height":1920}']
+    assert device.lines() == [
+        "input tap 100 200",
+        "input swipe 10 20 30 40 300",
+        "input swipe 1 2 3 4 750",
+        "input keyevent 3",
+        "input keyevent 4",
+        "input text hello",
+    ]
+    shot = mobile.mobile_get_screenshot()
+    assert shot["isError"] is False
+    [image] = shot["content"]
+    assert image["type"] == "image" and image["mimeType"] == "image/png"
+    assert base64.b64decode(image["data"]) == (SHARED_FAKE / "fakebin" / "shot.png").read_bytes()
+    # adb_use, the generic dispatcher, sends the same arguments.
+    assert texts(mobile.adb_use("tap", coordinate=[5, 6])) == ["Tapped at (5, 6)"]
+    assert device.lines()[-1] == "input tap 5 6"
+
+
+def test_key_names_as_the_sdk_documents_them(mobile, device):
+    for name, code in [("HOME", 3), ("BACK", 4), ("ENTER", 66), ("KEYCODE_VOLUME_UP", 24),
+                       ("app_switch", 187), ("DEL", 67)]:
+        result = mobile.mobile_key_event(name)
+        assert result["isError"] is False, result
+        assert texts(result) == [f"Sent key event: {name}"]
+        assert device.lines()[-1] == f"input keyevent {code}"
+
+
+def test_hostile_text_is_typed_literally_and_never_run(mobile, device, tmp_path):
+    canary = tmp_path / "canary"
+    hostile = [
+        f"it's \"quoted\"; touch {canary}",
+        f"$(touch {canary})",
+        f"`touch {canary}`",
+        f"'; touch {canary}; echo '",
+        f"a && touch {canary} || b | c > {canary}.out & $HOME",
+    ]
+    for text in hostile:
+        assert texts(mobile.mobile_input_text(text)) == [f"Input text: {text}"]
+        assert device.lines()[-1] == f"input text {text}"
+    # A newline is the Enter key; `%s` (a space to `input text`) is typed as it reads.
+    before = len(device.lines())
+    text = f"first line\nsecond; touch {canary}\n100%sure"
+    assert texts(mobile.mobile_input_text(text)) == [f"Input text: {text}"]
+    assert device.lines()[before:] == [
+        "input text first line", "input keyevent 66", f"input text second; touch {canary}",
+        "input keyevent 66", "input text 100%", "input text sure",
+    ]
+    assert not canary.exists() and not pathlib.Path(f"{canary}.out").exists()
+
+
+def test_non_ascii_text_needs_adbkeyboard_and_is_typed_whole_with_it(mobile, device):
+    text = "héllo wörld 你好 😀 'x' $(id)"
+    refused = mobile.mobile_input_text(text)
+    assert refused["isError"] is True
+    [reason] = texts(refused)
+    assert "ADBKeyboard" in reason and ADB_KEYBOARD in reason and "Nothing was typed" in reason
+    assert device.lines() == []
+    device.ime.write_text(ADB_KEYBOARD + "\n")
+    assert texts(mobile.mobile_input_text(text)) == [f"Input text: {text}"]
+    [broadcast] = device.lines()
+    prefix = "am broadcast -a ADB_INPUT_B64 --es msg "
+    assert broadcast.startswith(prefix)
+    assert base64.b64decode(broadcast[len(prefix):]).decode() == text
+
+
+def test_bad_arguments_answer_is_error_and_reach_nothing(mobile, boxd, device):
+    cases = [
+        (lambda: mobile.mobile_tap([1]), "coordinate must be [x, y]"),
+        (lambda: mobile.mobile_tap([-5, 10]), "coordinate must be [x, y]"),
+        (lambda: mobile.mobile_tap([1.5, 10]), "coordinate must be [x, y]"),
+        (lambda: mobile.mobile_tap(None), "coordinate is required for tap"),
+        (lambda: mobile.mobile_swipe([1, 2], None), "end is required for swipe"),
+        (lambda: mobile.mobile_swipe([1, 2], [3, 4], duration=-1), "duration must be"),
+        (lambda: mobile.mobile_swipe([1, 2], [3, 4], duration="fast"), "duration must be"),
+        (lambda: mobile.mobile_key_event("HOMEWARD"), "Invalid key: HOMEWARD"),
+        (lambda: mobile.mobile_key_event(-3), "Invalid key code: -3"),
+        (lambda: mobile.mobile_input_text(""), "text must not be empty"),
+        (lambda: mobile.adb_use("input_text"), "text is required for input_text"),
+        (lambda: mobile.adb_use("key_event"), "code is required for key_event"),
+        (lambda: mobile.adb_use("fly"), "Unknown action: fly"),
+        (lambda: mobile.mobile_input_text("bell\x07"), "U+0007"),
+    ]
+    for call, needle in cases:
+        result = call()
+        assert result["isError"] is True, (needle, result)
+        assert needle in texts(result)[0], (needle, texts(result))
+    assert device.lines() == []
+    assert readiness(boxd)["status"] == "ready"
+
+
+def test_a_command_the_device_refuses_is_an_error_with_its_reason(mobile, device):
+    device.fail.touch()
+    result = mobile.mobile_tap([1, 2])
+    assert result["isError"] is True
+    [reason] = texts(result)
+    assert "`input tap 1 2` failed on the device (exit 1)" in reason and "INJECT_EVENTS" in reason
+    device.fail.unlink()
+    assert texts(mobile.mobile_tap([1, 2])) == ["Tapped at (1, 2)"]
+
+
+def test_a_lost_device_fails_the_family_with_its_address_and_comes_back(mobile, boxd, device):
+    assert texts(mobile.mobile_tap([1, 1])) == ["Tapped at (1, 1)"]
+    device.stop()
+    lost = mobile.mobile_tap([2, 2])
+    assert lost["isError"] is True and "503" in texts(lost)[0]
+    state = wait_for(lambda: (s := readiness(boxd))["status"] == "failed" and s, 10, "the family failed")
+    assert f"127.0.0.1:{device.port}" in state["reason"]
+    device.start()
+    wait_for(lambda: readiness(boxd)["status"] == "ready", 15, "the family came back")
+    assert texts(mobile.mobile_tap([3, 3])) == ["Tapped at (3, 3)"]
+    assert device.lines() == ["input tap 1 1", "input tap 3 3"]
+
+
+def test_the_schema_is_valid_json_schema(boxd):
+    import jsonschema
+
+    with boxd.client() as client:
+        tools = client.list_tools(tool_type="adb-control")["adb-control"]
+    parameters = tools["adb"]["json_schema"]["function"]["parameters"]
+    jsonschema.Draft202012Validator.check_schema(parameters)
+    validator = jsonschema.Draft202012Validator(parameters)
+    for good in [{"action": "key_event", "code": "HOME"}, {"action": "key_event", "code": 3},
+                 {"action": "swipe", "start": [1, 2], "end": [3, 4], "duration": 300}]:
+        validator.validate(good)
+    assert not validator.is_valid({"action": "tap", "coordinate": [1, 2, 3]})
+    assert parameters["required"] == ["action"]
+
+
+@pytest.mark.skipif(shutil.which("adb") is None, reason="Debian's adb is not installed (scripts/setup.sh)")
+def test_through_an_adb_server_android_serial_else_the_only_device_else_a_listing(tmp_path):
+    server_port = free_port()
+    adb = ["adb", "-P", str(server_port)]
+    first = FakeDevice(tmp_path / "first")
+    second = FakeDevice(tmp_path / "second")
+    servers = []
+    try:
+        subprocess.run([*adb, "start-server"], check=True, timeout=30, capture_output=True)
+        subprocess.run([*adb, "connect", f"127.0.0.1:{first.port}"], check=True, timeout=15, capture_output=True)
+        socket_spec = f"tcp:127.0.0.1:{server_port}"
+
+        def start(*extra):
+            workspace = tmp_path / f"workspace{len(servers)}"
+            workspace.mkdir()
+            server = Boxd(workspace, "--tools", "adb", "--adb-server", socket_spec, *extra)
+            servers.append(server)
+            return server
+
+        only = start()
+        with only.client() as client:
+            sandbox = MobileSandbox.__new__(MobileSandbox)
+            sandbox.call_tool = client.call_tool
+            assert texts(sandbox.mobile_tap([7, 7])) == ["Tapped at (7, 7)"]
+        assert first.lines() == ["input tap 7 7"]
+
+        subprocess.run([*adb, "connect", f"127.0.0.1:{second.port}"], check=True, timeout=15, capture_output=True)
+        wait_for(
+            lambda: subprocess.run([*adb, "devices"], capture_output=True, text=True, timeout=10)
+            .stdout.count("\tdevice") == 2, 10, "the adb server lists both devices",
+        )
+        several = start()
+        state = wait_for(lambda: (s := readiness(several))["status"] == "failed" and s, 15, "the family failed")
+        assert "ANDROID_SERIAL" in state["reason"]
+        assert f"127.0.0.1:{first.port} (device)" in state["reason"]
+        assert f"127.0.0.1:{second.port} (device)" in state["reason"]
+
+        chosen = start("--adb-serial", f"127.0.0.1:{second.port}")
+        with chosen.client() as client:
+            sandbox = MobileSandbox.__new__(MobileSandbox)
+            sandbox.call_tool = client.call_tool
+            assert texts(sandbox.mobile_key_event("BACK")) == ["Sent key event: BACK"]
+        assert second.lines() == ["input keyevent 4"]
+        assert first.lines() == ["input tap 7 7"]
+    finally:
+        for server in servers:
+            server.stop()
+        subprocess.run([*adb, "kill-server"], timeout=15, capture_output=True)
+        first.stop()
+        second.stop()
