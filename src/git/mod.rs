@@ -135,7 +135,7 @@ fn free_bytes(path: &std::path::Path) -> Option<u64> {
     }
     // SAFETY: statvfs returned 0, so it filled the buffer.
     let stat = unsafe { stat.assume_init() };
-    Some(u64::from(stat.f_bavail).saturating_mul(u64::from(stat.f_frsize)))
+    Some(stat.f_bavail.saturating_mul(stat.f_frsize))
 }
 
 /// A file of the work tree that is gone by the time it is read: `git add -A` treats it as deleted.
