@@ -305,6 +305,33 @@ pub fn table(args: &ServeArgs) -> Vec<Limit> {
             "an error result",
         ),
         limit(
+            "adb",
+            "device commands waiting",
+            count(crate::adb::MAX_QUEUED_COMMANDS),
+            "429",
+        ),
+        limit(
+            "adb",
+            "one device command; a screenshot",
+            format!(
+                "{}; {} (a swipe: its duration + {})",
+                seconds(crate::adb::COMMAND_TIMEOUT),
+                seconds(crate::adb::SCREENSHOT_TIMEOUT),
+                seconds(crate::adb::COMMAND_TIMEOUT)
+            ),
+            "an error result naming the command",
+        ),
+        limit(
+            "adb",
+            "text of one `input_text`; one swipe",
+            format!(
+                "{} characters; {}",
+                crate::adb::MAX_TEXT_CHARS,
+                seconds(std::time::Duration::from_millis(crate::adb::MAX_SWIPE_MS))
+            ),
+            "an error result; nothing reaches the device",
+        ),
+        limit(
             "children",
             "stderr kept from the kernel and hosted servers",
             format!(

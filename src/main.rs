@@ -32,10 +32,9 @@ use family::{Builder, Families, Setup};
 use http::auth;
 use tools::ToolRegistry;
 
-/// Every family, in start order (they stop in reverse). Adding a family is a module with a
-/// `family(&Setup)` builder and one line here.
-/// Every family, in start order: its `--tools` name, whether it is on when `--tools` is not given
-/// (families that need a display or a device are not), and its builder.
+/// Every family, in start order (they stop in reverse): its `--tools` name, whether it is on when
+/// `--tools` is not given (families that need a display or a device are not), and its builder. Adding
+/// a family is a module with a `family(&Setup)` builder and one line here.
 const FAMILIES: &[(&str, bool, Builder)] = &[
     ("shell", true, shell::family),
     ("ipython", true, ipython::family),

@@ -9,6 +9,8 @@ mod device;
 mod family;
 mod wire;
 
+pub use actions::{MAX_SWIPE_MS, MAX_TEXT_CHARS};
+pub use device::MAX_QUEUED_COMMANDS;
 pub use family::family;
 
 use std::time::Duration;
@@ -25,9 +27,9 @@ use wire::Output;
 pub const GROUP: &str = "adb-control";
 
 /// An `input` command, `wm size`, a property read.
-const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
+pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
 /// `screencap -p` of a large screen takes a second or two on a slow emulator.
-const SCREENSHOT_TIMEOUT: Duration = Duration::from_secs(30);
+pub const SCREENSHOT_TIMEOUT: Duration = Duration::from_secs(30);
 /// Each typed character is a key event on the device.
 const PER_CHARACTER: Duration = Duration::from_millis(20);
 /// The IME that types any Unicode text from a broadcast (github.com/senzhk/ADBKeyBoard).
