@@ -292,7 +292,7 @@ async fn worker(config: KernelConfig, mut cells: mpsc::Receiver<QueuedCell>, hea
             continue;
         }
         if let Some(idle) = kernel.as_mut()
-            && let Ok(Some(status)) = idle.child.try_wait()
+            && let Some(status) = idle.exited().await
         {
             tracing::warn!(%status, "IPython kernel died while idle; starting a fresh one");
             health.restarted(format!("died while idle ({status})"));
@@ -510,6 +510,26 @@ impl Kernel {
                 Ok(answer) => return Some(answer),
                 Err(err) => tracing::warn!("ignoring a malformed answer from the kernel: {err}"),
             }
+        }
+    }
+
+    /// How the kernel ended, if it has. The child's own status can lag its death (the runtime learns it
+    /// through an event), so a zombie in `/proc` counts too: a cell must not be sent to a dead kernel.
+    async fn exited(&mut self) -> Option<String> {
+        if let Ok(Some(status)) = self.child.try_wait() {
+            return Some(status.to_string());
+        }
+        let pid = self.child.id()?;
+        let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok();
+        let dead = state.as_deref().is_none_or(|stat| {
+            stat.rsplit_once(')').is_some_and(|(_, rest)| {
+                matches!(rest.trim_start().chars().next(), Some('Z' | 'X'))
+            })
+        });
+        if dead {
+            Some(self.exit_status().await)
+        } else {
+            None
         }
     }
 

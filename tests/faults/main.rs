@@ -670,11 +670,24 @@ async fn sigkill_of_a_busy_boxd_leaves_no_child_running() {
     let markers = tempfile::tempdir().unwrap();
     let in_flight = make_busy(&server, markers.path()).await;
     let family = descendants(server.pid() as i32);
+    let leaders: Vec<i32> = family
+        .iter()
+        .map(|(pid, _)| *pid)
+        .filter(|pid| stat(*pid).is_some_and(|(_, ppid, _)| ppid == server.pid() as i32))
+        .collect();
     server.kill();
     for request in in_flight {
         request.abort();
     }
-    eventually(Duration::from_secs(5), || {
+    // Every child's leader dies with boxd (PR_SET_PDEATHSIG) ...
+    let leaders_gone = eventually(Duration::from_secs(5), || {
+        leaders.iter().all(|pid| !alive(*pid))
+    })
+    .await;
+    let orphans = family.iter().filter(|(pid, _)| alive(*pid)).count();
+    // ... and what they started is stopped by the next boxd of the same workspace.
+    let next = kernel_server(&workspace, &[], None);
+    eventually(Duration::from_secs(10), || {
         family.iter().all(|(pid, _)| !alive(*pid))
     })
     .await;
@@ -686,11 +699,15 @@ async fn sigkill_of_a_busy_boxd_leaves_no_child_running() {
     for (pid, _) in &survivors {
         kill(*pid, libc::SIGKILL);
     }
+    drop(next);
     eprintln!(
-        "figure: SIGKILL of a busy boxd: {} of {} descendants survived: {survivors:?}",
-        survivors.len(),
-        family.len()
+        "figure: SIGKILL of a busy boxd: {} leaders died with it; {orphans} of {} descendants ran on \
+         until the next boxd; {} survived that: {survivors:?}",
+        leaders.len(),
+        family.len(),
+        survivors.len()
     );
+    assert!(leaders_gone, "a child's leader outlived boxd");
     assert!(survivors.is_empty(), "left running: {survivors:?}");
 }
 
@@ -784,7 +801,10 @@ async fn flood_case(name: &str, greeting: &'static [u8]) {
     assert_healthy(&server).await;
     let health_ms = started.elapsed().as_millis();
     eprintln!("{name}: /healthz answered in {health_ms} ms");
-    let listed = server.get("/workspace/exists?path=x").fetch_status().await;
+    // Past the connection cap only health checks are served; anything else is told to come back.
+    let refused = server.get("/workspace/exists?path=x").send().await.unwrap();
+    let listed = refused.status().as_u16();
+    let retry_after = refused.headers().contains_key("retry-after");
 
     // The server times the flood out by itself (90 s at most here).
     let deadline = Instant::now() + Duration::from_secs(90);
@@ -805,9 +825,15 @@ async fn flood_case(name: &str, greeting: &'static [u8]) {
          a route answered {listed}; {closed} closed by boxd after {waited:?}; fds {idle_fds} idle, {} after",
         open_fds(server.pid())
     );
-    assert_eq!(listed, 200);
+    assert_eq!(listed, 503, "a route past the connection cap");
+    assert!(retry_after, "the busy answer carries Retry-After");
     assert_eq!(closed, opened, "boxd left flood connections open");
     assert!(settled, "boxd's fds did not return to idle");
+    assert_eq!(
+        server.get("/workspace/exists?path=x").fetch_status().await,
+        200,
+        "routes are served again once the flood is gone"
+    );
 }
 
 /// Needs the connection cap and idle timeout (another helper's change).
