@@ -21,6 +21,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::error::ApiError;
+use crate::family::OwnerError;
 use crate::tools::{CallToolResult, ContentItem, Tool};
 use actions::{Action, Button, Geometry, ShotOptions};
 use capture::Encoding;
@@ -58,7 +59,7 @@ impl From<DesktopError> for Failure {
 impl From<DesktopError> for ApiError {
     fn from(err: DesktopError) -> Self {
         match err {
-            DesktopError::Busy => ApiError::TooManyRequests(err.to_string()),
+            DesktopError::Owner(OwnerError::Busy(_)) => ApiError::TooManyRequests(err.to_string()),
             other => ApiError::Unavailable {
                 message: other.to_string(),
                 retry_after_seconds: 1,

@@ -3,8 +3,10 @@
 //! this module runs them; nothing else knows which families exist.
 
 mod health;
+mod owner;
 
 pub use health::{Health, Status, WAIT_FOR_START};
+pub use owner::{Loss, Owner, OwnerError};
 
 use std::future::Future;
 use std::pin::Pin;
