@@ -20,6 +20,8 @@ python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || missing+=(python3-venv)
 # The computer family's tests: a virtual X server and a real Tk window (Debian's python3) to drive.
 need Xvfb xvfb
 /usr/bin/python3 -c 'import tkinter' >/dev/null 2>&1 || missing+=(python3-tk)
+# The browser family's tests: Debian's Chromium, driven headless over the DevTools protocol.
+need chromium chromium
 
 if ((${#missing[@]})); then
   sudo=""

@@ -1,5 +1,6 @@
 //! boxd: the one process inside every agent-sandbox container.
 
+mod browser;
 mod child;
 mod cli;
 mod computer;
@@ -45,6 +46,7 @@ const FAMILIES: &[(&str, bool, Builder)] = &[
     ("watch", true, watch::family),
     ("mcp", true, mcp::family),
     ("computer", false, computer::family),
+    ("browser", false, browser::family),
 ];
 
 fn family_names() -> impl Iterator<Item = &'static str> {
