@@ -250,3 +250,16 @@ def test_a_crashed_browser_is_relaunched_and_said_so(browser, boxd, site):
     assert "The browser had exited" not in ok(browser.browser_snapshot())
     assert "Closed the browser" in ok(browser.browser_close())
     assert "No browser was open" in ok(browser.browser_close())
+
+
+def test_a_missing_browser_is_an_error_answer_not_a_500(tmp_path, site):
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    server = Boxd(workspace, "--tools", "browser", "--browser-executable", "/nonexistent/chromium")
+    try:
+        with server.client() as client:
+            sandbox = BrowserSandbox.__new__(BrowserSandbox)
+            sandbox.call_tool = client.call_tool
+            assert "cannot start the browser" in failed(sandbox.browser_navigate(f"{site}/form.html"))
+    finally:
+        server.stop()
