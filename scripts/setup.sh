@@ -22,6 +22,8 @@ need Xvfb xvfb
 /usr/bin/python3 -c 'import tkinter' >/dev/null 2>&1 || missing+=(python3-tk)
 # The adb family's tests: Debian's adb server, to reach fake-adbd devices as an image's server would.
 need adb adb
+# The browser family's tests: Debian's Chromium, driven headless over the DevTools protocol.
+need chromium chromium
 
 if ((${#missing[@]})); then
   sudo=""

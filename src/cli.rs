@@ -140,6 +140,15 @@ pub struct ServeArgs {
     #[arg(long, env = "BOXD_ADB_CONNECT")]
     pub adb_connect: Option<String>,
 
+    /// The Chromium the `browser` family starts (a name on PATH or a path).
+    #[arg(long, env = "BOXD_BROWSER_EXECUTABLE", default_value = "chromium")]
+    pub browser_executable: String,
+
+    /// Run the `browser` family's Chromium headless even when a display is set (it is headless
+    /// anyway without `DISPLAY`).
+    #[arg(long, env = "BOXD_BROWSER_HEADLESS")]
+    pub browser_headless: bool,
+
     /// Cap in bytes on each of a command's stdout and stderr (head and tail are kept).
     #[arg(long, env = "BOXD_MAX_OUTPUT", default_value_t = 4 * 1024 * 1024)]
     pub max_output: usize,

@@ -305,6 +305,34 @@ pub fn table(args: &ServeArgs) -> Vec<Limit> {
             "an error result",
         ),
         limit(
+            "browser",
+            "one page snapshot",
+            format!("{} characters", crate::browser::MAX_SNAPSHOT_CHARS),
+            "cut, with a notice of what was left out and how to narrow it",
+        ),
+        limit(
+            "browser",
+            "settling after an action (navigation committed, page quiet)",
+            seconds(crate::browser::SETTLE_CAP),
+            "the answer comes with the page as it is",
+        ),
+        limit(
+            "browser",
+            "one call to Chromium; a navigation, screenshot or PDF",
+            format!(
+                "{}; {}",
+                seconds(crate::browser::CDP_CALL_TIMEOUT),
+                seconds(crate::browser::CDP_SLOW_CALL_TIMEOUT)
+            ),
+            "an error result naming the call",
+        ),
+        limit(
+            "browser",
+            "console messages and network requests kept per tab",
+            count(crate::browser::MAX_LOG_ENTRIES),
+            "the oldest are dropped",
+        ),
+        limit(
             "adb",
             "device commands waiting",
             count(crate::adb::MAX_QUEUED_COMMANDS),

@@ -1,6 +1,7 @@
 //! boxd: the one process inside every agent-sandbox container.
 
 mod adb;
+mod browser;
 mod child;
 mod cli;
 mod computer;
@@ -46,6 +47,7 @@ const FAMILIES: &[(&str, bool, Builder)] = &[
     ("mcp", true, mcp::family),
     ("computer", false, computer::family),
     ("adb", false, adb::family),
+    ("browser", false, browser::family),
 ];
 
 fn family_names() -> impl Iterator<Item = &'static str> {

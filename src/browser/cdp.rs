@@ -1,0 +1,298 @@
+//! A small typed client of the Chrome DevTools Protocol over `--remote-debugging-pipe`: requests go out
+//! on the browser's fd 3 and answers and events come back on its fd 4, each message a JSON object ended
+//! by a NUL byte. A pipe instead of `--remote-debugging-port` means no port any process in the sandbox
+//! could connect to and drive the browser, no URL to scrape from stderr, and no WebSocket library.
+//!
+//! One connection carries every tab: tabs are attached in flattened mode, so each message names its
+//! session. Every call is bounded by a timeout; when the browser goes away every pending call fails at
+//! once with [`CdpError::Closed`].
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::sync::{mpsc, oneshot, watch};
+
+use super::events::Events;
+
+/// The largest message accepted from the browser (a full-page PNG of a long page is tens of MB in
+/// base64); a longer one ends the connection instead of growing boxd's memory without bound.
+pub const MAX_MESSAGE: usize = 96 * 1024 * 1024;
+/// Requests queued for the writer at most; a caller waits for room (bounded by its own timeout).
+const OUTGOING_QUEUE: usize = 64;
+
+#[derive(Debug, thiserror::Error)]
+pub enum CdpError {
+    #[error("the browser did not answer {0} within {1:?}")]
+    Timeout(String, Duration),
+    #[error("the browser connection is closed")]
+    Closed,
+    #[error("{0}")]
+    Protocol(String),
+}
+
+type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Result<Value, String>>>>>;
+
+#[derive(Clone)]
+pub struct Cdp {
+    outgoing: mpsc::Sender<Vec<u8>>,
+    pending: Pending,
+    next_id: Arc<AtomicU64>,
+    closed: watch::Receiver<bool>,
+    pub events: Arc<Events>,
+}
+
+impl Cdp {
+    /// Starts the reader and writer tasks on the browser's two pipe ends.
+    pub fn start(
+        reader: impl tokio::io::AsyncRead + Send + Unpin + 'static,
+        writer: impl AsyncWrite + Send + Unpin + 'static,
+    ) -> Cdp {
+        let (outgoing, queue) = mpsc::channel(OUTGOING_QUEUE);
+        let pending: Pending = Arc::default();
+        let (closed_tx, closed) = watch::channel(false);
+        let closed_tx = Arc::new(closed_tx);
+        let events = Arc::new(Events::default());
+        tokio::spawn(write_all(writer, queue, Arc::clone(&closed_tx)));
+        tokio::spawn(read_all(
+            BufReader::new(reader),
+            Arc::clone(&pending),
+            Arc::clone(&events),
+            closed_tx,
+        ));
+        Cdp {
+            outgoing,
+            pending,
+            next_id: Arc::new(AtomicU64::new(1)),
+            closed,
+            events,
+        }
+    }
+
+    pub fn is_closed(&self) -> bool {
+        *self.closed.borrow()
+    }
+
+    /// Resolves once the connection is closed (the browser exited or broke the protocol).
+    #[cfg(test)]
+    pub async fn closed(&self) {
+        let mut closed = self.closed.clone();
+        let _ = closed.wait_for(|closed| *closed).await;
+    }
+
+    /// Sends `method` (to the tab of `session`, or to the browser) and waits up to `timeout` for its
+    /// answer.
+    pub async fn call(
+        &self,
+        session: Option<&str>,
+        method: &str,
+        params: Value,
+        timeout: Duration,
+    ) -> Result<Value, CdpError> {
+        if self.is_closed() {
+            return Err(CdpError::Closed);
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let mut message = json!({"id": id, "method": method, "params": params});
+        if let Some(session) = session {
+            message["sessionId"] = json!(session);
+        }
+        let mut bytes = message.to_string().into_bytes();
+        bytes.push(0);
+        let (answer_tx, answer_rx) = oneshot::channel();
+        lock(&self.pending).insert(id, answer_tx);
+        // Removed on every way out, so an abandoned call (timeout, caller gone) leaves nothing behind.
+        let _forget = Forget {
+            pending: &self.pending,
+            id,
+        };
+        let exchange = async {
+            self.outgoing
+                .send(bytes)
+                .await
+                .map_err(|_| CdpError::Closed)?;
+            match answer_rx.await {
+                Ok(Ok(result)) => Ok(result),
+                Ok(Err(message)) => Err(CdpError::Protocol(message)),
+                Err(_) => Err(CdpError::Closed),
+            }
+        };
+        tokio::time::timeout(timeout, exchange)
+            .await
+            .map_err(|_| CdpError::Timeout(method.to_owned(), timeout))?
+    }
+}
+
+struct Forget<'a> {
+    pending: &'a Pending,
+    id: u64,
+}
+
+impl Drop for Forget<'_> {
+    fn drop(&mut self) {
+        lock(self.pending).remove(&self.id);
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+async fn write_all(
+    mut writer: impl AsyncWrite + Unpin,
+    mut queue: mpsc::Receiver<Vec<u8>>,
+    closed: Arc<watch::Sender<bool>>,
+) {
+    while let Some(message) = queue.recv().await {
+        if writer.write_all(&message).await.is_err() || writer.flush().await.is_err() {
+            break;
+        }
+    }
+    let _ = closed.send(true);
+}
+
+async fn read_all(
+    mut reader: impl AsyncBufRead + Unpin,
+    pending: Pending,
+    events: Arc<Events>,
+    closed: Arc<watch::Sender<bool>>,
+) {
+    loop {
+        let message = match read_message(&mut reader, MAX_MESSAGE).await {
+            Ok(Some(message)) => message,
+            Ok(None) => break,
+            Err(err) => {
+                tracing::warn!("browser protocol stream broken: {err}");
+                break;
+            }
+        };
+        let Ok(message) = serde_json::from_slice::<Value>(&message) else {
+            tracing::warn!("the browser sent a message that is not JSON; ignored");
+            continue;
+        };
+        if let Some(id) = message.get("id").and_then(Value::as_u64) {
+            let answer = match message.get("error") {
+                Some(error) => Err(error
+                    .get("message")
+                    .and_then(Value::as_str)
+                    .unwrap_or("unknown protocol error")
+                    .to_owned()),
+                None => Ok(message.get("result").cloned().unwrap_or(Value::Null)),
+            };
+            if let Some(waiter) = lock(&pending).remove(&id) {
+                let _ = waiter.send(answer);
+            }
+        } else if let Some(method) = message.get("method").and_then(Value::as_str) {
+            let session = message.get("sessionId").and_then(Value::as_str);
+            let params = message.get("params").unwrap_or(&Value::Null);
+            events.handle(session, method, params);
+        }
+    }
+    let _ = closed.send(true);
+    // Waiters see their sender dropped: `Closed`.
+    lock(&pending).clear();
+    events.closed();
+}
+
+/// One NUL-terminated message, at most `max` bytes; `None` at the end of the stream.
+async fn read_message(
+    reader: &mut (impl AsyncBufRead + Unpin),
+    max: usize,
+) -> std::io::Result<Option<Vec<u8>>> {
+    let mut message = Vec::new();
+    loop {
+        let available = reader.fill_buf().await?;
+        if available.is_empty() {
+            return Ok(None);
+        }
+        let end = available.iter().position(|byte| *byte == 0);
+        let chunk = &available[..end.unwrap_or(available.len())];
+        if message.len().saturating_add(chunk.len()) > max {
+            return Err(std::io::Error::other(format!(
+                "a message longer than {max} bytes"
+            )));
+        }
+        message.extend_from_slice(chunk);
+        let used = chunk.len() + usize::from(end.is_some());
+        reader.consume(used);
+        if end.is_some() {
+            return Ok(Some(message));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn messages_split_on_nul_and_an_oversized_one_is_refused() {
+        let input = b"{\"a\":1}\0{\"b\":2}\0tail".to_vec();
+        let mut reader = BufReader::with_capacity(3, &input[..]);
+        assert_eq!(
+            read_message(&mut reader, 100).await.unwrap().unwrap(),
+            b"{\"a\":1}"
+        );
+        assert_eq!(
+            read_message(&mut reader, 100).await.unwrap().unwrap(),
+            b"{\"b\":2}"
+        );
+        // An unterminated tail at the end of the stream is no message.
+        assert!(read_message(&mut reader, 100).await.unwrap().is_none());
+        let long = [b'x'; 64];
+        assert!(read_message(&mut &long[..], 10).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn answers_reach_their_caller_and_a_closed_browser_fails_pending_calls() {
+        let (ours, theirs) = tokio::io::duplex(1 << 16);
+        let (our_read, our_write) = tokio::io::split(ours);
+        let cdp = Cdp::start(our_read, our_write);
+        let (their_read, mut their_write) = tokio::io::split(theirs);
+        let browser = tokio::spawn(async move {
+            let mut reader = BufReader::new(their_read);
+            let request = read_message(&mut reader, 1 << 20).await.unwrap().unwrap();
+            let request: Value = serde_json::from_slice(&request).unwrap();
+            let answer = json!({"id": request["id"], "result": {"echo": request["method"]}});
+            let event = json!({"method": "Page.loadEventFired", "sessionId": "S", "params": {}});
+            for message in [event, answer] {
+                their_write
+                    .write_all(format!("{message}\0").as_bytes())
+                    .await
+                    .unwrap();
+            }
+            // The second request is never answered: the browser goes away instead.
+            let _ = read_message(&mut reader, 1 << 20).await;
+        });
+        let answer = cdp
+            .call(Some("S"), "Page.enable", json!({}), Duration::from_secs(5))
+            .await
+            .unwrap();
+        assert_eq!(answer["echo"], "Page.enable");
+        let late = cdp
+            .call(
+                None,
+                "Browser.getVersion",
+                json!({}),
+                Duration::from_secs(5),
+            )
+            .await;
+        browser.await.unwrap();
+        assert!(matches!(late, Err(CdpError::Closed)), "{late:?}");
+        assert!(cdp.is_closed());
+        let timed = Cdp::start(tokio::io::empty(), tokio::io::sink());
+        // An empty stream is a closed browser at once; no call waits for its timeout.
+        timed.closed().await;
+        assert!(matches!(
+            timed
+                .call(None, "X", json!({}), Duration::from_millis(50))
+                .await,
+            Err(CdpError::Closed)
+        ));
+    }
+}

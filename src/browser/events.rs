@@ -1,0 +1,272 @@
+//! What the browser tells boxd without being asked, kept per tab (per attached session) so the tools
+//! can answer from it: console messages, network requests, an open dialog or file chooser, loading and
+//! navigation. Every list is bounded (oldest dropped first). Waiters watch one counter that moves on
+//! every event.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Mutex;
+
+use serde_json::Value;
+use tokio::sync::watch;
+
+/// Console messages and network requests kept per tab, at most.
+pub const MAX_LOG_ENTRIES: usize = 1000;
+
+#[derive(Debug, Clone)]
+pub struct Dialog {
+    pub kind: String,
+    pub message: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub id: String,
+    pub method: String,
+    pub url: String,
+    pub status: Option<(i64, String)>,
+}
+
+#[derive(Debug, Default)]
+pub struct TabEvents {
+    pub console: VecDeque<String>,
+    pub requests: VecDeque<Request>,
+    pub dialog: Option<Dialog>,
+    /// The `<input type=file>` (backend node id) whose chooser the page opened.
+    pub file_chooser: Option<i64>,
+    /// The main frame started loading a document and has not stopped.
+    pub loading: bool,
+    /// Moves when the main frame commits a new document (refs of the old one are void).
+    pub documents: u64,
+    pub dom_content_loaded: u64,
+    pub loads: u64,
+    pub crashed: bool,
+    /// Data of a drag the page started while drags are intercepted (`Input.dragIntercepted`).
+    pub drag: Option<Value>,
+    /// A new document was requested (a click on a link, a form submit, `location = ...`).
+    pub navigation_requested: u64,
+    pub stopped_loading: u64,
+}
+
+pub struct Events {
+    tabs: Mutex<HashMap<String, TabEvents>>,
+    changed: watch::Sender<u64>,
+}
+
+impl Default for Events {
+    fn default() -> Self {
+        Events {
+            tabs: Mutex::default(),
+            changed: watch::channel(0).0,
+        }
+    }
+}
+
+fn text_of(value: &Value) -> String {
+    if let Some(text) = value.get("value") {
+        return match text {
+            Value::String(text) => text.clone(),
+            other => other.to_string(),
+        };
+    }
+    value
+        .get("description")
+        .or_else(|| value.get("unserializableValue"))
+        .and_then(Value::as_str)
+        .unwrap_or_else(|| value.get("type").and_then(Value::as_str).unwrap_or(""))
+        .to_owned()
+}
+
+fn push_bounded<T>(list: &mut VecDeque<T>, item: T) {
+    if list.len() >= MAX_LOG_ENTRIES {
+        list.pop_front();
+    }
+    list.push_back(item);
+}
+
+impl Events {
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+
+    /// Reads (or changes) the events of the tab attached as `session`.
+    pub fn with<T>(&self, session: &str, read: impl FnOnce(&mut TabEvents) -> T) -> T {
+        let mut tabs = self
+            .tabs
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        read(tabs.entry(session.to_owned()).or_default())
+    }
+
+    pub fn forget(&self, session: &str) {
+        self.tabs
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .remove(session);
+    }
+
+    pub fn closed(&self) {
+        self.changed
+            .send_modify(|count| *count = count.wrapping_add(1));
+    }
+
+    pub fn handle(&self, session: Option<&str>, method: &str, params: &Value) {
+        let Some(session) = session else {
+            return;
+        };
+        let is_main_frame = || params.pointer("/frame/parentId").is_none();
+        let relevant = self.with(session, |tab| {
+            match method {
+                "Runtime.consoleAPICalled" => {
+                    let kind = params.get("type").and_then(Value::as_str).unwrap_or("log");
+                    let kind = match kind {
+                        "warning" => "warn",
+                        other => other,
+                    };
+                    let text = params
+                        .get("args")
+                        .and_then(Value::as_array)
+                        .map(|args| args.iter().map(text_of).collect::<Vec<_>>().join(" "))
+                        .unwrap_or_default();
+                    push_bounded(
+                        &mut tab.console,
+                        format!("[{}] {text}", kind.to_uppercase()),
+                    );
+                }
+                "Runtime.exceptionThrown" => {
+                    let details = &params["exceptionDetails"];
+                    let text = details
+                        .pointer("/exception/description")
+                        .and_then(Value::as_str)
+                        .or_else(|| details.get("text").and_then(Value::as_str))
+                        .unwrap_or("uncaught exception");
+                    push_bounded(&mut tab.console, format!("[ERROR] {text}"));
+                }
+                "Network.requestWillBeSent" => {
+                    let id = params["requestId"].as_str().unwrap_or_default().to_owned();
+                    // A redirect reuses the id: the new hop is another request.
+                    push_bounded(
+                        &mut tab.requests,
+                        Request {
+                            id,
+                            method: params
+                                .pointer("/request/method")
+                                .and_then(Value::as_str)
+                                .unwrap_or("GET")
+                                .to_owned(),
+                            url: params
+                                .pointer("/request/url")
+                                .and_then(Value::as_str)
+                                .unwrap_or_default()
+                                .to_owned(),
+                            status: None,
+                        },
+                    );
+                }
+                "Network.responseReceived" => {
+                    let id = params["requestId"].as_str().unwrap_or_default();
+                    if let Some(request) = tab.requests.iter_mut().rev().find(|r| r.id == id) {
+                        request.status = Some((
+                            params
+                                .pointer("/response/status")
+                                .and_then(Value::as_i64)
+                                .unwrap_or(0),
+                            params
+                                .pointer("/response/statusText")
+                                .and_then(Value::as_str)
+                                .unwrap_or_default()
+                                .to_owned(),
+                        ));
+                    }
+                }
+                "Page.javascriptDialogOpening" => {
+                    tab.dialog = Some(Dialog {
+                        kind: params["type"].as_str().unwrap_or("alert").to_owned(),
+                        message: params["message"].as_str().unwrap_or_default().to_owned(),
+                    });
+                }
+                "Page.javascriptDialogClosed" => tab.dialog = None,
+                "Page.fileChooserOpened" => {
+                    tab.file_chooser = params.get("backendNodeId").and_then(Value::as_i64);
+                }
+                "Page.frameRequestedNavigation" | "Page.frameScheduledNavigation" => {
+                    tab.navigation_requested = tab.navigation_requested.wrapping_add(1);
+                }
+                "Page.frameStartedLoading" => tab.loading = true,
+                "Page.frameStoppedLoading" => {
+                    tab.loading = false;
+                    tab.stopped_loading = tab.stopped_loading.wrapping_add(1);
+                }
+                "Page.frameNavigated" if is_main_frame() => {
+                    tab.documents = tab.documents.wrapping_add(1);
+                    tab.file_chooser = None;
+                }
+                "Page.domContentEventFired" => {
+                    tab.dom_content_loaded = tab.dom_content_loaded.wrapping_add(1);
+                }
+                "Page.loadEventFired" => {
+                    tab.loads = tab.loads.wrapping_add(1);
+                    tab.loading = false;
+                }
+                "Inspector.targetCrashed" => tab.crashed = true,
+                "Input.dragIntercepted" => tab.drag = params.get("data").cloned(),
+                _ => return false,
+            }
+            true
+        });
+        if relevant {
+            self.changed
+                .send_modify(|count| *count = count.wrapping_add(1));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn console_network_and_dialogs_are_kept_per_tab() {
+        let events = Events::default();
+        events.handle(
+            Some("A"),
+            "Runtime.consoleAPICalled",
+            &json!({"type": "warning", "args": [{"type": "string", "value": "low"}, {"type": "number", "value": 3}]}),
+        );
+        events.handle(
+            Some("A"),
+            "Network.requestWillBeSent",
+            &json!({"requestId": "1", "request": {"method": "POST", "url": "http://x/api"}}),
+        );
+        events.handle(
+            Some("A"),
+            "Network.responseReceived",
+            &json!({"requestId": "1", "response": {"status": 201, "statusText": "Created"}}),
+        );
+        events.handle(
+            Some("B"),
+            "Page.javascriptDialogOpening",
+            &json!({"type": "confirm", "message": "sure?"}),
+        );
+        events.with("A", |tab| {
+            assert_eq!(tab.console, ["[WARN] low 3"]);
+            assert_eq!(tab.requests[0].status, Some((201, "Created".into())));
+            assert!(tab.dialog.is_none());
+        });
+        assert_eq!(
+            events.with("B", |tab| tab.dialog.clone()).unwrap().kind,
+            "confirm"
+        );
+        for n in 0..MAX_LOG_ENTRIES + 5 {
+            events.handle(
+                Some("C"),
+                "Runtime.consoleAPICalled",
+                &json!({"type": "log", "args": [{"type": "number", "value": n}]}),
+            );
+        }
+        events.with("C", |tab| {
+            assert_eq!(tab.console.len(), MAX_LOG_ENTRIES);
+            assert_eq!(tab.console[0], "[LOG] 5");
+        });
+    }
+}

@@ -1,0 +1,48 @@
+//! The `browser` family. Not in the default family list: only images with Chromium name it. Ready at
+//! once: the browser is started by the first call that needs it (and again after it died), and closed
+//! with boxd.
+
+use std::sync::Arc;
+
+use super::launch::Options;
+use super::tools::Browser;
+use crate::family::{BoxFuture, Family, Setup};
+use crate::tools::Tool;
+
+/// The viewport upstream's browser image configures.
+pub const VIEWPORT: (u32, u32) = (1024, 768);
+
+struct BrowserFamily {
+    browser: Arc<Browser>,
+}
+
+impl Family for BrowserFamily {
+    fn name(&self) -> &'static str {
+        "browser"
+    }
+
+    fn tools(&self) -> Vec<Tool> {
+        super::tools::tools(&self.browser)
+    }
+
+    fn reserved_groups(&self) -> Vec<&'static str> {
+        vec![super::GROUP]
+    }
+
+    fn stop(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async move { self.browser.close().await })
+    }
+}
+
+pub fn family(setup: &Setup) -> Result<Arc<dyn Family>, String> {
+    let args = setup.args;
+    let display = std::env::var("DISPLAY").unwrap_or_default();
+    let options = Options {
+        executable: args.browser_executable.clone(),
+        headless: args.browser_headless || display.trim().is_empty(),
+        viewport: VIEWPORT,
+    };
+    Ok(Arc::new(BrowserFamily {
+        browser: Arc::new(Browser::new(options, setup.workspace.clone())),
+    }))
+}

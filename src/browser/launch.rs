@@ -1,0 +1,173 @@
+//! Starting Chromium: a fresh profile in a temporary directory, the flags that keep it quiet in a
+//! sandbox, the protocol on two pipes (fd 3 in, fd 4 out), supervised as a child group like every other
+//! child of boxd, and cleaned up (group and profile) when it is closed.
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use serde_json::json;
+
+use super::cdp::Cdp;
+use crate::child::{self, ChildGroup, Grouping, StderrTail};
+
+/// How long a starting browser may take to answer its first request.
+const START_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long a closing browser may take to exit after SIGTERM before it is killed.
+const STOP_GRACE: Duration = Duration::from_secs(2);
+
+static PROFILES: AtomicU64 = AtomicU64::new(0);
+
+pub struct Options {
+    pub executable: String,
+    pub headless: bool,
+    pub viewport: (u32, u32),
+}
+
+pub struct Process {
+    pub cdp: Cdp,
+    group: Option<ChildGroup>,
+    stderr: StderrTail,
+    profile: PathBuf,
+}
+
+/// A pipe whose both ends are above the descriptors the child is given (3 and 4), so moving one end
+/// into place in the child cannot overwrite the other.
+fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as RawFd; 2];
+    // SAFETY: pipe2 writes two descriptors into the array we own.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } == -1 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors were just created and are owned by nothing else.
+    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    Ok((raise(read)?, raise(write)?))
+}
+
+fn raise(fd: OwnedFd) -> std::io::Result<OwnedFd> {
+    // SAFETY: F_DUPFD_CLOEXEC on a descriptor we own returns a new one we then own.
+    let high = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 10) };
+    if high == -1 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `high` was just created.
+    Ok(unsafe { OwnedFd::from_raw_fd(high) })
+}
+
+pub async fn launch(options: &Options) -> Result<Process, String> {
+    let profile = std::env::temp_dir().join(format!(
+        "boxd-browser-{}-{}",
+        std::process::id(),
+        PROFILES.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&profile);
+    std::fs::create_dir_all(&profile)
+        .map_err(|err| format!("cannot create the browser profile {profile:?}: {err}"))?;
+    let pipes = pipe().and_then(|to_browser| Ok((to_browser, pipe()?)));
+    let ((browser_reads, we_write), (we_read, browser_writes)) =
+        pipes.map_err(|err| format!("cannot create the browser's pipes: {err}"))?;
+
+    let mut command = child::command(&options.executable, Grouping::OwnGroup);
+    let (width, height) = options.viewport;
+    command
+        .args([
+            "--remote-debugging-pipe",
+            "--no-sandbox",
+            "--no-first-run",
+            "--no-default-browser-check",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--disable-dev-shm-usage",
+            "--mute-audio",
+            // A page restored from the back/forward cache fires no load: history navigation would
+            // wait out the settle cap.
+            "--disable-back-forward-cache",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg(format!("--window-size={width},{height}"));
+    if options.headless {
+        command.args(["--headless", "--disable-gpu"]);
+    }
+    command
+        .arg("about:blank")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(false);
+    let (input, output) = (browser_reads.as_raw_fd(), browser_writes.as_raw_fd());
+    // SAFETY: dup2 is async-signal-safe; both descriptors stay open in the parent until after spawn.
+    unsafe {
+        command.pre_exec(move || {
+            if libc::dup2(input, 3) == -1 || libc::dup2(output, 4) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut spawned = command.spawn().map_err(|err| {
+        let _ = std::fs::remove_dir_all(&profile);
+        format!("cannot start the browser {:?}: {err}", options.executable)
+    })?;
+    let group = ChildGroup::of(spawned.id(), Grouping::OwnGroup);
+    drop((browser_reads, browser_writes));
+    let stderr = match spawned.stderr.take() {
+        Some(stderr) => StderrTail::forward(stderr, "chromium".into()),
+        None => StderrTail::forward(tokio::io::empty(), "chromium".into()),
+    };
+    // Reaped by its own task; the group is what boxd signals.
+    tokio::spawn(async move {
+        let status = spawned.wait().await;
+        tracing::info!(?status, "the browser exited");
+    });
+    let reader = tokio::net::unix::pipe::Receiver::from_owned_fd(we_read)
+        .map_err(|err| format!("cannot read the browser's pipe: {err}"))?;
+    let writer = tokio::net::unix::pipe::Sender::from_owned_fd(we_write)
+        .map_err(|err| format!("cannot write the browser's pipe: {err}"))?;
+    let mut process = Process {
+        cdp: Cdp::start(reader, writer),
+        group,
+        stderr,
+        profile,
+    };
+    if let Err(err) = process
+        .cdp
+        .call(None, "Target.getTargets", json!({}), START_TIMEOUT)
+        .await
+    {
+        let words = process.stderr.last_words(Duration::from_millis(500)).await;
+        process.close().await;
+        return Err(format!(
+            "the browser {:?} did not start: {err}{words}",
+            options.executable
+        ));
+    }
+    Ok(process)
+}
+
+impl Process {
+    /// Why the browser went away, from its last stderr lines ("" when it said nothing).
+    pub async fn last_words(&mut self) -> String {
+        self.stderr.last_words(Duration::from_millis(200)).await
+    }
+
+    /// Stops the browser (TERM, then KILL after a grace) and removes its profile.
+    pub async fn close(&mut self) {
+        if let Some(group) = self.group.take() {
+            group.terminate(STOP_GRACE).await;
+        }
+        let profile = self.profile.clone();
+        let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(profile)).await;
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        // The group is killed by its own drop; the profile must not outlive it.
+        if self.group.take().is_some() {
+            let _ = std::fs::remove_dir_all(&self.profile);
+        }
+    }
+}

@@ -1,0 +1,758 @@
+//! The one browser and its tabs, as the tools see them: launched on the first call, relaunched on the
+//! next call after it died (and the answer says so), tabs reconciled with the browser's own list on
+//! every call (a page may open or close tabs by itself), refs kept per tab.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+use super::cdp::{Cdp, CdpError};
+use super::events::TabEvents;
+use super::launch::{self, Options, Process};
+use super::snapshot::{self, MAX_SNAPSHOT_CHARS};
+
+/// An ordinary protocol call's bound.
+pub const CALL: Duration = Duration::from_secs(10);
+/// Bound of the work of the page itself: a navigation's commit, a screenshot or PDF of a big page.
+pub const SLOW_CALL: Duration = Duration::from_secs(30);
+/// How long an action waits for the page to settle: a started navigation to commit and the DOM to be
+/// quiet for [`QUIET`].
+pub const SETTLE_CAP: Duration = Duration::from_secs(3);
+/// The DOM is settled when it has not changed for this long.
+const QUIET: Duration = Duration::from_millis(100);
+/// Refs kept per tab before the oldest document's are forgotten (a page that churns nodes forever
+/// would otherwise grow the map without bound).
+const MAX_REFS: usize = 200_000;
+
+pub const NO_PAGE: &str =
+    "No open pages available. Use the \"browser_navigate\" tool to navigate to a page first.";
+
+/// Why a tool could not do what it was asked: the text of an `isError` answer.
+#[derive(Debug)]
+pub struct Failure(pub String);
+
+pub type Outcome<T> = Result<T, Failure>;
+
+impl From<CdpError> for Failure {
+    fn from(err: CdpError) -> Self {
+        Failure(match err {
+            CdpError::Closed => {
+                "The browser exited during this call; the next call starts a new one.".to_owned()
+            }
+            CdpError::Timeout(..) => {
+                format!("{err}. The page may be busy or stuck; try again, or navigate elsewhere.")
+            }
+            CdpError::Protocol(message) => format!("The browser refused the action: {message}"),
+        })
+    }
+}
+
+#[derive(Default)]
+pub struct Refs {
+    by_node: HashMap<i64, u64>,
+    by_ref: HashMap<u64, i64>,
+    next: u64,
+    document: u64,
+}
+
+impl Refs {
+    /// Refs name nodes of one document: a new document voids them (its node ids may repeat).
+    /// Numbers keep growing, so an old ref can never name a node of the new document.
+    fn sync(&mut self, document: u64) {
+        if self.document != document || self.by_node.len() > MAX_REFS {
+            self.by_node.clear();
+            self.by_ref.clear();
+            self.document = document;
+        }
+    }
+
+    fn assign(&mut self, node: i64) -> String {
+        let number = match self.by_node.get(&node) {
+            Some(number) => *number,
+            None => {
+                self.next += 1;
+                self.by_node.insert(node, self.next);
+                self.by_ref.insert(self.next, node);
+                self.next
+            }
+        };
+        format!("e{number}")
+    }
+}
+
+pub struct Tab {
+    pub target: String,
+    pub session: String,
+    pub refs: Refs,
+}
+
+pub struct Running {
+    pub process: Process,
+    pub tabs: Vec<Tab>,
+    pub current: usize,
+}
+
+pub struct Session {
+    pub running: Option<Running>,
+    /// Said once, in the next answer: the browser had died and was started again.
+    pub notice: Option<String>,
+    pub options: Options,
+}
+
+impl Session {
+    pub fn new(options: Options) -> Session {
+        Session {
+            running: None,
+            notice: None,
+            options,
+        }
+    }
+
+    /// The running browser with its tabs reconciled, launched (again) if needed. A browser found dead
+    /// (before the call or by its first request) is started again once, and the answer says so.
+    pub async fn browser(&mut self) -> Outcome<&mut Running> {
+        let viewport = self.options.viewport;
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            if let Some(running) = self.running.as_mut()
+                && running.process.cdp.is_closed()
+            {
+                let words = running.process.last_words().await;
+                running.process.close().await;
+                self.running = None;
+                self.notice = Some(format!(
+                    "The browser had exited{words}; a new one was started: earlier tabs, refs and \
+                     page state are gone."
+                ));
+            }
+            if self.running.is_none() {
+                let process = launch::launch(&self.options).await.map_err(Failure)?;
+                self.running = Some(Running {
+                    process,
+                    tabs: Vec::new(),
+                    current: 0,
+                });
+            }
+            let Some(running) = self.running.as_mut() else {
+                return Err(Failure("the browser is not running".into()));
+            };
+            match running.sync_tabs(viewport).await {
+                Err(_) if attempts == 1 && running.process.cdp.is_closed() => continue,
+                Err(failure) => return Err(failure),
+                Ok(()) => break,
+            }
+        }
+        self.running
+            .as_mut()
+            .ok_or_else(|| Failure("the browser is not running".into()))
+    }
+
+    /// The browser with a current tab (a new blank one if every tab was closed).
+    pub async fn page(&mut self) -> Outcome<&mut Running> {
+        let viewport = self.options.viewport;
+        let running = self.browser().await?;
+        if running.tabs.is_empty() {
+            running.new_tab(viewport).await?;
+        }
+        Ok(running)
+    }
+
+    /// Closes the browser (a no-op when none runs).
+    pub async fn close(&mut self) -> bool {
+        match self.running.take() {
+            Some(mut running) => {
+                running.process.close().await;
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+impl Running {
+    pub fn cdp(&self) -> &Cdp {
+        &self.process.cdp
+    }
+
+    pub fn tab(&self) -> Outcome<&Tab> {
+        self.tabs
+            .get(self.current)
+            .ok_or_else(|| Failure(NO_PAGE.into()))
+    }
+
+    pub fn tab_mut(&mut self) -> Outcome<&mut Tab> {
+        self.tabs
+            .get_mut(self.current)
+            .ok_or_else(|| Failure(NO_PAGE.into()))
+    }
+
+    pub fn events<T>(&self, read: impl FnOnce(&mut TabEvents) -> T) -> Outcome<T> {
+        let session = &self.tab()?.session;
+        Ok(self.cdp().events.with(session, read))
+    }
+
+    /// The browser's page targets, in its order: (target id, url, title).
+    pub async fn targets(&self) -> Outcome<Vec<(String, String, String)>> {
+        let answer = self
+            .cdp()
+            .call(None, "Target.getTargets", json!({}), CALL)
+            .await?;
+        Ok(answer["targetInfos"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+            .iter()
+            .filter(|info| info["type"] == "page")
+            .map(|info| {
+                let field = |name: &str| info[name].as_str().unwrap_or_default().to_owned();
+                (field("targetId"), field("url"), field("title"))
+            })
+            .collect())
+    }
+
+    async fn sync_tabs(&mut self, viewport: (u32, u32)) -> Outcome<()> {
+        let targets = self.targets().await?;
+        let current = self.tabs.get(self.current).map(|tab| tab.target.clone());
+        let events = std::sync::Arc::clone(&self.cdp().events);
+        self.tabs.retain(|tab| {
+            let open = targets.iter().any(|(id, ..)| *id == tab.target);
+            if !open {
+                events.forget(&tab.session);
+            }
+            open
+        });
+        for (target, ..) in &targets {
+            if !self.tabs.iter().any(|tab| tab.target == *target) {
+                let tab = attach(self.cdp(), target, viewport).await?;
+                self.tabs.push(tab);
+            }
+        }
+        self.current = match current.and_then(|id| self.tabs.iter().position(|t| t.target == id)) {
+            Some(index) => index,
+            None => self.current.min(self.tabs.len().saturating_sub(1)),
+        };
+        Ok(())
+    }
+
+    pub async fn new_tab(&mut self, viewport: (u32, u32)) -> Outcome<()> {
+        let created = self
+            .cdp()
+            .call(
+                None,
+                "Target.createTarget",
+                json!({"url": "about:blank"}),
+                CALL,
+            )
+            .await?;
+        let target = created["targetId"].as_str().unwrap_or_default().to_owned();
+        let tab = attach(self.cdp(), &target, viewport).await?;
+        self.tabs.push(tab);
+        self.current = self.tabs.len() - 1;
+        Ok(())
+    }
+
+    pub async fn close_tab(&mut self, index: usize) -> Outcome<()> {
+        let Some(tab) = self.tabs.get(index) else {
+            return Err(Failure("no such tab".into()));
+        };
+        self.cdp()
+            .call(
+                None,
+                "Target.closeTarget",
+                json!({"targetId": tab.target}),
+                CALL,
+            )
+            .await?;
+        let tab = self.tabs.remove(index);
+        self.cdp().events.forget(&tab.session);
+        if self.current > index || self.current >= self.tabs.len() {
+            self.current = self.current.saturating_sub(1);
+        }
+        Ok(())
+    }
+
+    /// `### Open tabs` as upstream lists them (1-based, the current one marked).
+    pub async fn tab_list(&self) -> Outcome<String> {
+        if self.tabs.is_empty() {
+            return Ok("### No tabs open".into());
+        }
+        let targets = self.targets().await?;
+        let mut lines = vec!["### Open tabs".to_owned()];
+        for (index, tab) in self.tabs.iter().enumerate() {
+            let (url, mut title) = targets
+                .iter()
+                .find(|(id, ..)| *id == tab.target)
+                .map(|(_, url, title)| (url.as_str(), title.as_str()))
+                .unwrap_or_default();
+            // The browser shows the address as the title of a page without one; upstream shows none.
+            if title == url || url.ends_with(title) {
+                title = "";
+            }
+            let current = if index == self.current {
+                " (current)"
+            } else {
+                ""
+            };
+            lines.push(format!("- {}:{current} [{title}] ({url})", index + 1));
+        }
+        Ok(lines.join("\n"))
+    }
+
+    /// The current page's URL and title (from the browser's side while a dialog blocks the page).
+    pub async fn location(&self) -> Outcome<(String, String)> {
+        let tab = self.tab()?;
+        let blocked = self.events(|events| events.dialog.is_some())?;
+        if !blocked
+            && let Ok(answer) = self
+                .cdp()
+                .call(
+                    Some(&tab.session),
+                    "Runtime.evaluate",
+                    json!({"expression": "[location.href, document.title]", "returnByValue": true}),
+                    CALL,
+                )
+                .await
+            && let Some([url, title]) = answer
+                .pointer("/result/value")
+                .and_then(Value::as_array)
+                .map(Vec::as_slice)
+        {
+            return Ok((
+                url.as_str().unwrap_or_default().to_owned(),
+                title.as_str().unwrap_or_default().to_owned(),
+            ));
+        }
+        let info = self
+            .cdp()
+            .call(
+                None,
+                "Target.getTargetInfo",
+                json!({"targetId": tab.target}),
+                CALL,
+            )
+            .await?;
+        let field = |name: &str| {
+            info.pointer(&format!("/targetInfo/{name}"))
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned()
+        };
+        Ok((field("url"), field("title")))
+    }
+
+    /// The modal state lines (an open dialog, a file chooser), empty when there is none.
+    pub fn modal_lines(&self) -> Outcome<Vec<String>> {
+        self.events(|events| {
+            let mut lines = Vec::new();
+            if let Some(dialog) = &events.dialog {
+                lines.push(format!(
+                    "- [\"{}\" dialog with message {}]: can be handled by the \"browser_handle_dialog\" tool",
+                    dialog.kind,
+                    serde_json::to_string(&dialog.message).unwrap_or_default()
+                ));
+            }
+            if events.file_chooser.is_some() {
+                lines.push(
+                    "- [File chooser]: can be handled by the \"browser_file_upload\" tool".into(),
+                );
+            }
+            lines
+        })
+    }
+
+    /// The accessibility snapshot of the current page as YAML, with refs.
+    pub async fn snapshot(&mut self) -> Outcome<String> {
+        let document = self.events(|events| events.documents)?;
+        let session = self.tab()?.session.clone();
+        let tree = self
+            .cdp()
+            .call(
+                Some(&session),
+                "Accessibility.getFullAXTree",
+                json!({}),
+                SLOW_CALL,
+            )
+            .await?;
+        let nodes = tree["nodes"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        let tab = self.tab_mut()?;
+        tab.refs.sync(document);
+        let rendered = snapshot::render(nodes, &mut |node| tab.refs.assign(node));
+        let mut text = format!("- Page Snapshot\n```yaml\n{}\n```", rendered.yaml);
+        if rendered.cut_lines > 0 {
+            text.push_str(&format!(
+                "\n- Snapshot cut: {} of {} lines shown (the first {MAX_SNAPSHOT_CHARS} characters). \
+                 Scroll (browser_press_key PageDown) or navigate to a narrower page to see the rest; \
+                 refs of the lines shown work.",
+                rendered.total_lines - rendered.cut_lines,
+                rendered.total_lines
+            ));
+        }
+        Ok(text)
+    }
+
+    /// The backend node a ref names, or an error saying to take a new snapshot.
+    pub fn node_of(&mut self, reference: &str) -> Outcome<i64> {
+        let document = self.events(|events| events.documents)?;
+        let tab = self.tab_mut()?;
+        tab.refs.sync(document);
+        let number = reference
+            .trim()
+            .strip_prefix('e')
+            .and_then(|number| number.parse::<u64>().ok())
+            .ok_or_else(|| {
+                Failure(format!(
+                    "{reference:?} is not a ref from a page snapshot (refs look like e12). Take a \
+                     snapshot (browser_snapshot) and use a ref from it."
+                ))
+            })?;
+        tab.refs.by_ref.get(&number).copied().ok_or_else(|| {
+            Failure(format!(
+                "Ref {reference} not found in the current page. It is from an earlier page or was \
+                 never handed out; take a new snapshot (browser_snapshot) and use a ref from it."
+            ))
+        })
+    }
+
+    /// The JS object of a ref's element, checked to be still in the document.
+    pub async fn element(&mut self, reference: &str) -> Outcome<(i64, String)> {
+        let node = self.node_of(reference)?;
+        let session = self.tab()?.session.clone();
+        let gone = || {
+            Failure(format!(
+                "The element of ref {reference} is no longer in the page (it was removed or \
+                 replaced). Take a new snapshot (browser_snapshot) and use a ref from it."
+            ))
+        };
+        let resolved = match self
+            .cdp()
+            .call(
+                Some(&session),
+                "DOM.resolveNode",
+                json!({"backendNodeId": node}),
+                CALL,
+            )
+            .await
+        {
+            Ok(resolved) => resolved,
+            Err(CdpError::Protocol(_)) => return Err(gone()),
+            Err(err) => return Err(err.into()),
+        };
+        let object = resolved
+            .pointer("/object/objectId")
+            .and_then(Value::as_str)
+            .ok_or_else(gone)?
+            .to_owned();
+        let connected = self
+            .call_on(
+                &object,
+                "function() { return this.isConnected; }",
+                json!([]),
+            )
+            .await?;
+        if connected != json!(true) {
+            return Err(gone());
+        }
+        Ok((node, object))
+    }
+
+    /// Calls `function` with `this` = the object and `arguments` (JSON values); its value.
+    pub async fn call_on(&self, object: &str, function: &str, arguments: Value) -> Outcome<Value> {
+        let session = &self.tab()?.session;
+        let arguments: Vec<Value> = arguments
+            .as_array()
+            .map(|list| list.iter().map(|value| json!({"value": value})).collect())
+            .unwrap_or_default();
+        let answer = self
+            .cdp()
+            .call(
+                Some(session),
+                "Runtime.callFunctionOn",
+                json!({"objectId": object, "functionDeclaration": function, "arguments": arguments,
+                       "returnByValue": true, "awaitPromise": true}),
+                CALL,
+            )
+            .await?;
+        if let Some(details) = answer.get("exceptionDetails") {
+            return Err(Failure(format!(
+                "The page threw: {}",
+                details
+                    .pointer("/exception/description")
+                    .and_then(Value::as_str)
+                    .unwrap_or("an exception")
+            )));
+        }
+        Ok(answer
+            .pointer("/result/value")
+            .cloned()
+            .unwrap_or(Value::Null))
+    }
+
+    /// The centre of a node's first box on screen (after scrolling it into view), in CSS pixels.
+    pub async fn center(&self, node: i64, reference: &str) -> Outcome<(f64, f64)> {
+        let session = &self.tab()?.session;
+        let cdp = self.cdp();
+        // Best effort: a node without a layout box cannot be scrolled to, and is refused just below.
+        let _ = cdp
+            .call(
+                Some(session),
+                "DOM.scrollIntoViewIfNeeded",
+                json!({"backendNodeId": node}),
+                CALL,
+            )
+            .await;
+        let invisible = || {
+            Failure(format!(
+                "The element of ref {reference} is not visible (it has no box on the page). Take a \
+                 new snapshot and choose a visible element."
+            ))
+        };
+        let quads = match cdp
+            .call(
+                Some(session),
+                "DOM.getContentQuads",
+                json!({"backendNodeId": node}),
+                CALL,
+            )
+            .await
+        {
+            Ok(answer) => answer,
+            Err(CdpError::Protocol(_)) => return Err(invisible()),
+            Err(err) => return Err(err.into()),
+        };
+        let quads = quads["quads"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        for quad in quads {
+            let points: Vec<f64> = quad
+                .as_array()
+                .map(|list| list.iter().filter_map(Value::as_f64).collect())
+                .unwrap_or_default();
+            if points.len() != 8 {
+                continue;
+            }
+            let xs = [points[0], points[2], points[4], points[6]];
+            let ys = [points[1], points[3], points[5], points[7]];
+            let width = xs.iter().cloned().fold(f64::MIN, f64::max)
+                - xs.iter().cloned().fold(f64::MAX, f64::min);
+            let height = ys.iter().cloned().fold(f64::MIN, f64::max)
+                - ys.iter().cloned().fold(f64::MAX, f64::min);
+            if width >= 1.0 && height >= 1.0 {
+                return Ok((xs.iter().sum::<f64>() / 4.0, ys.iter().sum::<f64>() / 4.0));
+            }
+        }
+        Err(invisible())
+    }
+
+    pub async fn mouse(&self, kind: &str, (x, y): (f64, f64), buttons: i64) -> Outcome<()> {
+        let session = &self.tab()?.session;
+        let mut event = json!({"type": kind, "x": x, "y": y, "buttons": buttons});
+        if kind != "mouseMoved" || buttons != 0 {
+            event["button"] = json!("left");
+        }
+        if kind != "mouseMoved" {
+            event["clickCount"] = json!(1);
+        }
+        self.cdp()
+            .call(Some(session), "Input.dispatchMouseEvent", event, CALL)
+            .await?;
+        Ok(())
+    }
+
+    pub async fn keys(&self, events: Vec<Value>) -> Outcome<()> {
+        let session = &self.tab()?.session;
+        for event in events {
+            self.cdp()
+                .call(Some(session), "Input.dispatchKeyEvent", event, CALL)
+                .await?;
+        }
+        Ok(())
+    }
+
+    pub fn marks(&self) -> Outcome<Marks> {
+        self.events(|events| Marks {
+            navigation_requested: events.navigation_requested,
+            documents: events.documents,
+            dom_content_loaded: events.dom_content_loaded,
+            stopped_loading: events.stopped_loading,
+            loads: events.loads,
+        })
+    }
+
+    /// Waits until `done` holds for the current tab's events, a dialog opens, the browser goes away,
+    /// or `deadline`; true unless the deadline passed.
+    pub async fn wait_until(
+        &self,
+        deadline: Instant,
+        done: impl Fn(&TabEvents) -> bool,
+    ) -> Outcome<bool> {
+        let session = self.tab()?.session.clone();
+        let cdp = self.cdp();
+        let mut changes = cdp.events.subscribe();
+        loop {
+            let satisfied = cdp.events.with(&session, |events| {
+                done(events) || events.dialog.is_some() || events.crashed
+            });
+            if satisfied || cdp.is_closed() {
+                return Ok(true);
+            }
+            match tokio::time::timeout_at(deadline, changes.changed()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => return Ok(true),
+                Err(_) => return Ok(false),
+            }
+        }
+    }
+
+    /// Runs `action` unless a dialog opens first (the page is then blocked, and so may the action's
+    /// answer be); `None` when the dialog won.
+    pub async fn racing<T>(
+        &self,
+        action: impl std::future::Future<Output = Outcome<T>>,
+    ) -> Outcome<Option<T>> {
+        let forever = Instant::now() + Duration::from_secs(3600);
+        tokio::select! {
+            outcome = action => outcome.map(Some),
+            _ = self.wait_until(forever, |events| events.dialog.is_some()) => Ok(None),
+        }
+    }
+
+    /// Waits for what an action set off: a navigation it started to commit (its DOMContentLoaded),
+    /// then the DOM to be quiet for [`QUIET`]; all within [`SETTLE_CAP`], and never past a dialog.
+    pub async fn settle(&self, before: Marks) -> Outcome<()> {
+        let deadline = Instant::now() + SETTLE_CAP;
+        let session = self.tab()?.session.clone();
+        for _ in 0..3 {
+            let now = self.marks()?;
+            let (loading, blocked) =
+                self.events(|e| (e.loading, e.dialog.is_some() || e.crashed))?;
+            if blocked || self.cdp().is_closed() {
+                return Ok(());
+            }
+            let navigating = loading || now.navigation_requested != before.navigation_requested;
+            if navigating {
+                let committed = self
+                    .wait_until(deadline, |events| {
+                        events.dom_content_loaded != before.dom_content_loaded
+                            || (!events.loading && events.stopped_loading != before.stopped_loading)
+                    })
+                    .await?;
+                if !committed {
+                    return Ok(());
+                }
+            }
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if remaining.is_zero() {
+                return Ok(());
+            }
+            let quiet = format!(
+                "new Promise(resolve => {{ let timer; const done = () => {{ observer.disconnect(); \
+                 clearTimeout(cap); resolve(true); }}; const observer = new MutationObserver(() => \
+                 {{ clearTimeout(timer); timer = setTimeout(done, {quiet}); }}); \
+                 observer.observe(document, {{subtree: true, childList: true, attributes: true, \
+                 characterData: true}}); timer = setTimeout(done, {quiet}); const cap = \
+                 setTimeout(done, {cap}); }})",
+                quiet = QUIET.as_millis(),
+                cap = remaining.as_millis()
+            );
+            let evaluate = async {
+                self.cdp()
+                    .call(
+                        Some(&session),
+                        "Runtime.evaluate",
+                        json!({"expression": quiet, "awaitPromise": true, "returnByValue": true}),
+                        remaining + Duration::from_millis(200),
+                    )
+                    .await
+                    .map_err(Failure::from)
+            };
+            match self.racing(evaluate).await {
+                // The document went away under the observer: a navigation; wait for it above.
+                Ok(Some(answer)) if answer.get("exceptionDetails").is_some() => continue,
+                Ok(_) => {
+                    let after = self.marks()?;
+                    let started = self.events(|e| e.loading)?
+                        || after.navigation_requested != now.navigation_requested;
+                    if !started {
+                        return Ok(());
+                    }
+                }
+                Err(Failure(_)) if !self.cdp().is_closed() => continue,
+                Err(failure) => return Err(failure),
+            }
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Marks {
+    pub navigation_requested: u64,
+    pub documents: u64,
+    pub dom_content_loaded: u64,
+    pub stopped_loading: u64,
+    pub loads: u64,
+}
+
+async fn attach(cdp: &Cdp, target: &str, (width, height): (u32, u32)) -> Outcome<Tab> {
+    let attached = cdp
+        .call(
+            None,
+            "Target.attachToTarget",
+            json!({"targetId": target, "flatten": true}),
+            CALL,
+        )
+        .await?;
+    let session = attached["sessionId"]
+        .as_str()
+        .ok_or_else(|| Failure("the browser did not attach to the tab".into()))?
+        .to_owned();
+    let setup = [
+        ("Page.enable", json!({})),
+        ("Runtime.enable", json!({})),
+        ("Network.enable", json!({})),
+        (
+            "Page.setInterceptFileChooserDialog",
+            json!({"enabled": true}),
+        ),
+        (
+            "Emulation.setDeviceMetricsOverride",
+            json!({"width": width, "height": height, "deviceScaleFactor": 1, "mobile": false}),
+        ),
+    ];
+    futures_util::future::try_join_all(
+        setup
+            .into_iter()
+            .map(|(method, params)| cdp.call(Some(&session), method, params, CALL)),
+    )
+    .await?;
+    Ok(Tab {
+        target: target.to_owned(),
+        session,
+        refs: Refs::default(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refs_are_stable_within_a_document_and_never_reused_after() {
+        let mut refs = Refs::default();
+        refs.sync(1);
+        assert_eq!(refs.assign(40), "e1");
+        assert_eq!(refs.assign(41), "e2");
+        assert_eq!(refs.assign(40), "e1");
+        refs.sync(2);
+        assert!(refs.by_ref.is_empty());
+        // The same node id in the new document gets a new number: e1 stays void.
+        assert_eq!(refs.assign(40), "e3");
+    }
+}

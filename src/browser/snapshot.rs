@@ -1,0 +1,377 @@
+//! The page snapshot: Chromium's own accessibility tree (`Accessibility.getFullAXTree`, roles and names
+//! as Chromium computes them) written as the YAML outline @playwright/mcp answers with, one line per
+//! node: `- role "name" [states] [ref=eN]`, children nested under it, text as `- text: ...`, a link's
+//! target as `- /url: ...`. Ignored (hidden, presentational) nodes are dropped and their visible
+//! children lifted; the output is capped at [`MAX_SNAPSHOT_CHARS`] with a notice of what was cut.
+
+use std::collections::HashMap;
+
+use serde_json::Value;
+
+/// Characters of YAML a snapshot keeps at most (the toolset contracts' `read_page` cap).
+pub const MAX_SNAPSHOT_CHARS: usize = 50_000;
+/// Nesting deeper than this is not descended (a hostile page cannot exhaust boxd's stack).
+const MAX_DEPTH: usize = 200;
+
+struct Node<'a> {
+    ignored: bool,
+    role: &'a str,
+    name: &'a str,
+    value: Option<String>,
+    properties: Vec<(&'a str, &'a Value)>,
+    children: Vec<&'a str>,
+    backend: Option<i64>,
+}
+
+fn parse(node: &Value) -> Option<(&str, Node<'_>)> {
+    let id = node.get("nodeId")?.as_str()?;
+    let string = |pointer: &str| node.pointer(pointer).and_then(Value::as_str);
+    let value = node.pointer("/value/value").and_then(|value| match value {
+        Value::String(text) => Some(text.clone()),
+        Value::Null => None,
+        other => Some(other.to_string()),
+    });
+    let properties = node
+        .get("properties")
+        .and_then(Value::as_array)
+        .map(|list| {
+            list.iter()
+                .filter_map(|property| {
+                    Some((
+                        property.get("name")?.as_str()?,
+                        property.pointer("/value/value")?,
+                    ))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    Some((
+        id,
+        Node {
+            ignored: node.get("ignored").and_then(Value::as_bool) == Some(true),
+            role: string("/role/value").unwrap_or("generic"),
+            name: string("/name/value").unwrap_or(""),
+            value,
+            properties,
+            children: node
+                .get("childIds")
+                .and_then(Value::as_array)
+                .map(|ids| ids.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default(),
+            backend: node.get("backendDOMNodeId").and_then(Value::as_i64),
+        },
+    ))
+}
+
+/// One rendered node before indentation: its head (`- role "name" ...`) and children.
+enum Item {
+    Text(String),
+    Element {
+        head: String,
+        inline: Option<String>,
+        children: Vec<Item>,
+    },
+}
+
+pub struct Snapshot {
+    pub yaml: String,
+    /// Lines left out by the cap (0 when it is whole).
+    pub cut_lines: usize,
+    pub total_lines: usize,
+}
+
+/// Renders the tree of `nodes` (the answer of `Accessibility.getFullAXTree`); `reference` gives the
+/// ref of a DOM node (by backend node id).
+pub fn render(nodes: &[Value], reference: &mut dyn FnMut(i64) -> String) -> Snapshot {
+    let parsed: HashMap<&str, Node> = nodes.iter().filter_map(parse).collect();
+    let root = nodes
+        .iter()
+        .find(|node| node.get("parentId").is_none())
+        .and_then(|node| node.get("nodeId")?.as_str());
+    let items = match root {
+        Some(root) => build(&parsed, root, 0, reference),
+        None => Vec::new(),
+    };
+    let mut lines = Vec::new();
+    write(&items, 0, &mut lines);
+    let total_lines = lines.len();
+    let mut yaml = String::new();
+    let mut kept = 0;
+    for line in &lines {
+        if yaml.len() + line.len() + 1 > MAX_SNAPSHOT_CHARS {
+            break;
+        }
+        yaml.push_str(line);
+        yaml.push('\n');
+        kept += 1;
+    }
+    Snapshot {
+        yaml: yaml.trim_end().to_owned(),
+        cut_lines: total_lines - kept,
+        total_lines,
+    }
+}
+
+fn build(
+    nodes: &HashMap<&str, Node>,
+    id: &str,
+    depth: usize,
+    reference: &mut dyn FnMut(i64) -> String,
+) -> Vec<Item> {
+    let Some(node) = nodes.get(id) else {
+        return Vec::new();
+    };
+    if depth > MAX_DEPTH {
+        return Vec::new();
+    }
+    let flattened = node.ignored
+        || matches!(
+            node.role,
+            "RootWebArea" | "none" | "presentation" | "MenuListPopup"
+        );
+    match node.role {
+        _ if flattened => {}
+        "InlineTextBox" | "ListMarker" | "LineBreak" => return Vec::new(),
+        "StaticText" => {
+            return if node.name.trim().is_empty() {
+                Vec::new()
+            } else {
+                vec![Item::Text(node.name.to_owned())]
+            };
+        }
+        _ => {}
+    }
+    // Numbered before its children, so refs read in document order.
+    let own_ref = match node.backend {
+        Some(backend) if !flattened => Some(reference(backend)),
+        _ => None,
+    };
+    let mut children = Vec::new();
+    for child in &node.children {
+        children.extend(build(nodes, child, depth + 1, reference));
+    }
+    let children = merge_text(children);
+    if flattened {
+        return children;
+    }
+    let role = match node.role {
+        "image" => "img",
+        "Iframe" => "iframe",
+        "LabelText" | "Section" | "Pre" | "Canvas" | "Abbr" | "Ruby" | "Mark" => "generic",
+        role if role.starts_with(|c: char| c.is_ascii_uppercase()) => "generic",
+        role => role,
+    };
+    // An unnamed wrapper around one element is only nesting: the element stands in its place; an
+    // unnamed empty one (an editor's inner box, a spacer) says nothing.
+    if role == "generic" && node.name.is_empty() {
+        match children.as_slice() {
+            [] if node.value.as_deref().unwrap_or("").is_empty() => return children,
+            [Item::Element { .. }] => return children,
+            _ => {}
+        }
+    }
+    let mut head = format!("- {role}");
+    let name = node.name.trim();
+    if !name.is_empty() {
+        head.push(' ');
+        head.push_str(&quote(name));
+    }
+    let mut url = None;
+    for (property, value) in &node.properties {
+        let flag = value.as_bool() == Some(true) || value.as_str() == Some("true");
+        match *property {
+            "checked" if value.as_str() == Some("mixed") => head.push_str(" [checked=mixed]"),
+            "checked" | "disabled" | "expanded" | "selected" | "pressed" if flag => {
+                head.push_str(&format!(" [{property}]"));
+            }
+            "level" => {
+                if let Some(level) = value.as_i64() {
+                    head.push_str(&format!(" [level={level}]"));
+                }
+            }
+            "url" if role == "link" => url = value.as_str().map(str::to_owned),
+            _ => {}
+        }
+    }
+    if let Some(own_ref) = own_ref {
+        head.push_str(&format!(" [ref={own_ref}]"));
+    }
+    // Text that only repeats the name says nothing more.
+    let mut children: Vec<Item> = match children.as_slice() {
+        [Item::Text(text)] if text.trim() == name => Vec::new(),
+        _ => children,
+    };
+    let has_elements = children
+        .iter()
+        .any(|child| matches!(child, Item::Element { .. }));
+    let mut inline = node
+        .value
+        .as_ref()
+        .filter(|value| !value.is_empty() && role != "link" && !has_elements)
+        .cloned();
+    if inline.is_none()
+        && url.is_none()
+        && let [Item::Text(text)] = children.as_slice()
+    {
+        inline = Some(text.clone());
+        children.clear();
+    }
+    if let Some(url) = url {
+        children.push(Item::Text(format!("\u{0}/url: {url}")));
+    }
+    vec![Item::Element {
+        head,
+        inline,
+        children,
+    }]
+}
+
+fn merge_text(items: Vec<Item>) -> Vec<Item> {
+    let mut merged: Vec<Item> = Vec::with_capacity(items.len());
+    for item in items {
+        match (merged.last_mut(), item) {
+            (Some(Item::Text(last)), Item::Text(text)) if !text.starts_with('\u{0}') => {
+                last.push_str(&text);
+            }
+            (_, item) => merged.push(item),
+        }
+    }
+    merged
+}
+
+fn write(items: &[Item], indent: usize, lines: &mut Vec<String>) {
+    let pad = "  ".repeat(indent);
+    for item in items {
+        match item {
+            Item::Text(text) => match text.strip_prefix('\u{0}') {
+                Some(url) => lines.push(format!("{pad}- {url}")),
+                None => lines.push(format!("{pad}- text: {}", scalar(text.trim()))),
+            },
+            Item::Element {
+                head,
+                inline,
+                children,
+            } => {
+                let mut line = format!("{pad}{head}");
+                if let Some(inline) = inline {
+                    line.push_str(": ");
+                    line.push_str(&scalar(inline.trim()));
+                } else if !children.is_empty() {
+                    line.push(':');
+                }
+                lines.push(line);
+                if inline.is_none() {
+                    write(children, indent + 1, lines);
+                }
+            }
+        }
+    }
+}
+
+/// A name in double quotes, escaped as JSON (which YAML reads too).
+fn quote(text: &str) -> String {
+    serde_json::to_string(text).unwrap_or_else(|_| format!("\"{text}\""))
+}
+
+/// A YAML value: plain when YAML would read it back as the same string, quoted otherwise.
+fn scalar(text: &str) -> String {
+    let special_start = text.starts_with([
+        '-', '?', ':', ',', '[', ']', '{', '}', '#', '&', '*', '!', '|', '>', '\'', '"', '%', '@',
+        '`', ' ',
+    ]);
+    let ambiguous = matches!(
+        text.to_ascii_lowercase().as_str(),
+        "true" | "false" | "null" | "yes" | "no" | "~" | ""
+    ) || text.parse::<f64>().is_ok();
+    if special_start
+        || ambiguous
+        || text.contains(": ")
+        || text.contains(" #")
+        || text.ends_with(':')
+        || text.chars().any(char::is_control)
+    {
+        quote(text)
+    } else {
+        text.to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn node(id: &str, role: &str, name: &str, children: &[&str], backend: i64) -> Value {
+        json!({"nodeId": id, "ignored": false, "role": {"value": role}, "name": {"value": name},
+               "childIds": children, "backendDOMNodeId": backend})
+    }
+
+    #[test]
+    fn the_outline_nests_names_states_refs_text_and_urls() {
+        let mut root = node("1", "RootWebArea", "Test", &["2"], 1);
+        root.as_object_mut().unwrap().remove("parentId");
+        let mut heading = node("3", "heading", "Title", &["4"], 3);
+        heading["properties"] =
+            json!([{"name": "level", "value": {"type": "integer", "value": 1}}]);
+        let mut link = node("5", "link", "Home", &["6"], 5);
+        link["properties"] =
+            json!([{"name": "url", "value": {"type": "string", "value": "http://x/home"}}]);
+        let mut check = node("7", "checkbox", "Agree", &[], 7);
+        check["properties"] = json!([{"name": "checked", "value": {"type": "tristate", "value": "true"}},
+                                     {"name": "disabled", "value": {"type": "boolean", "value": true}}]);
+        let mut hidden = node("9", "button", "Hidden", &[], 9);
+        hidden["ignored"] = json!(true);
+        let nodes = vec![
+            root,
+            node("2", "main", "", &["3", "5", "7", "8", "9"], 2),
+            heading,
+            node("4", "StaticText", "Title", &[], 4),
+            link,
+            node("6", "StaticText", "Home", &[], 6),
+            check,
+            node("8", "paragraph", "", &["10", "11"], 8),
+            hidden,
+            node("10", "StaticText", "Hello: ", &[], 10),
+            node("11", "StaticText", "world", &[], 11),
+        ];
+        let mut refs = Vec::new();
+        let snapshot = render(&nodes, &mut |backend| {
+            refs.push(backend);
+            format!("e{backend}")
+        });
+        assert_eq!(
+            snapshot.yaml,
+            [
+                "- main [ref=e2]:",
+                "  - heading \"Title\" [level=1] [ref=e3]",
+                "  - link \"Home\" [ref=e5]:",
+                "    - /url: http://x/home",
+                "  - checkbox \"Agree\" [checked] [disabled] [ref=e7]",
+                "  - paragraph [ref=e8]: \"Hello: world\"",
+            ]
+            .join("\n")
+        );
+        assert_eq!(snapshot.cut_lines, 0);
+    }
+
+    #[test]
+    fn a_huge_page_is_cut_at_the_cap() {
+        let count = 5000;
+        let ids: Vec<String> = (2..count + 2).map(|n| n.to_string()).collect();
+        let id_refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+        let mut nodes = vec![node("1", "RootWebArea", "", &id_refs, 1)];
+        for id in &ids {
+            nodes.push(node(
+                id,
+                "button",
+                "a rather long button name to fill",
+                &[],
+                id.parse().unwrap(),
+            ));
+        }
+        let snapshot = render(&nodes, &mut |backend| format!("e{backend}"));
+        assert!(snapshot.yaml.len() <= MAX_SNAPSHOT_CHARS);
+        assert_eq!(snapshot.total_lines, count);
+        assert!(snapshot.cut_lines > 0);
+    }
+}

@@ -1,0 +1,265 @@
+"""The `browser` family through the SDK's own `BrowserSandbox` methods, on headless Debian Chromium,
+against loopback pages (tests/browser) served by the test."""
+import base64
+import functools
+import http.server
+import os
+import pathlib
+import re
+import shutil
+import signal
+import threading
+import time
+
+import pytest
+from agentscope_runtime.sandbox.box.browser.browser_sandbox import BrowserSandbox
+
+from conftest import Boxd
+
+PAGES = pathlib.Path(__file__).resolve().parents[1] / "browser"
+
+pytestmark = pytest.mark.skipif(shutil.which("chromium") is None, reason="Debian chromium is not installed")
+
+
+@pytest.fixture(scope="module")
+def site():
+    handler = functools.partial(QuietHandler, directory=str(PAGES))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+class QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def boxd(tmp_path):
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    server = Boxd(workspace, "--tools", "browser", "--browser-headless")
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def browser(boxd):
+    with boxd.client() as client:
+        sandbox = BrowserSandbox.__new__(BrowserSandbox)
+        sandbox.call_tool = client.call_tool
+        yield sandbox
+
+
+def text(result):
+    return "\n".join(item["text"] for item in result["content"] if item["type"] == "text")
+
+
+def ok(result):
+    assert result["isError"] is False, result
+    return text(result)
+
+
+def failed(result):
+    assert result["isError"] is True, result
+    return text(result)
+
+
+def ref(answer, role, name):
+    match = re.search(rf'- {role} "{re.escape(name)}"[^\n]*\[ref=(e\d+)\]', answer)
+    assert match, f"no {role} {name!r} in:\n{answer}"
+    return match.group(1)
+
+
+def test_navigate_snapshot_click_type_select_and_refs(browser, site):
+    started = time.monotonic()
+    page = ok(browser.browser_navigate(f"{site}/form.html"))
+    assert time.monotonic() - started < 20
+    assert f"- Page URL: {site}/form.html" in page
+    assert "- Page Title: Form" in page
+    assert "```yaml" in page
+    assert '- heading "Test form" [level=1]' in page
+    assert f"- /url: {site}/page2.html" in page
+    snapshot = ok(browser.browser_snapshot())
+    name, show = ref(snapshot, "textbox", "Name"), ref(snapshot, "button", "Show")
+
+    ok(browser.browser_type("Name field", name, "hello"))
+    after = ok(browser.browser_click("Show button", show))
+    assert "You typed: hello" in after
+    # Refs stay valid across actions while their element exists.
+    assert ref(after, "button", "Show") == show
+    assert "You typed: hello again" not in ok(browser.browser_type("Name field", name, "hello again"))
+    assert "You typed: hello again" in ok(browser.browser_click("Show button", show))
+
+    query = ref(after, "textbox", "Query")
+    assert "Submitted: find me" in ok(browser.browser_type("Query", query, "find me", submit=True))
+    keys = ref(after, "textbox", "Keys")
+    assert "Keys: 3" in ok(browser.browser_type("Keys", keys, "abc", slowly=True))
+
+    pick = ref(after, "combobox", "Pick")
+    assert "Picked: b" in ok(browser.browser_select_option("Pick", pick, ["b"]))
+    assert "Picked: a" in ok(browser.browser_select_option("Pick", pick, ["Apple"]))
+    assert "the options are" in failed(browser.browser_select_option("Pick", pick, ["cherry"]))
+    assert "not a select" in failed(browser.browser_select_option("Show", show, ["a"]))
+
+    assert "not found" in failed(browser.browser_click("nothing", "e99999"))
+    assert "refs look like e12" in failed(browser.browser_click("nothing", "button"))
+    remove = ref(after, "button", "Remove output")
+    gone_snapshot = ok(browser.browser_snapshot())
+    out = re.search(r'- paragraph \[ref=(e\d+)\]: "?Picked', gone_snapshot).group(1)
+    ok(browser.browser_click("Remove output", remove))
+    assert "no longer in the page" in failed(browser.browser_click("output", out))
+
+
+def test_dialogs_never_hang_and_are_answered(browser, site):
+    page = ok(browser.browser_navigate(f"{site}/form.html"))
+    alert = ok(browser.browser_click("Alert", ref(page, "button", "Alert")))
+    assert "### Modal state" in alert and '"alert" dialog with message "Hello alert"' in alert
+    refused = failed(browser.browser_snapshot())
+    assert "does not handle the modal state" in refused
+    ok(browser.browser_handle_dialog(accept=True))
+    assert "No dialog visible" in failed(browser.browser_handle_dialog(accept=True))
+
+    confirmed = ok(browser.browser_click("Confirm", ref(page, "button", "Confirm")))
+    assert '"confirm" dialog' in confirmed
+    assert "Confirmed: false" in ok(browser.browser_handle_dialog(accept=False))
+    ok(browser.browser_click("Prompt", ref(page, "button", "Prompt")))
+    assert "Prompted: Ada" in ok(browser.browser_handle_dialog(accept=True, prompt_text="Ada"))
+
+    started = time.monotonic()
+    loading = ok(browser.browser_navigate(f"{site}/alert-on-load.html"))
+    assert time.monotonic() - started < 15
+    assert '"alert" dialog with message "loaded"' in loading
+    assert "After the alert" in ok(browser.browser_handle_dialog(accept=True))
+
+
+def test_tabs(browser, site):
+    ok(browser.browser_navigate(f"{site}/form.html"))
+    opened = ok(browser.browser_tab_new(f"{site}/page2.html"))
+    assert "### Open tabs" in opened and "- 2: (current) [Page Two]" in opened
+    assert "- Page Title: Page Two" in opened
+    listed = ok(browser.browser_tab_list())
+    assert "- 1: [Form]" in listed and "- 2: (current) [Page Two]" in listed
+    assert "- Page Title: Form" in ok(browser.browser_tab_select(1))
+    assert "from 1 to 2" in failed(browser.browser_tab_select(5))
+    assert "from 1 to 2" in failed(browser.browser_tab_close(0))
+    blank = ok(browser.browser_tab_new())
+    assert "- 3: (current) [] (about:blank)" in blank
+    # Without an index the current tab closes.
+    closed = ok(browser.browser_tab_close())
+    assert "about:blank" not in closed
+    assert "Page Two" in ok(browser.browser_tab_list())
+    ok(browser.browser_tab_close(2))
+    assert ok(browser.browser_tab_list()).count("\n- ") == 1
+
+
+def test_screenshot_pdf_and_resize(browser, boxd, site):
+    ok(browser.browser_navigate(f"{site}/form.html"))
+    shot = browser.browser_take_screenshot()
+    assert shot["isError"] is False
+    image = [item for item in shot["content"] if item["type"] == "image"][0]
+    assert image["mimeType"] == "image/jpeg"
+    assert base64.b64decode(image["data"])[:2] == b"\xff\xd8"
+    saved = list(boxd.workspace.glob("page-*.jpeg"))
+    assert len(saved) == 1 and saved[0].read_bytes()[:2] == b"\xff\xd8"
+
+    ok(browser.browser_resize(800, 600))
+    raw = browser.browser_take_screenshot(raw=True, filename="../../escape.png")
+    png = base64.b64decode([item for item in raw["content"] if item["type"] == "image"][0]["data"])
+    assert png[:4] == b"\x89PNG"
+    assert int.from_bytes(png[16:20], "big") == 800 and int.from_bytes(png[20:24], "big") == 600
+    assert (boxd.workspace / "escape.png").exists()
+    assert not (boxd.workspace.parent.parent / "escape.png").exists()
+
+    page = ok(browser.browser_snapshot())
+    element = browser.browser_take_screenshot(element="Drop target", ref=ref(page, "region", "Drop target"))
+    assert element["isError"] is False
+    assert "Both element and ref" in failed(browser.browser_take_screenshot(element="Drop target"))
+
+    ok(browser.browser_pdf_save())
+    pdfs = list(boxd.workspace.glob("page-*.pdf"))
+    assert len(pdfs) == 1 and pdfs[0].read_bytes()[:4] == b"%PDF"
+
+
+def test_wait_keys_hover_history_console_network(browser, site):
+    page = ok(browser.browser_navigate(f"{site}/form.html"))
+    assert "Either time, text or textGone" in failed(browser.browser_wait_for())
+    ok(browser.browser_wait_for(time=0.1))
+    ok(browser.browser_click("Delayed", ref(page, "button", "Delayed")))
+    assert "Later text" in ok(browser.browser_wait_for(text="Later text"))
+    ok(browser.browser_wait_for(text_gone="Not on the page"))
+    started = time.monotonic()
+    assert "Timed out" in failed(browser.browser_wait_for(text_gone="Test form"))
+    assert time.monotonic() - started < 15
+
+    hover = re.search(r"- note[^\n]*\[ref=(e\d+)\]", page).group(1)
+    assert "Hovered!" in ok(browser.browser_hover("Hover target", hover))
+    keys = ref(page, "textbox", "Keys")
+    ok(browser.browser_click("Keys", keys))
+    assert "Keys: 1" in ok(browser.browser_press_key("ArrowLeft"))
+    assert "Unknown key" in failed(browser.browser_press_key("NoSuchKey"))
+
+    console = ok(browser.browser_console_messages())
+    assert "[LOG] form loaded" in console and "[WARN] careful" in console and "[LOG] data 42" in console
+    network = ok(browser.browser_network_requests())
+    assert f"[GET] {site}/form.html => [200] OK" in network
+    assert f"[GET] {site}/data.json => [200] OK" in network
+
+    second = ok(browser.browser_click("Second page", ref(page, "link", "Second page")))
+    assert "- Page Title: Page Two" in second
+    assert "- Page Title: Form" in ok(browser.browser_navigate_back())
+    assert "- Page Title: Page Two" in ok(browser.browser_navigate_forward())
+    assert "no page to go forward" in ok(browser.browser_navigate_forward())
+
+
+def test_upload_stays_in_the_workspace_and_drag(browser, boxd, site):
+    (boxd.workspace / "notes.txt").write_text("hello")
+    page = ok(browser.browser_navigate(f"{site}/form.html"))
+    assert "No file chooser visible" in failed(browser.browser_file_upload([str(boxd.workspace / "notes.txt")]))
+    chooser = ok(browser.browser_click("Upload", ref(page, "button", "Upload")))
+    assert "[File chooser]" in chooser
+    assert "cannot upload" in failed(browser.browser_file_upload(["/etc/passwd"]))
+    assert "Files: notes.txt" in ok(browser.browser_file_upload([str(boxd.workspace / "notes.txt")]))
+
+    dropped = ok(browser.browser_drag("source", ref(page, "button", "Drag source"),
+                                      "target", ref(page, "region", "Drop target")))
+    assert "Dropped: payload" in dropped
+
+
+def test_a_crashed_browser_is_relaunched_and_said_so(browser, boxd, site):
+    ok(browser.browser_navigate(f"{site}/page2.html"))
+    marker = f"--user-data-dir=/tmp/boxd-browser-{boxd.proc.pid}-"
+    killed = 0
+    for entry in pathlib.Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if marker in command:
+            try:
+                os.kill(int(entry.name), signal.SIGKILL)
+                killed += 1
+            except ProcessLookupError:
+                pass
+    assert killed > 0
+    answer = ok(browser.browser_navigate(f"{site}/page2.html"))
+    assert "The browser had exited" in answer and "- Page Title: Page Two" in answer
+    assert "The browser had exited" not in ok(browser.browser_snapshot())
+    assert "Closed the browser" in ok(browser.browser_close())
+    assert "No browser was open" in ok(browser.browser_close())
+
+
+def test_a_missing_browser_is_an_error_answer_not_a_500(tmp_path, site):
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    server = Boxd(workspace, "--tools", "browser", "--browser-executable", "/nonexistent/chromium")
+    try:
+        with server.client() as client:
+            sandbox = BrowserSandbox.__new__(BrowserSandbox)
+            sandbox.call_tool = client.call_tool
+            assert "cannot start the browser" in failed(sandbox.browser_navigate(f"{site}/form.html"))
+    finally:
+        server.stop()
