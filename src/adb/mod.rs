@@ -47,6 +47,7 @@ pub const UI_DUMP_ATTEMPTS: u32 = 4;
 pub const UI_DUMP_TIMEOUT: Duration = Duration::from_secs(20);
 pub const UI_DUMP_BUDGET: Duration = Duration::from_secs(45);
 const UI_DUMP_PAUSE: Duration = Duration::from_millis(300);
+const UI_DUMP_MIN_TRY: Duration = Duration::from_secs(2);
 /// Packages `list_apps` names; a device with more gets a notice.
 const MAX_APPS_LISTED: usize = 500;
 pub use ui::MAX_ELEMENTS;
@@ -411,7 +412,8 @@ impl Adb {
                 tokio::time::sleep(UI_DUMP_PAUSE.min(left)).await;
             }
             let timeout = UI_DUMP_TIMEOUT.min(UI_DUMP_BUDGET.saturating_sub(started.elapsed()));
-            if timeout.is_zero() {
+            // A dump cut short by its bound costs the connection: not worth it for a sliver of time.
+            if timeout < UI_DUMP_MIN_TRY {
                 break;
             }
             let output = self.device.shell(ui::DUMP_COMMAND.into(), timeout).await?;
