@@ -51,9 +51,9 @@ impl Family for AdbFamily {
                             let state = ready_state(&state, &booted);
                             if reported.as_deref() != Some(state.as_str()) {
                                 tracing::info!(device = %state, "adb device ready");
-                                reported = Some(state);
                             }
                             health.ready();
+                            reported = Some(state);
                             backoff.reset();
                             tokio::select! {
                                 () = device.lost() => {}
@@ -121,4 +121,19 @@ pub fn family(setup: &Setup) -> Result<Arc<dyn Family>, String> {
             geometry: std::sync::Mutex::new(None),
         }),
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_ready_state_names_the_device_its_state_and_boot() {
+        assert_eq!(
+            super::ready_state("127.0.0.1:5555: device", "1"),
+            "127.0.0.1:5555: device, sys.boot_completed=1"
+        );
+        assert_eq!(
+            super::ready_state("emulator-5554: device", ""),
+            "emulator-5554: device, sys.boot_completed=(none)"
+        );
+    }
 }
