@@ -360,6 +360,29 @@ pub fn table(args: &ServeArgs) -> Vec<Limit> {
             "an error result; nothing reaches the device",
         ),
         limit(
+            "adb",
+            "one `list_elements` (`uiautomator dump`)",
+            format!(
+                "{} tries of at most {} each within {}; {} elements listed",
+                crate::adb::UI_DUMP_ATTEMPTS,
+                seconds(crate::adb::UI_DUMP_TIMEOUT),
+                seconds(crate::adb::UI_DUMP_BUDGET),
+                crate::adb::MAX_ELEMENTS
+            ),
+            "an error result with the last failure (one past its bound: 503 while the device is reconnected); more elements: the first ones and a notice",
+        ),
+        limit(
+            "adb",
+            "`url` of one `open_url`; a screenshot's `max_size`",
+            format!(
+                "{} characters; {} to {} pixels",
+                crate::adb::MAX_URL_CHARS,
+                crate::adb::MIN_SCREENSHOT_SIDE,
+                crate::adb::MAX_SCREENSHOT_SIDE
+            ),
+            "an error result; nothing reaches the device",
+        ),
+        limit(
             "children",
             "stderr kept from the kernel and hosted servers",
             format!(

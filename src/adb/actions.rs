@@ -3,13 +3,21 @@
 
 use serde_json::Value;
 
-pub const ACTIONS: [&str; 6] = [
+pub const ACTIONS: [&str; 14] = [
     "get_screen_resolution",
     "tap",
     "swipe",
     "input_text",
     "key_event",
     "get_screenshot",
+    "list_elements",
+    "long_press",
+    "double_tap",
+    "swipe_direction",
+    "list_apps",
+    "launch_app",
+    "terminate_app",
+    "open_url",
 ];
 
 /// upstream's swipe duration when none is given, in milliseconds.
@@ -19,6 +27,20 @@ pub const MAX_SWIPE_MS: u64 = 60_000;
 const MAX_COORDINATE: i64 = 100_000;
 /// Characters one `input_text` types (each is a key event on the device: long texts take seconds).
 pub const MAX_TEXT_CHARS: usize = 10_000;
+/// mobile-mcp's long press (tap and hold), in milliseconds.
+pub const DEFAULT_LONG_PRESS_MS: u64 = 500;
+/// A directional swipe's length when none is given, as a fraction of the screen's side (mobile-mcp's).
+pub const DEFAULT_SWIPE_DISTANCE: f64 = 0.3;
+/// A screenshot scaled smaller than this would show nothing a model can read.
+pub const MIN_SCREENSHOT_SIDE: u32 = 64;
+pub const MAX_SCREENSHOT_SIDE: u32 = 8192;
+/// Android limits package names to 255 characters.
+const MAX_PACKAGE_CHARS: usize = 255;
+/// Browsers and intent filters take longer URLs, but no link a model opens needs more.
+pub const MAX_URL_CHARS: usize = 4096;
+/// Schemes `open_url` refuses: script, local files and providers, and `intent:` URIs that name any
+/// component (a link on a web page must not pick what the device runs).
+const REFUSED_SCHEMES: [&str; 4] = ["javascript", "file", "content", "intent"];
 /// Android's KEYCODE_ range today is below 320; this leaves room for new ones.
 const MAX_KEY_CODE: i64 = 1_000;
 
@@ -39,7 +61,50 @@ pub enum Action {
         code: i64,
         shown: String,
     },
-    Screenshot,
+    Screenshot {
+        /// The image's longest side at most this many pixels (None: the screen's own size).
+        max_size: Option<u32>,
+    },
+    Elements,
+    LongPress {
+        x: i64,
+        y: i64,
+        duration_ms: u64,
+    },
+    DoubleTap {
+        x: i64,
+        y: i64,
+    },
+    SwipeDirection {
+        direction: Direction,
+        from: Option<(i64, i64)>,
+        distance: f64,
+        duration_ms: u64,
+    },
+    ListApps,
+    LaunchApp(String),
+    TerminateApp(String),
+    OpenUrl(String),
+}
+
+/// Where the finger moves (a swipe up scrolls the content down).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    Up,
+    Down,
+    Left,
+    Right,
+}
+
+impl Direction {
+    pub fn name(self) -> &'static str {
+        match self {
+            Direction::Up => "up",
+            Direction::Down => "down",
+            Direction::Left => "left",
+            Direction::Right => "right",
+        }
+    }
 }
 
 pub fn parse(arguments: &Value) -> Result<Action, String> {
@@ -55,7 +120,9 @@ pub fn parse(arguments: &Value) -> Result<Action, String> {
     };
     match action {
         "get_screen_resolution" => Ok(Action::Resolution),
-        "get_screenshot" => Ok(Action::Screenshot),
+        "get_screenshot" => Ok(Action::Screenshot {
+            max_size: max_size(arguments.get("max_size"))?,
+        }),
         "tap" => {
             let (x, y) = point(arguments.get("coordinate"), "coordinate", "tap")?;
             Ok(Action::Tap { x, y })
@@ -63,23 +130,80 @@ pub fn parse(arguments: &Value) -> Result<Action, String> {
         "swipe" => {
             let from = point(arguments.get("start"), "start", "swipe")?;
             let to = point(arguments.get("end"), "end", "swipe")?;
-            let duration_ms = match arguments.get("duration") {
-                None | Some(Value::Null) => DEFAULT_SWIPE_MS,
-                Some(value) => integer(value)
-                    .and_then(|ms| u64::try_from(ms).ok())
-                    .filter(|ms| *ms <= MAX_SWIPE_MS)
-                    .ok_or_else(|| {
-                        format!(
-                            "duration must be an integer number of milliseconds from 0 to {MAX_SWIPE_MS}, got {value}"
-                        )
-                    })?,
-            };
+            let duration_ms = duration(arguments.get("duration"), DEFAULT_SWIPE_MS)?;
             Ok(Action::Swipe {
                 from,
                 to,
                 duration_ms,
             })
         }
+        "list_elements" => Ok(Action::Elements),
+        "long_press" => {
+            let (x, y) = point(arguments.get("coordinate"), "coordinate", "long_press")?;
+            let duration_ms = duration(arguments.get("duration"), DEFAULT_LONG_PRESS_MS)?;
+            Ok(Action::LongPress { x, y, duration_ms })
+        }
+        "double_tap" => {
+            let (x, y) = point(arguments.get("coordinate"), "coordinate", "double_tap")?;
+            Ok(Action::DoubleTap { x, y })
+        }
+        "swipe_direction" => {
+            let direction = match arguments.get("direction") {
+                Some(Value::String(name)) => match name.trim().to_ascii_lowercase().as_str() {
+                    "up" => Direction::Up,
+                    "down" => Direction::Down,
+                    "left" => Direction::Left,
+                    "right" => Direction::Right,
+                    _ => {
+                        return Err(format!(
+                            "direction must be up, down, left or right, got {name:?}"
+                        ));
+                    }
+                },
+                None | Some(Value::Null) => {
+                    return Err(
+                        "direction is required for swipe_direction: up, down, left or right".into(),
+                    );
+                }
+                Some(other) => {
+                    return Err(format!(
+                        "direction must be up, down, left or right, got {other}"
+                    ));
+                }
+            };
+            let from = match arguments.get("coordinate") {
+                None | Some(Value::Null) => None,
+                value => Some(point(value, "coordinate", "swipe_direction")?),
+            };
+            let distance = match arguments.get("distance") {
+                None | Some(Value::Null) => DEFAULT_SWIPE_DISTANCE,
+                Some(value) => value
+                    .as_f64()
+                    .filter(|d| *d > 0.0 && *d <= 1.0)
+                    .ok_or_else(|| {
+                        format!(
+                            "distance must be a fraction of the screen above 0 and at most 1 (0.3 is 30%), got {value}"
+                        )
+                    })?,
+            };
+            let duration_ms = duration(arguments.get("duration"), DEFAULT_SWIPE_MS)?;
+            Ok(Action::SwipeDirection {
+                direction,
+                from,
+                distance,
+                duration_ms,
+            })
+        }
+        "list_apps" => Ok(Action::ListApps),
+        "launch_app" => Ok(Action::LaunchApp(package(
+            arguments.get("package"),
+            "launch_app",
+        )?)),
+        "terminate_app" => Ok(Action::TerminateApp(package(
+            arguments.get("package"),
+            "terminate_app",
+        )?)),
+        "open_url" => Ok(Action::OpenUrl(url(arguments.get("url"))?)),
         "input_text" => match arguments.get("text") {
             Some(Value::String(text)) if !text.is_empty() => {
                 let count = text.chars().count();
@@ -118,6 +242,119 @@ fn integer(value: &Value) -> Option<i64> {
     }
     let float = value.as_f64()?;
     (float.fract() == 0.0 && float.abs() <= 1e15).then_some(float as i64)
+}
+
+fn duration(value: Option<&Value>, default: u64) -> Result<u64, String> {
+    match value {
+        None | Some(Value::Null) => Ok(default),
+        Some(value) => integer(value)
+            .and_then(|ms| u64::try_from(ms).ok())
+            .filter(|ms| *ms <= MAX_SWIPE_MS)
+            .ok_or_else(|| {
+                format!(
+                    "duration must be an integer number of milliseconds from 0 to {MAX_SWIPE_MS}, got {value}"
+                )
+            }),
+    }
+}
+
+fn max_size(value: Option<&Value>) -> Result<Option<u32>, String> {
+    match value {
+        None | Some(Value::Null) => Ok(None),
+        Some(value) => integer(value)
+            .and_then(|side| u32::try_from(side).ok())
+            .filter(|side| (MIN_SCREENSHOT_SIDE..=MAX_SCREENSHOT_SIDE).contains(side))
+            .map(Some)
+            .ok_or_else(|| {
+                format!(
+                    "max_size must be the image's longest side in pixels, an integer from {MIN_SCREENSHOT_SIDE} to {MAX_SCREENSHOT_SIDE} (e.g. 1024), got {value}"
+                )
+            }),
+    }
+}
+
+/// A Java package name (`com.example.app`): dot-separated identifiers of ASCII letters, digits and `_`,
+/// each starting with a letter. Nothing else can reach the device shell, so it needs no quoting.
+fn package(value: Option<&Value>, action: &str) -> Result<String, String> {
+    let name = match value {
+        Some(Value::String(name)) => name.trim(),
+        None | Some(Value::Null) => {
+            return Err(format!(
+                "package is required for {action}: the app's package name, e.g. com.android.settings"
+            ));
+        }
+        Some(other) => return Err(format!("package must be a string, got {other}")),
+    };
+    let valid_segment = |segment: &str| {
+        segment
+            .as_bytes()
+            .first()
+            .is_some_and(u8::is_ascii_alphabetic)
+            && segment
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_')
+    };
+    if name.is_empty() || name.len() > MAX_PACKAGE_CHARS || !name.split('.').all(valid_segment) {
+        let shown: String = name.chars().take(100).collect();
+        return Err(format!(
+            "package must be an Android package name such as com.android.settings (letters, digits and _ in dot-separated parts, each starting with a letter, at most {MAX_PACKAGE_CHARS} characters), got {shown:?}"
+        ));
+    }
+    Ok(name.to_owned())
+}
+
+fn url(value: Option<&Value>) -> Result<String, String> {
+    let url = match value {
+        Some(Value::String(url)) => url.trim(),
+        None | Some(Value::Null) => {
+            return Err(
+                "url is required for open_url: a web or app link, e.g. https://example.com".into(),
+            );
+        }
+        Some(other) => return Err(format!("url must be a string, got {other}")),
+    };
+    let count = url.chars().count();
+    if count > MAX_URL_CHARS {
+        return Err(format!(
+            "url is {count} characters; open_url takes at most {MAX_URL_CHARS}"
+        ));
+    }
+    if let Some(bad) = url.chars().find(|c| c.is_control()) {
+        return Err(format!(
+            "url holds the control character U+{:04X}; encode it (%XX)",
+            u32::from(bad)
+        ));
+    }
+    let scheme = url
+        .split_once(':')
+        .map(|(scheme, _)| scheme)
+        .filter(|scheme| {
+            scheme
+                .as_bytes()
+                .first()
+                .is_some_and(u8::is_ascii_alphabetic)
+                && scheme
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.'))
+        });
+    let Some(scheme) = scheme else {
+        return Err(format!(
+            "url must start with a scheme (https://..., market://..., tel:...), got {:?}",
+            url.chars().take(100).collect::<String>()
+        ));
+    };
+    let scheme = scheme.to_ascii_lowercase();
+    if REFUSED_SCHEMES.contains(&scheme.as_str()) {
+        return Err(format!(
+            "open_url does not open {scheme}: URLs ({} are refused); use a web or app link",
+            REFUSED_SCHEMES
+                .iter()
+                .map(|s| format!("{s}:"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    Ok(url.to_owned())
 }
 
 fn point(value: Option<&Value>, name: &str, action: &str) -> Result<(i64, i64), String> {
@@ -452,6 +689,78 @@ mod tests {
         ] {
             let err = parse(&arguments).unwrap_err();
             assert!(err.contains(needle), "{arguments}: {err}");
+        }
+    }
+
+    #[test]
+    fn new_actions_parse_with_their_defaults() {
+        assert_eq!(
+            parse(&json!({"action": "long_press", "coordinate": [5, 6]})).unwrap(),
+            Action::LongPress {
+                x: 5,
+                y: 6,
+                duration_ms: 500
+            }
+        );
+        assert_eq!(
+            parse(&json!({"action": "swipe_direction", "direction": "Up"})).unwrap(),
+            Action::SwipeDirection {
+                direction: Direction::Up,
+                from: None,
+                distance: 0.3,
+                duration_ms: 300
+            }
+        );
+        assert_eq!(
+            parse(&json!({"action": "launch_app", "package": " com.example.app_2 "})).unwrap(),
+            Action::LaunchApp("com.example.app_2".into())
+        );
+        assert_eq!(
+            parse(&json!({"action": "get_screenshot", "max_size": 1024})).unwrap(),
+            Action::Screenshot {
+                max_size: Some(1024)
+            }
+        );
+        assert_eq!(
+            parse(&json!({"action": "open_url", "url": "market://details?id=x"})).unwrap(),
+            Action::OpenUrl("market://details?id=x".into())
+        );
+    }
+
+    #[test]
+    fn hostile_packages_and_urls_are_refused() {
+        for package in [
+            "com.x; reboot",
+            "com.x$(id)",
+            "com..x",
+            ".com.x",
+            "1com.x",
+            "com.x'",
+            "com.x\nreboot",
+            "",
+        ] {
+            let err = parse(&json!({"action": "terminate_app", "package": package})).unwrap_err();
+            assert!(err.contains("package"), "{package}: {err}");
+        }
+        for (url, needle) in [
+            ("javascript:alert(1)", "javascript:"),
+            ("FILE:///data/x", "file:"),
+            ("intent://x#Intent;component=a/.B;end", "intent:"),
+            ("no scheme here", "must start with a scheme"),
+            ("https://x.com/\nreboot", "U+000A"),
+            ("", "must start with a scheme"),
+        ] {
+            let err = parse(&json!({"action": "open_url", "url": url})).unwrap_err();
+            assert!(err.contains(needle), "{url}: {err}");
+        }
+        for arguments in [
+            json!({"action": "swipe_direction", "direction": "sideways"}),
+            json!({"action": "swipe_direction", "direction": "up", "distance": 0}),
+            json!({"action": "swipe_direction", "direction": "up", "distance": 1.5}),
+            json!({"action": "get_screenshot", "max_size": 10}),
+            json!({"action": "long_press", "coordinate": [1, 1], "duration": 60_001}),
+        ] {
+            assert!(parse(&arguments).is_err(), "{arguments}");
         }
     }
 

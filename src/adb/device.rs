@@ -107,12 +107,13 @@ impl Device {
             .await
     }
 
-    /// Connects if needed and says which device answers: its description (for health).
-    pub async fn probe(&self) -> Result<(String, Output), DeviceError> {
+    /// Connects if needed and says which device answers: its description and its serial and state
+    /// (for health), and what `getprop sys.boot_completed` said.
+    pub async fn probe(&self) -> Result<(String, String, Output), DeviceError> {
         self.run(
             |connector| {
                 let output = connector.shell("getprop sys.boot_completed", CONNECT_TIMEOUT)?;
-                Ok((connector.current(), output))
+                Ok((connector.current(), connector.serial_and_state(), output))
             },
             CONNECT_TIMEOUT,
         )
@@ -176,6 +177,22 @@ impl Connector {
                 format!("device {serial} (adb server {})", server.address)
             }
             None => self.target.describe(),
+        }
+    }
+
+    /// `SERIAL: STATE` as `adb devices` shows it: a direct device's state is the first field of its
+    /// banner; one chosen from a server is in state `device` (the only one chosen).
+    fn serial_and_state(&self) -> String {
+        match (&self.live, &self.target) {
+            (Some(Live::Direct(direct)), Target::Direct(address)) => {
+                let state = direct.banner.split(':').next().unwrap_or_default();
+                format!(
+                    "{address}: {}",
+                    if state.is_empty() { "device" } else { state }
+                )
+            }
+            (Some(Live::Server { serial, .. }), _) => format!("{serial}: device"),
+            _ => self.target.describe(),
         }
     }
 

@@ -41,13 +41,19 @@ impl Family for AdbFamily {
             let device = self.adb.device.clone();
             device.set_health(health.clone());
             let mut backoff = Backoff::new(Duration::from_millis(250), Duration::from_secs(5));
+            let mut reported: Option<String> = None;
             loop {
                 match device.probe().await {
-                    Ok((which, output)) => {
+                    Ok((which, state, output)) => {
                         let booted = String::from_utf8_lossy(&output.stdout).trim().to_owned();
                         // 127: no `getprop` (a device stand-in, not Android): it answers, so it serves.
                         if booted == "1" || output.exit == Some(127) {
+                            let state = ready_state(&state, &booted);
+                            if reported.as_deref() != Some(state.as_str()) {
+                                tracing::info!(device = %state, "adb device ready");
+                            }
                             health.ready();
+                            reported = Some(state);
                             backoff.reset();
                             tokio::select! {
                                 () = device.lost() => {}
@@ -61,6 +67,7 @@ impl Family for AdbFamily {
                         }
                     }
                     Err(err) => {
+                        reported = None;
                         health.failed(err.to_string());
                         tokio::time::sleep(backoff.next_delay()).await;
                     }
@@ -68,6 +75,14 @@ impl Family for AdbFamily {
             }
         })
     }
+}
+
+/// What a ready device's health says: `SERIAL: STATE, sys.boot_completed=1`.
+fn ready_state(serial_and_state: &str, booted: &str) -> String {
+    format!(
+        "{serial_and_state}, sys.boot_completed={}",
+        if booted.is_empty() { "(none)" } else { booted }
+    )
 }
 
 pub fn family(setup: &Setup) -> Result<Arc<dyn Family>, String> {
@@ -101,6 +116,24 @@ pub fn family(setup: &Setup) -> Result<Arc<dyn Family>, String> {
     };
     let device = Device::start(target)?;
     Ok(Arc::new(AdbFamily {
-        adb: Arc::new(Adb { device }),
+        adb: Arc::new(Adb {
+            device,
+            geometry: std::sync::Mutex::new(None),
+        }),
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_ready_state_names_the_device_its_state_and_boot() {
+        assert_eq!(
+            super::ready_state("127.0.0.1:5555: device", "1"),
+            "127.0.0.1:5555: device, sys.boot_completed=1"
+        );
+        assert_eq!(
+            super::ready_state("emulator-5554: device", ""),
+            "emulator-5554: device, sys.boot_completed=(none)"
+        );
+    }
 }

@@ -7,21 +7,27 @@
 mod actions;
 mod device;
 mod family;
+mod screen;
+mod ui;
 mod wire;
 
-pub use actions::{MAX_SWIPE_MS, MAX_TEXT_CHARS};
+pub use actions::{
+    MAX_SCREENSHOT_SIDE, MAX_SWIPE_MS, MAX_TEXT_CHARS, MAX_URL_CHARS, MIN_SCREENSHOT_SIDE,
+};
 pub use device::MAX_QUEUED_COMMANDS;
 pub use family::family;
 
-use std::time::Duration;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use base64::Engine;
 use serde_json::{Value, json};
 
 use crate::error::ApiError;
 use crate::tools::{CallToolResult, ContentItem, Tool};
-use actions::Action;
+use actions::{Action, Direction};
 use device::{Device, DeviceError};
+use screen::Geometry;
 use wire::Output;
 
 pub const GROUP: &str = "adb-control";
@@ -35,9 +41,21 @@ const PER_CHARACTER: Duration = Duration::from_millis(20);
 /// The IME that types any Unicode text from a broadcast (github.com/senzhk/ADBKeyBoard).
 const ADB_KEYBOARD: &str = "com.android.adbkeyboard/.AdbIME";
 const PNG_SIGNATURE: &[u8] = b"\x89PNG\r\n\x1a\n";
+/// `uiautomator dump` fails now and then ("null root node") while the screen changes, and takes seconds
+/// on a busy device (6-15 s reported): a few tries, each bounded, all within one budget.
+pub const UI_DUMP_ATTEMPTS: u32 = 4;
+pub const UI_DUMP_TIMEOUT: Duration = Duration::from_secs(20);
+pub const UI_DUMP_BUDGET: Duration = Duration::from_secs(45);
+const UI_DUMP_PAUSE: Duration = Duration::from_millis(300);
+const UI_DUMP_MIN_TRY: Duration = Duration::from_secs(2);
+/// Packages `list_apps` names; a device with more gets a notice.
+const MAX_APPS_LISTED: usize = 500;
+pub use ui::MAX_ELEMENTS;
 
 pub struct Adb {
     device: Device,
+    /// Set by a screenshot scaled down: the caller's coordinates are then in its pixels.
+    geometry: Mutex<Option<Geometry>>,
 }
 
 /// Why an action did not happen: something the model can act on (an `isError` result), or the device's
@@ -93,51 +111,139 @@ impl Adb {
         let output = self.device.shell(command.clone(), timeout).await?;
         match output.exit {
             Some(0) => Ok(output),
-            exit => {
-                let said = String::from_utf8_lossy(if output.stderr.is_empty() {
-                    &output.stdout
-                } else {
-                    &output.stderr
-                })
-                .trim()
-                .chars()
-                .take(2000)
-                .collect::<String>();
-                let status =
-                    exit.map_or("no exit status".to_owned(), |code| format!("exit {code}"));
-                Err(Failure::Action(format!(
-                    "`{command}` failed on the device ({status}){}{said}",
-                    if said.is_empty() { "" } else { ": " }
-                )))
-            }
+            _ => Err(Failure::Action(failed(&command, &output))),
         }
     }
 
     async fn execute(&self, action: Action) -> Result<Vec<ContentItem>, Failure> {
         let done = match action {
             Action::Tap { x, y } => {
-                self.run(format!("input tap {x} {y}"), COMMAND_TIMEOUT)
+                let ([(dx, dy)], note) = self.placed([(x, y)]);
+                self.run(format!("input tap {dx} {dy}"), COMMAND_TIMEOUT)
                     .await?;
-                format!("Tapped at ({x}, {y})")
+                format!("Tapped at ({x}, {y}){note}")
             }
             Action::Swipe {
                 from,
                 to,
                 duration_ms,
             } => {
-                let timeout = COMMAND_TIMEOUT.saturating_add(Duration::from_millis(duration_ms));
-                self.run(
-                    format!(
-                        "input swipe {} {} {} {} {duration_ms}",
-                        from.0, from.1, to.0, to.1
-                    ),
-                    timeout,
-                )
-                .await?;
+                let ([a, b], note) = self.placed([from, to]);
+                self.swipe(a, b, duration_ms).await?;
                 format!(
-                    "Swiped from ({}, {}) to ({}, {})",
+                    "Swiped from ({}, {}) to ({}, {}){note}",
                     from.0, from.1, to.0, to.1
                 )
+            }
+            Action::LongPress { x, y, duration_ms } => {
+                let ([point], note) = self.placed([(x, y)]);
+                // A swipe that does not move is a touch held for its duration.
+                self.swipe(point, point, duration_ms).await?;
+                format!("Long-pressed at ({x}, {y}) for {duration_ms} ms{note}")
+            }
+            Action::DoubleTap { x, y } => {
+                let ([(dx, dy)], note) = self.placed([(x, y)]);
+                // Each `input` starts a Java VM (a few hundred ms on a device): one after the other, the
+                // taps would land too far apart for a double tap (300 ms). Started 100 ms apart instead,
+                // both checked.
+                self.run(
+                    format!("input tap {dx} {dy} & sleep 0.1; input tap {dx} {dy} && wait $!"),
+                    COMMAND_TIMEOUT,
+                )
+                .await?;
+                format!("Double-tapped at ({x}, {y}){note}")
+            }
+            Action::SwipeDirection {
+                direction,
+                from,
+                distance,
+                duration_ms,
+            } => {
+                return self
+                    .swipe_direction(direction, from, distance, duration_ms)
+                    .await;
+            }
+            Action::Elements => return self.elements().await,
+            Action::ListApps => {
+                let output = self
+                    .run("pm list packages -3".into(), COMMAND_TIMEOUT)
+                    .await?;
+                let mut packages: Vec<String> = String::from_utf8_lossy(&output.stdout)
+                    .lines()
+                    .filter_map(|line| line.trim().strip_prefix("package:"))
+                    .map(str::to_owned)
+                    .collect();
+                packages.sort();
+                packages.dedup();
+                if packages.is_empty() {
+                    "No third-party apps are installed (system apps are not listed).".to_owned()
+                } else {
+                    let mut listing = format!(
+                        "{} third-party apps installed (system apps are not listed):",
+                        packages.len()
+                    );
+                    for package in packages.iter().take(MAX_APPS_LISTED) {
+                        listing.push('\n');
+                        listing.push_str(package);
+                    }
+                    if packages.len() > MAX_APPS_LISTED {
+                        listing.push_str(&format!(
+                            "\n… {} more not listed",
+                            packages.len() - MAX_APPS_LISTED
+                        ));
+                    }
+                    listing
+                }
+            }
+            Action::LaunchApp(package) => {
+                let command = format!("monkey -p {package} -c android.intent.category.LAUNCHER 1");
+                let output = self.device.shell(command.clone(), COMMAND_TIMEOUT).await?;
+                let said = format!(
+                    "{}{}",
+                    String::from_utf8_lossy(&output.stdout),
+                    String::from_utf8_lossy(&output.stderr)
+                );
+                if said.contains("No activities found") || said.contains("monkey aborted") {
+                    return Err(Failure::Action(format!(
+                        "{package} is not installed or has no launcher activity; `list_apps` lists the installed apps"
+                    )));
+                }
+                if output.exit != Some(0) {
+                    return Err(Failure::Action(failed(&command, &output)));
+                }
+                format!("Launched {package}")
+            }
+            Action::TerminateApp(package) => {
+                self.run(format!("am force-stop {package}"), COMMAND_TIMEOUT)
+                    .await?;
+                format!("Stopped {package}")
+            }
+            Action::OpenUrl(url) => {
+                let output = self
+                    .run(
+                        format!(
+                            "am start -a android.intent.action.VIEW -d {}",
+                            actions::quote(&url)
+                        ),
+                        COMMAND_TIMEOUT,
+                    )
+                    .await?;
+                // `am start` reports an intent nothing handles on stdout or stderr, exiting 0.
+                let said = format!(
+                    "{}\n{}",
+                    String::from_utf8_lossy(&output.stdout),
+                    String::from_utf8_lossy(&output.stderr)
+                );
+                if let Some(error) = said
+                    .lines()
+                    .find(|line| line.trim_start().starts_with("Error"))
+                {
+                    return Err(Failure::Action(format!(
+                        "No app on the device opened {url}: {}",
+                        error.trim().chars().take(500).collect::<String>()
+                    )));
+                }
+                format!("Opened {url}")
             }
             Action::Key { code, shown } => {
                 self.run(format!("input keyevent {code}"), COMMAND_TIMEOUT)
@@ -154,9 +260,18 @@ impl Adb {
                 let (width, height) = actions::parse_wm_size(&said).ok_or_else(|| {
                     Failure::Action(format!("`wm size` printed no screen size: {}", said.trim()))
                 })?;
-                json!({"width": width, "height": height}).to_string()
+                let mut items = vec![text(json!({"width": width, "height": height}).to_string())];
+                if let Some(geometry) = self.geometry() {
+                    items.push(text(format!(
+                        "These are device pixels. Coordinates you send are read in the last screenshot's pixels ({}x{}) and scaled to the device (x{}).",
+                        geometry.image.0,
+                        geometry.image.1,
+                        round3(geometry.factor())
+                    )));
+                }
+                return Ok(items);
             }
-            Action::Screenshot => {
+            Action::Screenshot { max_size } => {
                 let output = self.run("screencap -p".into(), SCREENSHOT_TIMEOUT).await?;
                 if !output.stdout.starts_with(PNG_SIGNATURE) {
                     return Err(Failure::Action(format!(
@@ -172,18 +287,206 @@ impl Adb {
                         }
                     )));
                 }
-                let data = tokio::task::spawn_blocking(move || {
-                    base64::engine::general_purpose::STANDARD.encode(&output.stdout)
-                })
-                .await
-                .map_err(|err| Failure::Action(format!("encoding the screenshot failed: {err}")))?;
-                return Ok(vec![ContentItem::Image {
-                    data,
-                    mime_type: "image/png".into(),
-                }]);
+                let Some(max_side) = max_size else {
+                    self.set_geometry(None);
+                    return Ok(vec![png_item(output.stdout).await?]);
+                };
+                return self.scaled_screenshot(output.stdout, max_side).await;
             }
         };
         Ok(vec![text(done)])
+    }
+
+    fn geometry(&self) -> Option<Geometry> {
+        *self
+            .geometry
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn set_geometry(&self, geometry: Option<Geometry>) {
+        *self
+            .geometry
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = geometry;
+    }
+
+    /// The caller's points on the device, and what to add to the answer when they were scaled.
+    fn placed<const N: usize>(&self, points: [(i64, i64); N]) -> ([(i64, i64); N], String) {
+        let Some(geometry) = self.geometry() else {
+            return (points, String::new());
+        };
+        let device = points.map(|point| geometry.to_device(point));
+        let shown: Vec<String> = device.iter().map(|(x, y)| format!("({x}, {y})")).collect();
+        (
+            device,
+            format!(" (screenshot pixels; on the device {})", shown.join(" to ")),
+        )
+    }
+
+    async fn swipe(
+        &self,
+        from: (i64, i64),
+        to: (i64, i64),
+        duration_ms: u64,
+    ) -> Result<Output, Failure> {
+        let timeout = COMMAND_TIMEOUT.saturating_add(Duration::from_millis(duration_ms));
+        self.run(
+            format!(
+                "input swipe {} {} {} {} {duration_ms}",
+                from.0, from.1, to.0, to.1
+            ),
+            timeout,
+        )
+        .await
+    }
+
+    /// The screen's size as taps see it: the scaled screenshot's screen when there is one (it follows
+    /// rotation), else `wm size`.
+    async fn screen_size(&self) -> Result<(u32, u32), Failure> {
+        if let Some(geometry) = self.geometry() {
+            return Ok(geometry.screen);
+        }
+        let output = self.run("wm size".into(), COMMAND_TIMEOUT).await?;
+        let said = String::from_utf8_lossy(&output.stdout);
+        actions::parse_wm_size(&said).ok_or_else(|| {
+            Failure::Action(format!("`wm size` printed no screen size: {}", said.trim()))
+        })
+    }
+
+    async fn swipe_direction(
+        &self,
+        direction: Direction,
+        from: Option<(i64, i64)>,
+        distance: f64,
+        duration_ms: u64,
+    ) -> Result<Vec<ContentItem>, Failure> {
+        let (width, height) = self.screen_size().await?;
+        let (width, height) = (i64::from(width), i64::from(height));
+        let geometry = self.geometry();
+        let start = match from {
+            Some(point) => geometry.map_or(point, |g| g.to_device(point)),
+            None => (width / 2, height / 2),
+        };
+        let along = |side: i64| (side as f64 * distance).round() as i64;
+        let (dx, dy) = match direction {
+            Direction::Up => (0, -along(height)),
+            Direction::Down => (0, along(height)),
+            Direction::Left => (-along(width), 0),
+            Direction::Right => (along(width), 0),
+        };
+        let end = (
+            start.0.saturating_add(dx).clamp(0, (width - 1).max(0)),
+            start.1.saturating_add(dy).clamp(0, (height - 1).max(0)),
+        );
+        self.swipe(start, end, duration_ms).await?;
+        let shown = |point: (i64, i64)| {
+            let (x, y) = geometry.map_or(point, |g| g.to_image(point));
+            format!("({x}, {y})")
+        };
+        let note = match geometry {
+            Some(_) => format!(
+                " (screenshot pixels; on the device ({}, {}) to ({}, {}))",
+                start.0, start.1, end.0, end.1
+            ),
+            None => String::new(),
+        };
+        Ok(vec![text(format!(
+            "Swiped {} from {} to {}{note}",
+            direction.name(),
+            shown(start),
+            shown(end)
+        ))])
+    }
+
+    /// `uiautomator dump`, tried again while it fails (within the attempts and the budget), as elements.
+    async fn elements(&self) -> Result<Vec<ContentItem>, Failure> {
+        let started = Instant::now();
+        let mut last_failure = String::new();
+        for attempt in 1..=UI_DUMP_ATTEMPTS {
+            let left = UI_DUMP_BUDGET.saturating_sub(started.elapsed());
+            if left.is_zero() {
+                break;
+            }
+            if attempt > 1 {
+                tokio::time::sleep(UI_DUMP_PAUSE.min(left)).await;
+            }
+            let timeout = UI_DUMP_TIMEOUT.min(UI_DUMP_BUDGET.saturating_sub(started.elapsed()));
+            // A dump cut short by its bound costs the connection: not worth it for a sliver of time.
+            if timeout < UI_DUMP_MIN_TRY {
+                break;
+            }
+            let output = self.device.shell(ui::DUMP_COMMAND.into(), timeout).await?;
+            if output.exit == Some(0) {
+                let xml = String::from_utf8_lossy(&output.stdout).into_owned();
+                let geometry = self.geometry();
+                match tokio::task::spawn_blocking(move || {
+                    ui::parse(&xml).map(|elements| ui::render(&elements, geometry))
+                })
+                .await
+                {
+                    Ok(Ok(listing)) => return Ok(vec![text(listing)]),
+                    Ok(Err(reason)) => last_failure = reason,
+                    Err(err) => last_failure = format!("reading the dump failed: {err}"),
+                }
+            } else {
+                last_failure = failed("uiautomator dump", &output);
+            }
+            tracing::debug!(attempt, reason = %last_failure, "uiautomator dump failed");
+        }
+        Err(Failure::Action(format!(
+            "The UI could not be read ({UI_DUMP_ATTEMPTS} tries within {} s): {last_failure}. A screen that keeps changing (an animation, a video) cannot be dumped; get_screenshot still works.",
+            UI_DUMP_BUDGET.as_secs()
+        )))
+    }
+
+    async fn scaled_screenshot(
+        &self,
+        png: Vec<u8>,
+        max_side: u32,
+    ) -> Result<Vec<ContentItem>, Failure> {
+        let screen = screen::png_size(&png)
+            .ok_or_else(|| Failure::Action("`screencap -p` printed a PNG without a size".into()))?;
+        let image = screen::fitted(screen, max_side);
+        let geometry = Geometry { screen, image };
+        let numbers = |scale: f64| {
+            text(
+                json!({
+                    "width": image.0, "height": image.1,
+                    "screen_width": screen.0, "screen_height": screen.1,
+                    "scale": round3(scale),
+                })
+                .to_string(),
+            )
+        };
+        if image == screen {
+            self.set_geometry(None);
+            return Ok(vec![
+                png_item(png).await?,
+                numbers(1.0),
+                text(format!(
+                    "The screen ({}x{}) fits within {max_side} pixels: this image is the screen at full size, and coordinates are device pixels.",
+                    screen.0, screen.1
+                )),
+            ]);
+        }
+        let scaled = tokio::task::spawn_blocking(move || screen::scale_png(&png, image))
+            .await
+            .map_err(|err| Failure::Action(format!("scaling the screenshot failed: {err}")))?
+            .map_err(Failure::Action)?;
+        self.set_geometry(Some(geometry));
+        Ok(vec![
+            png_item(scaled).await?,
+            numbers(f64::from(image.0) / f64::from(screen.0.max(1))),
+            text(format!(
+                "The screen is {}x{}; this image is {}x{}. Give coordinates in this image's pixels: from now on they are multiplied by {} to reach the device, until a screenshot without max_size.",
+                screen.0,
+                screen.1,
+                image.0,
+                image.1,
+                round3(geometry.factor())
+            )),
+        ])
     }
 
     /// ASCII goes through `input text` (upstream's command). Other text needs an IME that takes text
@@ -220,30 +523,62 @@ impl Adb {
     }
 }
 
+/// What a command that failed said: its exit status and its stderr (else its stdout).
+fn failed(command: &str, output: &Output) -> String {
+    let said = String::from_utf8_lossy(if output.stderr.is_empty() {
+        &output.stdout
+    } else {
+        &output.stderr
+    })
+    .trim()
+    .chars()
+    .take(2000)
+    .collect::<String>();
+    let status = output
+        .exit
+        .map_or("no exit status".to_owned(), |code| format!("exit {code}"));
+    format!(
+        "`{command}` failed on the device ({status}){}{said}",
+        if said.is_empty() { "" } else { ": " }
+    )
+}
+
+fn round3(value: f64) -> f64 {
+    (value * 1000.0).round() / 1000.0
+}
+
+async fn png_item(png: Vec<u8>) -> Result<ContentItem, Failure> {
+    let data =
+        tokio::task::spawn_blocking(move || base64::engine::general_purpose::STANDARD.encode(&png))
+            .await
+            .map_err(|err| Failure::Action(format!("encoding the screenshot failed: {err}")))?;
+    Ok(ContentItem::Image {
+        data,
+        mime_type: "image/png".into(),
+    })
+}
+
 fn schema() -> Value {
+    let point = |description: &str| {
+        json!({
+            "type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 2, "maxItems": 2,
+            "description": description
+        })
+    };
     json!({
         "type": "object",
         "properties": {
             "action": {
                 "type": "string",
                 "enum": actions::ACTIONS,
-                "description": "The action to perform."
+                "description": "The action to perform. list_elements lists the screen's UI elements (text, content-desc, resource-id, class, bounds and the center to tap); list_apps lists installed third-party apps; launch_app / terminate_app start and stop one by package; open_url opens a web or app link."
             },
-            "coordinate": {
-                "type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 2, "maxItems": 2,
-                "description": "tap: [x, y] in device pixels, (0, 0) at the top left."
-            },
-            "start": {
-                "type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 2, "maxItems": 2,
-                "description": "swipe: where it starts, [x, y] in device pixels."
-            },
-            "end": {
-                "type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 2, "maxItems": 2,
-                "description": "swipe: where it ends, [x, y] in device pixels."
-            },
+            "coordinate": point("tap, long_press, double_tap: [x, y] in device pixels, (0, 0) at the top left (in the last screenshot's pixels after one taken with max_size). swipe_direction: where to start (default: the screen's center)."),
+            "start": point("swipe: where it starts, [x, y] in device pixels."),
+            "end": point("swipe: where it ends, [x, y] in device pixels."),
             "duration": {
                 "type": "integer", "minimum": 0, "maximum": actions::MAX_SWIPE_MS,
-                "description": "swipe: how long it takes, in milliseconds (default 300)."
+                "description": "swipe, swipe_direction: how long it takes, in milliseconds (default 300). long_press: how long to hold (default 500)."
             },
             "text": {
                 "type": "string", "maxLength": actions::MAX_TEXT_CHARS,
@@ -252,6 +587,26 @@ fn schema() -> Value {
             "code": {
                 "type": ["integer", "string"],
                 "description": "key_event: an Android key code (3) or name (HOME, BACK, ENTER, DEL, APP_SWITCH, KEYCODE_VOLUME_UP, ...)."
+            },
+            "direction": {
+                "type": "string", "enum": ["up", "down", "left", "right"],
+                "description": "swipe_direction: where the finger moves (up scrolls the content down, to what is below)."
+            },
+            "distance": {
+                "type": "number", "exclusiveMinimum": 0, "maximum": 1,
+                "description": "swipe_direction: how far, as a fraction of the screen's height (up, down) or width (left, right); default 0.3."
+            },
+            "package": {
+                "type": "string", "maxLength": 255,
+                "description": "launch_app, terminate_app: the app's package name, e.g. com.android.settings."
+            },
+            "url": {
+                "type": "string", "maxLength": actions::MAX_URL_CHARS,
+                "description": "open_url: the link to open (https://..., market://..., tel:...)."
+            },
+            "max_size": {
+                "type": "integer", "minimum": actions::MIN_SCREENSHOT_SIDE, "maximum": actions::MAX_SCREENSHOT_SIDE,
+                "description": "get_screenshot: scale the image so its longest side is at most this many pixels (e.g. 1024); the result states the scale, and coordinates sent afterwards are read in the image's pixels."
             }
         },
         "required": ["action"]
@@ -263,7 +618,7 @@ pub fn tools(adb: &std::sync::Arc<Adb>) -> Vec<Tool> {
     vec![Tool::new(
         GROUP,
         "adb",
-        "Control an Android device: tap, swipe, type text, send key events, take screenshots and read the screen size.",
+        "Control an Android device: tap, double tap, long press, swipe, type text, send key events, take screenshots (optionally scaled), read the screen size, list the UI elements on screen, list, launch and stop apps, open URLs.",
         schema(),
         move |arguments| {
             let adb = std::sync::Arc::clone(&adb);

@@ -1,8 +1,10 @@
 """The `adb` tool through the SDK's own `MobileSandbox` methods, against fake-adbd (the device side of the
 real ADB protocol; ../shared/tools/fake-adbd) whose shell runs tests/adb/fakebin's stand-ins for Android's
-`input`, `wm`, `screencap`, `getprop`, `settings` and `am`. What reached the device is read from the
-fake's input log: the exact commands, and nothing at all for bad arguments."""
+`input`, `wm`, `screencap`, `getprop`, `settings`, `am`, `pm`, `monkey` and `uiautomator`. What reached
+the device is read from the fake's input log: the exact commands, and nothing at all for bad arguments."""
 import base64
+import io
+import json
 import os
 import pathlib
 import shutil
@@ -41,6 +43,11 @@ class FakeDevice:
         self.log = directory / "input.log"
         self.fail = directory / "input-fails"
         self.ime = directory / "ime"
+        self.ui_fails = directory / "ui-fails"
+        self.screenshot = directory / "screen.png"
+        # `uiautomator dump` writes under $TMPDIR (unset on a device: /data/local/tmp).
+        self.tmp = directory / "tmp"
+        self.tmp.mkdir(exist_ok=True)
         self.port = port or free_port()
         self.start()
 
@@ -52,6 +59,9 @@ class FakeDevice:
             "FAKE_INPUT_LOG": str(self.log),
             "FAKE_INPUT_FAIL": str(self.fail),
             "FAKE_IME_FILE": str(self.ime),
+            "FAKE_UI_FAILS": str(self.ui_fails),
+            "FAKE_SCREENSHOT": str(self.screenshot),
+            "TMPDIR": str(self.tmp),
         }
         self.proc = subprocess.Popen(
             [sys.executable, str(SHARED_FAKE / "fake_adbd.py"), str(self.port)],
@@ -102,6 +112,11 @@ def mobile(boxd):
         sandbox = MobileSandbox.__new__(MobileSandbox)
         sandbox.call_tool = client.call_tool
         yield sandbox
+
+
+def adb(mobile, action, **arguments):
+    """An action the SDK has no method for, through its own call_tool."""
+    return mobile.call_tool("adb", {"action": action, **arguments})
 
 
 def texts(result):
@@ -312,3 +327,174 @@ def test_through_an_adb_server_android_serial_else_the_only_device_else_a_listin
         subprocess.run([*adb, "kill-server"], timeout=15, capture_output=True)
         first.stop()
         second.stop()
+
+
+def test_list_elements_is_a_short_list_with_centers_to_tap(mobile, device):
+    result = adb(mobile, "list_elements")
+    assert result["isError"] is False, result
+    [listing] = texts(result)
+    header, *lines = listing.splitlines()
+    assert header == "6 elements on screen (app: com.example.shop). Tap an element at its center."
+    elements = [json.loads(line) for line in lines]
+    assert elements == [
+        {"text": "Fish & Chips — café", "resource-id": "com.example.shop:id/title",
+         "class": "android.widget.TextView", "bounds": [48, 99, 700, 180], "center": [374, 139]},
+        {"content-desc": "Cart, 2 items", "resource-id": "com.example.shop:id/cart",
+         "class": "android.widget.ImageButton", "clickable": True, "bounds": [936, 81, 1068, 198],
+         "center": [1002, 139]},
+        {"resource-id": "com.example.shop:id/list", "class": "androidx.recyclerview.widget.RecyclerView",
+         "scrollable": True, "bounds": [0, 213, 1080, 1500], "center": [540, 856]},
+        {"text": "Add to basket", "resource-id": "com.example.shop:id/add", "class": "android.widget.Button",
+         "clickable": True, "long-clickable": True, "bounds": [40, 240, 1040, 380], "center": [540, 310]},
+        {"resource-id": "com.example.shop:id/search", "class": "android.widget.EditText", "clickable": True,
+         "long-clickable": True, "focused": True, "bounds": [40, 1550, 1040, 1700], "center": [540, 1625]},
+        {"text": "Gift wrap", "resource-id": "com.example.shop:id/gift", "class": "android.widget.CheckBox",
+         "clickable": True, "checked": False, "bounds": [40, 1720, 600, 1800], "center": [320, 1760]},
+    ]
+    dump = device.tmp / "boxd-window-dump.xml"
+    assert device.lines() == [f"uiautomator dump {dump}"]
+    assert not dump.exists()
+
+
+def test_list_elements_retries_a_failing_dump_a_bounded_number_of_times(mobile, device):
+    dump = device.tmp / "boxd-window-dump.xml"
+    device.ui_fails.write_text("2")
+    result = adb(mobile, "list_elements")
+    assert result["isError"] is False, result
+    assert texts(result)[0].startswith("6 elements on screen")
+    assert device.lines() == [f"uiautomator dump {dump}"] * 3
+    device.ui_fails.write_text("100")
+    started = time.monotonic()
+    failed = adb(mobile, "list_elements")
+    assert time.monotonic() - started < 20
+    assert failed["isError"] is True
+    [reason] = texts(failed)
+    assert "The UI could not be read (4 tries within 45 s)" in reason and "null root node" in reason, reason
+    assert device.lines() == [f"uiautomator dump {dump}"] * 7
+
+
+def test_long_press_double_tap_and_directional_swipes(mobile, device):
+    assert texts(adb(mobile, "long_press", coordinate=[100, 200])) == ["Long-pressed at (100, 200) for 500 ms"]
+    assert texts(adb(mobile, "long_press", coordinate=[1, 2], duration=1200)) == [
+        "Long-pressed at (1, 2) for 1200 ms"]
+    assert texts(adb(mobile, "double_tap", coordinate=[30, 40])) == ["Double-tapped at (30, 40)"]
+    assert texts(adb(mobile, "swipe_direction", direction="up")) == ["Swiped up from (540, 960) to (540, 384)"]
+    assert texts(adb(mobile, "swipe_direction", direction="left", coordinate=[100, 500], distance=0.5)) == [
+        "Swiped left from (100, 500) to (0, 500)"]
+    assert texts(adb(mobile, "swipe_direction", direction="down", coordinate=[10, 20], distance=0.1,
+                     duration=800)) == ["Swiped down from (10, 20) to (10, 212)"]
+    assert device.lines() == [
+        "input swipe 100 200 100 200 500",
+        "input swipe 1 2 1 2 1200",
+        "input tap 30 40",
+        "input tap 30 40",
+        "input swipe 540 960 540 384 300",
+        "input swipe 100 500 0 500 300",
+        "input swipe 10 20 10 212 800",
+    ]
+
+
+def test_apps_are_listed_launched_and_stopped(mobile, device):
+    assert texts(adb(mobile, "list_apps")) == [
+        "2 third-party apps installed (system apps are not listed):\ncom.example.shop\norg.mozilla.firefox"]
+    assert texts(adb(mobile, "launch_app", package="com.example.shop")) == ["Launched com.example.shop"]
+    missing = adb(mobile, "launch_app", package="com.example.missing")
+    assert missing["isError"] is True
+    assert "com.example.missing is not installed or has no launcher activity" in texts(missing)[0]
+    assert texts(adb(mobile, "terminate_app", package="org.mozilla.firefox")) == ["Stopped org.mozilla.firefox"]
+    assert device.lines() == [
+        "pm list packages -3",
+        "monkey -p com.example.shop -c android.intent.category.LAUNCHER 1",
+        "monkey -p com.example.missing -c android.intent.category.LAUNCHER 1",
+        "am force-stop org.mozilla.firefox",
+    ]
+
+
+def test_urls_are_opened_literally_and_hostile_names_never_reach_the_device(mobile, device, tmp_path):
+    canary = tmp_path / "canary"
+    urls = [
+        "https://example.com/search?q=fish&chips=1",
+        f"https://example.com/$(touch {canary})",
+        f"https://example.com/`touch {canary}`",
+        f"https://example.com/it's'; touch {canary}; echo '",
+        f"myapp://open?x=1;touch {canary}|cat>{canary}",
+    ]
+    for url in urls:
+        result = adb(mobile, "open_url", url=url)
+        assert texts(result) == [f"Opened {url}"], result
+        assert device.lines()[-1] == f"am start -a android.intent.action.VIEW -d {url}"
+    unhandled = adb(mobile, "open_url", url="nohandler:thing")
+    assert unhandled["isError"] is True
+    assert texts(unhandled)[0].startswith("No app on the device opened nohandler:thing: Error: Activity not started")
+    before = len(device.lines())
+    for action, arguments, needle in [
+        ("launch_app", {"package": f"com.x; touch {canary}"}, "package must be an Android package name"),
+        ("launch_app", {"package": f"$(touch {canary})"}, "package must be an Android package name"),
+        ("terminate_app", {"package": "com.x'"}, "package must be an Android package name"),
+        ("terminate_app", {}, "package is required for terminate_app"),
+        ("open_url", {"url": "javascript:alert(1)"}, "does not open javascript: URLs"),
+        ("open_url", {"url": "file:///data/data/x"}, "does not open file: URLs"),
+        ("open_url", {"url": f"https://x.com/\ntouch {canary}"}, "U+000A"),
+        ("open_url", {"url": "example.com"}, "url must start with a scheme"),
+        ("swipe_direction", {"direction": "north"}, "direction must be up, down, left or right"),
+        ("swipe_direction", {"direction": "up", "distance": 2}, "distance must be a fraction"),
+        ("long_press", {"coordinate": [1, 2], "duration": -1}, "duration must be"),
+        ("double_tap", {}, "coordinate is required for double_tap"),
+        ("get_screenshot", {"max_size": 8}, "max_size must be"),
+    ]:
+        result = adb(mobile, action, **arguments)
+        assert result["isError"] is True, (action, arguments, result)
+        assert needle in texts(result)[0], (needle, texts(result))
+    assert len(device.lines()) == before
+    assert not canary.exists() and not pathlib.Path(f"{canary}.out").exists()
+
+
+def png(width, height):
+    from PIL import Image
+
+    image = Image.new("RGB", (width, height), (20, 120, 220))
+    out = io.BytesIO()
+    image.save(out, format="PNG")
+    return out.getvalue()
+
+
+def test_a_scaled_screenshot_states_its_scale_and_later_coordinates_are_mapped_back(mobile, device):
+    from PIL import Image
+
+    device.screenshot.write_bytes(png(1080, 1920))
+    shot = adb(mobile, "get_screenshot", max_size=960)
+    assert shot["isError"] is False, shot
+    image, numbers, sentence = shot["content"]
+    assert Image.open(io.BytesIO(base64.b64decode(image["data"]))).size == (540, 960)
+    assert json.loads(numbers["text"]) == {"width": 540, "height": 960, "screen_width": 1080,
+                                           "screen_height": 1920, "scale": 0.5}
+    assert sentence["text"] == (
+        "The screen is 1080x1920; this image is 540x960. Give coordinates in this image's pixels: from now on "
+        "they are multiplied by 2 to reach the device, until a screenshot without max_size.")
+    assert texts(mobile.mobile_tap([100, 200])) == ["Tapped at (100, 200) (screenshot pixels; on the device (200, 400))"]
+    assert texts(mobile.mobile_swipe([10, 20], [30, 40])) == [
+        "Swiped from (10, 20) to (30, 40) (screenshot pixels; on the device (20, 40) to (60, 80))"]
+    assert texts(adb(mobile, "swipe_direction", direction="right", coordinate=[100, 100], distance=0.5)) == [
+        "Swiped right from (100, 100) to (370, 100) (screenshot pixels; on the device (200, 200) to (740, 200))"]
+    listing = texts(adb(mobile, "list_elements"))[0]
+    assert "coordinates are in the last screenshot's pixels (540x960)" in listing.splitlines()[0]
+    assert '"bounds":[468,41,534,99],"center":[501,70]' in listing
+    resolution = mobile.mobile_get_screen_resolution()
+    assert texts(resolution)[0] == '{"width":1080,"height":1920}'
+    # A screen that already fits is sent whole and says so; then device pixels again.
+    fits = adb(mobile, "get_screenshot", max_size=4096)
+    assert json.loads(fits["content"][1]["text"])["scale"] == 1
+    assert "coordinates are device pixels" in fits["content"][2]["text"]
+    assert base64.b64decode(fits["content"][0]["data"]) == device.screenshot.read_bytes()
+    assert texts(mobile.mobile_tap([100, 200])) == ["Tapped at (100, 200)"]
+    # The SDK's own screenshot (no max_size) also returns to device pixels.
+    adb(mobile, "get_screenshot", max_size=540)
+    assert mobile.mobile_get_screenshot()["content"][0]["type"] == "image"
+    assert texts(mobile.mobile_tap([7, 8])) == ["Tapped at (7, 8)"]
+    assert [line for line in device.lines() if line.startswith("input")] == [
+        "input tap 200 400",
+        "input swipe 20 40 60 80 300",
+        "input swipe 200 200 740 200 300",
+        "input tap 100 200",
+        "input tap 7 8",
+    ]
