@@ -41,19 +41,14 @@ impl Family for AdbFamily {
             let device = self.adb.device.clone();
             device.set_health(health.clone());
             let mut backoff = Backoff::new(Duration::from_millis(250), Duration::from_secs(5));
-            let mut reported: Option<String> = None;
             loop {
                 match device.probe().await {
                     Ok((which, state, output)) => {
                         let booted = String::from_utf8_lossy(&output.stdout).trim().to_owned();
                         // 127: no `getprop` (a device stand-in, not Android): it answers, so it serves.
                         if booted == "1" || output.exit == Some(127) {
-                            let state = ready_state(&state, &booted);
-                            if reported.as_deref() != Some(state.as_str()) {
-                                tracing::info!(device = %state, "adb device ready");
-                            }
-                            health.ready();
-                            reported = Some(state);
+                            // Logged by the health on each change, not on every idle check.
+                            health.ready_with(ready_state(&state, &booted));
                             backoff.reset();
                             tokio::select! {
                                 () = device.lost() => {}
@@ -67,7 +62,6 @@ impl Family for AdbFamily {
                         }
                     }
                     Err(err) => {
-                        reported = None;
                         health.failed(err.to_string());
                         tokio::time::sleep(backoff.next_delay()).await;
                     }

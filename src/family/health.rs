@@ -116,6 +116,11 @@ impl Health {
         self.set(Status::Ready, None);
     }
 
+    /// Ready, with what it serves (a device's serial and state) shown as the reason in `/readyz`.
+    pub fn ready_with(&self, detail: impl Into<String>) {
+        self.set(Status::Ready, Some(detail.into()));
+    }
+
     pub fn starting(&self, reason: impl Into<String>) {
         self.set(Status::Starting, Some(reason.into()));
     }
