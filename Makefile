@@ -73,6 +73,7 @@ bench: build
 	./bench/setup.sh
 	python3 bench/run.py
 	python3 bench/computer.py
+	python3 bench/browser.py
 
 # The issue #15 request mix with wrk (Debian package `wrk`) against a release boxd at 1, 64 and 512
 # connections; DURATION (30s) per level, LEVELS to choose them. Not part of `make test`.

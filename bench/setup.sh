@@ -38,3 +38,15 @@ if [[ ! -f $stamp || $(cat "$stamp") != "$wanted" ]]; then
   npm ci --prefix "$reference" --no-audit --no-fund --loglevel=error
   echo "$wanted" > "$stamp"
 fi
+
+# The reference browser server for bench/browser.py and tests/python/test_browser.py (npm, pinned by its lock
+# file). It drives Debian's chromium through a config file, so Playwright's own browser download is skipped.
+reference=bench-out/reference-browser
+stamp=$reference/node_modules/.lock.sha256
+wanted=$(sha256sum bench/reference-browser/package-lock.json | cut -d' ' -f1)
+if [[ ! -f $stamp || $(cat "$stamp") != "$wanted" ]]; then
+  mkdir -p "$reference"
+  cp bench/reference-browser/package.json bench/reference-browser/package-lock.json "$reference/"
+  PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --prefix "$reference" --no-audit --no-fund --loglevel=error
+  echo "$wanted" > "$stamp"
+fi
