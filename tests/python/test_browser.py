@@ -344,3 +344,19 @@ def test_same_page_outcomes_as_the_reference_playwright_mcp(browser, site, tmp_p
     assert "You typed: hello" in after_click["paragraphs"]
     assert final == {"paragraphs": ["Picked: b", "Keys: 0"], "Query": "world", "Name": "hello", "Keys": "",
                      "Pick": ["Banana"]}
+
+
+def test_same_origin_iframe_content_is_in_the_snapshot_and_its_refs_act(browser, site):
+    page = ok(browser.browser_navigate(f"{site}/frames.html"))
+    assert re.search(r'^- iframe "Inner frame" \[ref=e\d+\]:$', page, re.M), page
+    field = re.search(r'^  - textbox "Inner field" \[ref=(f1e\d+)\]$', page, re.M)
+    button = re.search(r'^  - button "Inner" \[ref=(f1e\d+)\]$', page, re.M)
+    assert field and button, page
+    assert "Inner idle" in page and "Outer idle" in page
+
+    ok(browser.browser_type("Inner field", field.group(1), "hi"))
+    after = ok(browser.browser_click("Inner button", button.group(1)))
+    assert "Inner says: hi" in after
+    # The page's own refs still act beside the frame's.
+    assert "Outer clicked" in ok(browser.browser_click("Outer", ref(after, "button", "Outer")))
+    assert "refs look like e12" in failed(browser.browser_click("nothing", "fe3"))
