@@ -242,6 +242,19 @@ fn build(tree: &Tree, context: &mut Context, frame: usize, id: &str, depth: usiz
         [Item::Text(text)] if text.trim() == name => Vec::new(),
         _ => children,
     };
+    // A text field's inner editor only echoes its value: the value is said once, inline, as
+    // @playwright/mcp says it (`- textbox "Name" [ref=e6]: hello`).
+    if matches!(role, "textbox" | "searchbox" | "spinbutton")
+        && let Some(value) = node.value.as_deref()
+        && !value.is_empty()
+        && text_of(&children).trim() == value.trim()
+        && children.iter().all(|child| match child {
+            Item::Text(_) => true,
+            Item::Element { head, .. } => head.starts_with("- generic"),
+        })
+    {
+        children.clear();
+    }
     let has_elements = children
         .iter()
         .any(|child| matches!(child, Item::Element { .. }));
@@ -265,6 +278,24 @@ fn build(tree: &Tree, context: &mut Context, frame: usize, id: &str, depth: usiz
         inline,
         children,
     }]
+}
+
+/// The text a list of items shows, links' targets left out.
+fn text_of(items: &[Item]) -> String {
+    let mut text = String::new();
+    for item in items {
+        match item {
+            Item::Text(part) if !part.starts_with('\u{0}') => text.push_str(part),
+            Item::Text(_) => {}
+            Item::Element {
+                inline, children, ..
+            } => {
+                text.push_str(inline.as_deref().unwrap_or(""));
+                text.push_str(&text_of(children));
+            }
+        }
+    }
+    text
 }
 
 fn merge_text(items: Vec<Item>) -> Vec<Item> {
@@ -419,6 +450,35 @@ mod tests {
                 "- iframe \"Inner frame\" [ref=e3]:",
                 "  - button \"Inner\" [ref=f1e11]",
                 "- iframe \"Cross-origin\" [ref=e4]",
+            ]
+            .join("\n")
+        );
+    }
+
+    #[test]
+    fn a_text_field_says_its_value_inline_not_as_its_inner_editor() {
+        let mut field = node("2", "textbox", "Name", &["3"], 2);
+        field["value"] = json!({"type": "string", "value": "hello"});
+        let mut rich = node("5", "textbox", "Notes", &["6"], 5);
+        rich["value"] = json!({"type": "string", "value": "see"});
+        let nodes = vec![
+            node("1", "RootWebArea", "", &["2", "5"], 1),
+            field,
+            node("3", "generic", "", &["4"], 3),
+            node("4", "StaticText", "hello", &[], 4),
+            rich,
+            node("6", "link", "see", &["7"], 6),
+            node("7", "StaticText", "see", &[], 7),
+        ];
+        let snapshot = render(&nodes, &HashMap::new(), &mut |backend, _| {
+            format!("e{backend}")
+        });
+        assert_eq!(
+            snapshot.yaml,
+            [
+                "- textbox \"Name\" [ref=e2]: hello",
+                "- textbox \"Notes\" [ref=e5]:",
+                "  - link \"see\" [ref=e6]",
             ]
             .join("\n")
         );
