@@ -69,11 +69,12 @@ image-test: setup image-base
 	.venv/bin/python tests/image/test_base_image.py --engine $(ENGINE) --image $(IMAGE_BASE)
 
 # boxd against the upstream Python server, side by side, one run; not part of `make test`.
-bench: build
+bench: build setup
 	./bench/setup.sh
 	python3 bench/run.py
 	python3 bench/computer.py
 	python3 bench/mobile.py
+	python3 bench/browser.py
 
 # The issue #15 request mix with wrk (Debian package `wrk`) against a release boxd at 1, 64 and 512
 # connections; DURATION (30s) per level, LEVELS to choose them. Not part of `make test`.

@@ -38,3 +38,5 @@ if [[ ! -f $stamp || $(cat "$stamp") != "$wanted" ]]; then
   npm ci --prefix "$reference" --no-audit --no-fund --loglevel=error
   echo "$wanted" > "$stamp"
 fi
+
+# The reference browser server is installed by scripts/setup.sh (the differential test needs it too).

@@ -58,3 +58,16 @@ if [[ ! -f $stamp || $(cat "$stamp") != "$wanted" ]]; then
   npm ci --prefix "$reference" --no-audit --no-fund --loglevel=error
   echo "$wanted" > "$stamp"
 fi
+
+# The reference browser server (@playwright/mcp 0.0.25, npm, pinned by its lock file; no browser download:
+# it runs Debian's chromium) for the browser family's differential test; `make bench` uses it too.
+reference=bench-out/reference-browser
+stamp=$reference/node_modules/.lock.sha256
+wanted=$(sha256sum bench/reference-browser/package-lock.json | cut -d' ' -f1)
+if [[ ! -f $stamp || $(cat "$stamp") != "$wanted" ]]; then
+  echo "setup: installing the reference @playwright/mcp from npm"
+  mkdir -p "$reference"
+  cp bench/reference-browser/package.json bench/reference-browser/package-lock.json "$reference/"
+  PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --prefix "$reference" --no-audit --no-fund --loglevel=error
+  echo "$wanted" > "$stamp"
+fi

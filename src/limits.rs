@@ -312,6 +312,12 @@ pub fn table(args: &ServeArgs) -> Vec<Limit> {
         ),
         limit(
             "browser",
+            "same-origin iframes walked by one snapshot",
+            count(crate::browser::MAX_FRAMES),
+            "later frames' `iframe` lines stay empty",
+        ),
+        limit(
+            "browser",
             "settling after an action (navigation committed, page quiet)",
             seconds(crate::browser::SETTLE_CAP),
             "the answer comes with the page as it is",

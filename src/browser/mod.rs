@@ -15,7 +15,9 @@ mod tools;
 
 pub use events::MAX_LOG_ENTRIES;
 pub use family::family;
-pub use session::{CALL as CDP_CALL_TIMEOUT, SETTLE_CAP, SLOW_CALL as CDP_SLOW_CALL_TIMEOUT};
+pub use session::{
+    CALL as CDP_CALL_TIMEOUT, MAX_FRAMES, SETTLE_CAP, SLOW_CALL as CDP_SLOW_CALL_TIMEOUT,
+};
 pub use snapshot::MAX_SNAPSHOT_CHARS;
 
 pub const GROUP: &str = "playwright";

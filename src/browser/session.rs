@@ -25,6 +25,8 @@ const QUIET: Duration = Duration::from_millis(100);
 /// Refs kept per tab before the oldest document's are forgotten (a page that churns nodes forever
 /// would otherwise grow the map without bound).
 const MAX_REFS: usize = 200_000;
+/// Child frames a snapshot walks at most (a page of endless nested iframes costs two calls per frame).
+pub const MAX_FRAMES: usize = 16;
 
 pub const NO_PAGE: &str =
     "No open pages available. Use the \"browser_navigate\" tool to navigate to a page first.";
@@ -68,7 +70,9 @@ impl Refs {
         }
     }
 
-    fn assign(&mut self, node: i64) -> String {
+    /// Numbers are shared by all frames of the tab (backend node ids are unique across the
+    /// same-origin frames of one renderer), so the `fN` prefix only tells the reader where a node is.
+    fn assign(&mut self, node: i64, frame: usize) -> String {
         let number = match self.by_node.get(&node) {
             Some(number) => *number,
             None => {
@@ -78,7 +82,10 @@ impl Refs {
                 self.next
             }
         };
-        format!("e{number}")
+        match frame {
+            0 => format!("e{number}"),
+            frame => format!("f{frame}e{number}"),
+        }
     }
 }
 
@@ -380,9 +387,12 @@ impl Running {
             .as_array()
             .map(Vec::as_slice)
             .unwrap_or_default();
+        let frames = self.child_frames(&session).await?;
         let tab = self.tab_mut()?;
         tab.refs.sync(document);
-        let rendered = snapshot::render(nodes, &mut |node| tab.refs.assign(node));
+        let rendered = snapshot::render(nodes, &frames, &mut |node, frame| {
+            tab.refs.assign(node, frame)
+        });
         let mut text = format!("- Page Snapshot\n```yaml\n{}\n```", rendered.yaml);
         if rendered.cut_lines > 0 {
             text.push_str(&format!(
@@ -396,13 +406,85 @@ impl Running {
         Ok(text)
     }
 
+    /// The accessibility trees of the page's child frames that live in its renderer (same-origin
+    /// ones), by the backend node id of the `<iframe>` hosting each. A frame Chromium runs in another
+    /// process (cross-origin) answers with an error here and is left out: its `iframe` line stays empty.
+    async fn child_frames(&self, session: &str) -> Outcome<HashMap<i64, Vec<Value>>> {
+        let tree = self
+            .cdp()
+            .call(Some(session), "Page.getFrameTree", json!({}), CALL)
+            .await?;
+        let mut pending: Vec<&Value> = tree
+            .pointer("/frameTree/childFrames")
+            .and_then(Value::as_array)
+            .map(|children| children.iter().collect())
+            .unwrap_or_default();
+        let mut frames = HashMap::new();
+        let mut visited = 0;
+        while let Some(child) = pending.pop() {
+            if visited >= MAX_FRAMES {
+                break;
+            }
+            visited += 1;
+            if let Some(grandchildren) = child.get("childFrames").and_then(Value::as_array) {
+                pending.extend(grandchildren);
+            }
+            let Some(id) = child.pointer("/frame/id").and_then(Value::as_str) else {
+                continue;
+            };
+            let owner = match self
+                .cdp()
+                .call(
+                    Some(session),
+                    "DOM.getFrameOwner",
+                    json!({"frameId": id}),
+                    CALL,
+                )
+                .await
+            {
+                Ok(owner) => owner.get("backendNodeId").and_then(Value::as_i64),
+                Err(CdpError::Protocol(_)) => None,
+                Err(err) => return Err(err.into()),
+            };
+            let Some(owner) = owner else { continue };
+            match self
+                .cdp()
+                .call(
+                    Some(session),
+                    "Accessibility.getFullAXTree",
+                    json!({"frameId": id}),
+                    SLOW_CALL,
+                )
+                .await
+            {
+                Ok(mut tree) => {
+                    if let Value::Array(nodes) = tree["nodes"].take() {
+                        frames.insert(owner, nodes);
+                    }
+                }
+                Err(CdpError::Protocol(_)) => {}
+                Err(err) => return Err(err.into()),
+            }
+        }
+        Ok(frames)
+    }
+
     /// The backend node a ref names, or an error saying to take a new snapshot.
     pub fn node_of(&mut self, reference: &str) -> Outcome<i64> {
         let document = self.events(|events| events.documents)?;
         let tab = self.tab_mut()?;
         tab.refs.sync(document);
-        let number = reference
-            .trim()
+        let trimmed = reference.trim();
+        // `f2e7` (a node of a child frame) and `e7` name the same node: numbers are per tab.
+        let unframed = match trimmed.strip_prefix('f') {
+            Some(rest) => {
+                let after = rest.trim_start_matches(|c: char| c.is_ascii_digit());
+                // `fe7` is no ref: an `f` carries the frame's number.
+                if after.len() == rest.len() { "" } else { after }
+            }
+            None => trimmed,
+        };
+        let number = unframed
             .strip_prefix('e')
             .and_then(|number| number.parse::<u64>().ok())
             .ok_or_else(|| {
@@ -747,12 +829,12 @@ mod tests {
     fn refs_are_stable_within_a_document_and_never_reused_after() {
         let mut refs = Refs::default();
         refs.sync(1);
-        assert_eq!(refs.assign(40), "e1");
-        assert_eq!(refs.assign(41), "e2");
-        assert_eq!(refs.assign(40), "e1");
+        assert_eq!(refs.assign(40, 0), "e1");
+        assert_eq!(refs.assign(41, 2), "f2e2");
+        assert_eq!(refs.assign(40, 0), "e1");
         refs.sync(2);
         assert!(refs.by_ref.is_empty());
         // The same node id in the new document gets a new number: e1 stays void.
-        assert_eq!(refs.assign(40), "e3");
+        assert_eq!(refs.assign(40, 0), "e3");
     }
 }

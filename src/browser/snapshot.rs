@@ -3,6 +3,9 @@
 //! node: `- role "name" [states] [ref=eN]`, children nested under it, text as `- text: ...`, a link's
 //! target as `- /url: ...`. Ignored (hidden, presentational) nodes are dropped and their visible
 //! children lifted; the output is capped at [`MAX_SNAPSHOT_CHARS`] with a notice of what was cut.
+//! A same-origin iframe's own tree (fetched per frame, as Chromium keeps it apart) is nested under its
+//! `iframe` line, its refs prefixed with the frame's number in document order (`f1e3`) as
+//! @playwright/mcp writes them.
 
 use std::collections::HashMap;
 
@@ -80,16 +83,49 @@ pub struct Snapshot {
     pub total_lines: usize,
 }
 
-/// Renders the tree of `nodes` (the answer of `Accessibility.getFullAXTree`); `reference` gives the
-/// ref of a DOM node (by backend node id).
-pub fn render(nodes: &[Value], reference: &mut dyn FnMut(i64) -> String) -> Snapshot {
-    let parsed: HashMap<&str, Node> = nodes.iter().filter_map(parse).collect();
-    let root = nodes
-        .iter()
-        .find(|node| node.get("parentId").is_none())
-        .and_then(|node| node.get("nodeId")?.as_str());
-    let items = match root {
-        Some(root) => build(&parsed, root, 0, reference),
+/// One document's accessibility tree, by node id.
+struct Tree<'a> {
+    nodes: HashMap<&'a str, Node<'a>>,
+    root: Option<&'a str>,
+}
+
+fn tree(nodes: &[Value]) -> Tree<'_> {
+    Tree {
+        nodes: nodes.iter().filter_map(parse).collect(),
+        root: nodes
+            .iter()
+            .find(|node| node.get("parentId").is_none())
+            .and_then(|node| node.get("nodeId")?.as_str()),
+    }
+}
+
+/// What `build` carries down: the child frames' trees by the backend node id of their `<iframe>`,
+/// the number the next frame met gets, and the ref maker (backend node id, frame number -> ref).
+struct Context<'a, 'r> {
+    frames: HashMap<i64, Tree<'a>>,
+    next_frame: usize,
+    reference: &'r mut dyn FnMut(i64, usize) -> String,
+}
+
+/// Renders the tree of `nodes` (the answer of `Accessibility.getFullAXTree`), with the trees of child
+/// frames (by the backend node id of the element that hosts each) nested where they are hosted;
+/// `reference` gives the ref of a DOM node (by backend node id) in a frame (0: the page itself).
+pub fn render(
+    nodes: &[Value],
+    frames: &HashMap<i64, Vec<Value>>,
+    reference: &mut dyn FnMut(i64, usize) -> String,
+) -> Snapshot {
+    let main = tree(nodes);
+    let mut context = Context {
+        frames: frames
+            .iter()
+            .map(|(owner, nodes)| (*owner, tree(nodes)))
+            .collect(),
+        next_frame: 1,
+        reference,
+    };
+    let items = match main.root {
+        Some(root) => build(&main, &mut context, 0, root, 0),
         None => Vec::new(),
     };
     let mut lines = Vec::new();
@@ -112,13 +148,8 @@ pub fn render(nodes: &[Value], reference: &mut dyn FnMut(i64) -> String) -> Snap
     }
 }
 
-fn build(
-    nodes: &HashMap<&str, Node>,
-    id: &str,
-    depth: usize,
-    reference: &mut dyn FnMut(i64) -> String,
-) -> Vec<Item> {
-    let Some(node) = nodes.get(id) else {
+fn build(tree: &Tree, context: &mut Context, frame: usize, id: &str, depth: usize) -> Vec<Item> {
+    let Some(node) = tree.nodes.get(id) else {
         return Vec::new();
     };
     if depth > MAX_DEPTH {
@@ -143,12 +174,22 @@ fn build(
     }
     // Numbered before its children, so refs read in document order.
     let own_ref = match node.backend {
-        Some(backend) if !flattened => Some(reference(backend)),
+        Some(backend) if !flattened => Some((context.reference)(backend, frame)),
         _ => None,
     };
     let mut children = Vec::new();
     for child in &node.children {
-        children.extend(build(nodes, child, depth + 1, reference));
+        children.extend(build(tree, context, frame, child, depth + 1));
+    }
+    if node.role == "Iframe"
+        && let Some(backend) = node.backend
+        && let Some(inner) = context.frames.remove(&backend)
+        && let Some(root) = inner.root
+    {
+        // Removed from the map so a frame is walked once, whatever its tree claims.
+        let number = context.next_frame;
+        context.next_frame += 1;
+        children.extend(build(&inner, context, number, root, depth + 1));
     }
     let children = merge_text(children);
     if flattened {
@@ -201,6 +242,19 @@ fn build(
         [Item::Text(text)] if text.trim() == name => Vec::new(),
         _ => children,
     };
+    // A text field's inner editor only echoes its value: the value is said once, inline, as
+    // @playwright/mcp says it (`- textbox "Name" [ref=e6]: hello`).
+    if matches!(role, "textbox" | "searchbox" | "spinbutton")
+        && let Some(value) = node.value.as_deref()
+        && !value.is_empty()
+        && text_of(&children).trim() == value.trim()
+        && children.iter().all(|child| match child {
+            Item::Text(_) => true,
+            Item::Element { head, .. } => head.starts_with("- generic"),
+        })
+    {
+        children.clear();
+    }
     let has_elements = children
         .iter()
         .any(|child| matches!(child, Item::Element { .. }));
@@ -224,6 +278,24 @@ fn build(
         inline,
         children,
     }]
+}
+
+/// The text a list of items shows, links' targets left out.
+fn text_of(items: &[Item]) -> String {
+    let mut text = String::new();
+    for item in items {
+        match item {
+            Item::Text(part) if !part.starts_with('\u{0}') => text.push_str(part),
+            Item::Text(_) => {}
+            Item::Element {
+                inline, children, ..
+            } => {
+                text.push_str(inline.as_deref().unwrap_or(""));
+                text.push_str(&text_of(children));
+            }
+        }
+    }
+    text
 }
 
 fn merge_text(items: Vec<Item>) -> Vec<Item> {
@@ -335,7 +407,7 @@ mod tests {
             node("11", "StaticText", "world", &[], 11),
         ];
         let mut refs = Vec::new();
-        let snapshot = render(&nodes, &mut |backend| {
+        let snapshot = render(&nodes, &HashMap::new(), &mut |backend, _| {
             refs.push(backend);
             format!("e{backend}")
         });
@@ -355,6 +427,64 @@ mod tests {
     }
 
     #[test]
+    fn a_child_frame_is_nested_under_its_iframe_with_its_own_ref_prefix() {
+        let nodes = vec![
+            node("1", "RootWebArea", "Outer", &["2", "3", "4"], 1),
+            node("2", "button", "Outer", &[], 2),
+            node("3", "Iframe", "Inner frame", &[], 3),
+            node("4", "Iframe", "Cross-origin", &[], 4),
+        ];
+        let inner = vec![
+            node("1", "RootWebArea", "Inner", &["2"], 10),
+            node("2", "button", "Inner", &[], 11),
+        ];
+        let frames = HashMap::from([(3, inner)]);
+        let snapshot = render(&nodes, &frames, &mut |backend, frame| match frame {
+            0 => format!("e{backend}"),
+            frame => format!("f{frame}e{backend}"),
+        });
+        assert_eq!(
+            snapshot.yaml,
+            [
+                "- button \"Outer\" [ref=e2]",
+                "- iframe \"Inner frame\" [ref=e3]:",
+                "  - button \"Inner\" [ref=f1e11]",
+                "- iframe \"Cross-origin\" [ref=e4]",
+            ]
+            .join("\n")
+        );
+    }
+
+    #[test]
+    fn a_text_field_says_its_value_inline_not_as_its_inner_editor() {
+        let mut field = node("2", "textbox", "Name", &["3"], 2);
+        field["value"] = json!({"type": "string", "value": "hello"});
+        let mut rich = node("5", "textbox", "Notes", &["6"], 5);
+        rich["value"] = json!({"type": "string", "value": "see"});
+        let nodes = vec![
+            node("1", "RootWebArea", "", &["2", "5"], 1),
+            field,
+            node("3", "generic", "", &["4"], 3),
+            node("4", "StaticText", "hello", &[], 4),
+            rich,
+            node("6", "link", "see", &["7"], 6),
+            node("7", "StaticText", "see", &[], 7),
+        ];
+        let snapshot = render(&nodes, &HashMap::new(), &mut |backend, _| {
+            format!("e{backend}")
+        });
+        assert_eq!(
+            snapshot.yaml,
+            [
+                "- textbox \"Name\" [ref=e2]: hello",
+                "- textbox \"Notes\" [ref=e5]:",
+                "  - link \"see\" [ref=e6]",
+            ]
+            .join("\n")
+        );
+    }
+
+    #[test]
     fn a_huge_page_is_cut_at_the_cap() {
         let count = 5000;
         let ids: Vec<String> = (2..count + 2).map(|n| n.to_string()).collect();
@@ -369,7 +499,9 @@ mod tests {
                 id.parse().unwrap(),
             ));
         }
-        let snapshot = render(&nodes, &mut |backend| format!("e{backend}"));
+        let snapshot = render(&nodes, &HashMap::new(), &mut |backend, _| {
+            format!("e{backend}")
+        });
         assert!(snapshot.yaml.len() <= MAX_SNAPSHOT_CHARS);
         assert_eq!(snapshot.total_lines, count);
         assert!(snapshot.cut_lines > 0);

@@ -3,6 +3,7 @@ against loopback pages (tests/browser) served by the test."""
 import base64
 import functools
 import http.server
+import json
 import os
 import pathlib
 import re
@@ -263,3 +264,99 @@ def test_a_missing_browser_is_an_error_answer_not_a_500(tmp_path, site):
             assert "cannot start the browser" in failed(sandbox.browser_navigate(f"{site}/form.html"))
     finally:
         server.stop()
+
+
+REFERENCE = pathlib.Path(os.environ.get(
+    "BOXD_BROWSER_REFERENCE",
+    pathlib.Path(__file__).resolve().parents[2] / "bench-out" / "reference-browser" / "node_modules" / "@playwright"
+    / "mcp" / "cli.js"))
+
+
+def page_state(answer):
+    """What a snapshot says about the page, whatever its YAML shape: field values (inline after the ref, or as a
+    child's text), the selected option of each select, and the paragraphs' texts."""
+    yaml = answer.split("```yaml", 1)[1].split("```", 1)[0]
+    lines = [(len(line) - len(line.lstrip()), line.strip()) for line in yaml.splitlines() if line.strip()]
+    unquote = lambda value: value.strip().strip('"')  # noqa: E731
+    state = {"paragraphs": []}
+    for index, (indent, line) in enumerate(lines):
+        children = []
+        for child_indent, child in lines[index + 1:]:
+            if child_indent <= indent:
+                break
+            children.append(child)
+        field = re.match(r'- (textbox|combobox) "([^"]*)"[^:]*(?::(.*))?$', line)
+        if field and field.group(1) == "textbox":
+            inline = (field.group(3) or "").strip()
+            texts = [re.sub(r"^- (generic|text)[^:]*: ?", "", child) for child in children]
+            state[field.group(2)] = unquote(inline or "".join(texts))
+        elif field:
+            state[field.group(2)] = [re.match(r'- option "([^"]*)"', child).group(1)
+                                     for child in children if "[selected]" in child]
+        paragraph = re.match(r"- paragraph[^:]*: (.*)$", line)
+        if paragraph:
+            state["paragraphs"].append(unquote(paragraph.group(1)))
+    return state
+
+
+def scripted_session(call, site):
+    """The same session on either server; returns the page state after the click and at the end."""
+    page = text(call("browser_navigate", {"url": f"{site}/form.html"}))
+    refs = {name: ref(page, role, name)
+            for role, name in (("textbox", "Name"), ("button", "Show"), ("textbox", "Query"), ("combobox", "Pick"))}
+    for step, arguments in (
+        ("browser_type", {"element": "Name field", "ref": refs["Name"], "text": "hello"}),
+        ("browser_click", {"element": "Show button", "ref": refs["Show"]}),
+        ("browser_type", {"element": "Query field", "ref": refs["Query"], "text": "world"}),
+        ("browser_select_option", {"element": "Pick", "ref": refs["Pick"], "values": ["b"]}),
+    ):
+        answer = call(step, arguments)
+        assert answer["isError"] is False, (step, answer)
+        if step == "browser_click":
+            after_click = page_state(text(answer))
+    final = call("browser_snapshot", {})
+    assert final["isError"] is False, final
+    return after_click, page_state(text(final))
+
+
+def test_same_page_outcomes_as_the_reference_playwright_mcp(browser, site, tmp_path):
+    if not REFERENCE.exists():
+        pytest.skip(f"the reference @playwright/mcp 0.0.25 is not installed at {REFERENCE} (run bench/setup.sh)")
+    if shutil.which("node") is None:
+        pytest.skip("node is not installed, the reference @playwright/mcp cannot run")
+    config = tmp_path / "playwright-mcp.json"
+    config.write_text(json.dumps({"browser": {"browserName": "chromium", "isolated": True, "launchOptions": {
+        "executablePath": shutil.which("chromium"), "headless": True, "chromiumSandbox": False}}}))
+    (tmp_path / "host").mkdir()
+    host = Boxd(tmp_path / "host", "--tools", "mcp")
+    try:
+        with host.client() as client:
+            client.add_mcp_servers({"mcpServers": {"playwright": {
+                "command": "node", "args": [str(REFERENCE), "--config", str(config)],
+                "env": {"PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD": "1"}}}})
+            reference = scripted_session(client.call_tool, site)
+    finally:
+        host.stop()
+    ours = scripted_session(browser.call_tool, site)
+
+    assert reference == ours
+    after_click, final = ours
+    assert "You typed: hello" in after_click["paragraphs"]
+    assert final == {"paragraphs": ["Picked: b", "Keys: 0"], "Query": "world", "Name": "hello", "Keys": "",
+                     "Pick": ["Banana"]}
+
+
+def test_same_origin_iframe_content_is_in_the_snapshot_and_its_refs_act(browser, site):
+    page = ok(browser.browser_navigate(f"{site}/frames.html"))
+    assert re.search(r'^- iframe "Inner frame" \[ref=e\d+\]:$', page, re.M), page
+    field = re.search(r'^  - textbox "Inner field" \[ref=(f1e\d+)\]$', page, re.M)
+    button = re.search(r'^  - button "Inner" \[ref=(f1e\d+)\]$', page, re.M)
+    assert field and button, page
+    assert "Inner idle" in page and "Outer idle" in page
+
+    ok(browser.browser_type("Inner field", field.group(1), "hi"))
+    after = ok(browser.browser_click("Inner button", button.group(1)))
+    assert "Inner says: hi" in after
+    # The page's own refs still act beside the frame's.
+    assert "Outer clicked" in ok(browser.browser_click("Outer", ref(after, "button", "Outer")))
+    assert "refs look like e12" in failed(browser.browser_click("nothing", "fe3"))

@@ -1,0 +1,256 @@
+"""The `browser` family: boxd's native tools against the reference Node server (@playwright/mcp 0.0.25 from npm,
+hosted through a second boxd's MCP hosting, as upstream's image hosts it), both on Debian's headless chromium,
+against the same loopback page served by this script, in one run.
+
+Prints one table (action, reference p50/p95, boxd p50/p95, ratio of p50s), the memory of each side before and
+after a browser is open (the server's own RSS; the proportional set size of its node helper and of Chromium's
+processes, summed apart), and writes
+bench-out/browser.json. Every loop is bounded in count and time; only loopback is used.
+"""
+import argparse
+import functools
+import http.client
+import http.server
+import json
+import os
+import pathlib
+import re
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+TOKEN = "bench-token"
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+OUT = ROOT / "bench-out"
+REFERENCE = OUT / "reference-browser" / "node_modules" / "@playwright" / "mcp" / "cli.js"
+PAGES = ROOT / "tests" / "browser"
+CHROMIUM = "/usr/bin/chromium"
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+def serve_pages():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
+                                             functools.partial(QuietHandler, directory=str(PAGES)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}"
+
+
+class Boxd:
+    def __init__(self, binary, *args):
+        self.dir = tempfile.mkdtemp(prefix="bench-browser-")
+        self.port = free_port()
+        self.proc = subprocess.Popen(
+            [binary, "serve", "--host", "127.0.0.1", "--port", str(self.port), "--workspace", self.dir, *args],
+            env={**os.environ, "SECRET_TOKEN": TOKEN, "RUST_LOG": "warn"},
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                self.post("/healthz", None, method="GET")
+                self.conn = None
+                return
+            except (OSError, http.client.HTTPException):
+                self.conn = None
+                time.sleep(0.01)
+        raise RuntimeError("boxd did not start within 30 s")
+
+    conn = None
+
+    def post(self, path, body, method="POST"):
+        if self.conn is None:
+            self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
+        headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+        self.conn.request(method, path, body=json.dumps(body) if body is not None else None, headers=headers)
+        response = self.conn.getresponse()
+        data = response.read()
+        if response.status >= 400:
+            raise RuntimeError(f"{path} -> {response.status}: {data[:300]!r}")
+        try:
+            return json.loads(data)
+        except ValueError:
+            return data
+
+    def tool(self, name, arguments):
+        result = self.post("/mcp/call_tool", {"tool_name": name, "arguments": arguments})
+        if result.get("isError"):
+            raise RuntimeError(f"{name} {arguments} failed: {result}")
+        return "\n".join(item.get("text", "") for item in result.get("content", []) if item.get("type") == "text")
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def rss_kib(pid):
+    try:
+        for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def pss_kib(pid):
+    # Chromium's processes share most of their pages; summing their RSS would count those once per process.
+    try:
+        for line in pathlib.Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def process_tree():
+    """pid -> (parent pid, command name) for every process visible now."""
+    tree = {}
+    for entry in pathlib.Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # The command name is parenthesised and may hold spaces; the fields after it are fixed.
+        name = stat[stat.index("(") + 1:stat.rindex(")")]
+        parent = int(stat[stat.rindex(")") + 2:].split()[1])
+        tree[int(entry.name)] = (parent, name)
+    return tree
+
+
+def memory(root_pid):
+    """RSS of the server process; PSS summed over its non-Chromium descendants (the reference's node) and over
+    Chromium's processes."""
+    tree = process_tree()
+    children = {}
+    for pid, (parent, _) in tree.items():
+        children.setdefault(parent, []).append(pid)
+    helpers, chromium, stack = 0, 0, list(children.get(root_pid, []))
+    for _ in range(10_000):
+        if not stack:
+            break
+        pid = stack.pop()
+        stack.extend(children.get(pid, []))
+        if "chrom" in tree[pid][1]:
+            chromium += pss_kib(pid)
+        else:
+            helpers += pss_kib(pid)
+    return {"server_mib": rss_kib(root_pid) / 1024, "helpers_mib": helpers / 1024, "chromium_mib": chromium / 1024}
+
+
+def timed(call, count, budget_seconds):
+    samples = []
+    deadline = time.perf_counter() + budget_seconds
+    for _ in range(count):
+        started = time.perf_counter()
+        call()
+        samples.append(time.perf_counter() - started)
+        if time.perf_counter() > deadline:
+            break
+    samples.sort()
+    return {
+        "p50_ms": statistics.median(samples) * 1000,
+        "p95_ms": samples[min(len(samples) - 1, int(len(samples) * 0.95))] * 1000,
+        "n": len(samples),
+    }
+
+
+def ref(answer, role, name):
+    match = re.search(rf'- {role} "{re.escape(name)}"[^\n]*\[ref=(\w+)\]', answer)
+    if not match:
+        raise RuntimeError(f"no {role} {name!r} in:\n{answer[:2000]}")
+    return match.group(1)
+
+
+def workload(server, site):
+    page = f"{site}/form.html"
+    results = {}
+    started = time.perf_counter()
+    first = server.tool("browser_navigate", {"url": page})
+    results["first_navigate"] = {"ms": (time.perf_counter() - started) * 1000}
+    if "Test form" not in first:
+        raise RuntimeError(f"unexpected first page:\n{first[:2000]}")
+
+    def navigate_and_snapshot():
+        server.tool("browser_navigate", {"url": page})
+        server.tool("browser_snapshot", {})
+
+    results["navigate+snapshot"] = timed(navigate_and_snapshot, 30, 60)
+    results["snapshot"] = timed(lambda: server.tool("browser_snapshot", {}), 30, 60)
+    snapshot = server.tool("browser_snapshot", {})
+    show, name = ref(snapshot, "button", "Show"), ref(snapshot, "textbox", "Name")
+    results["click"] = timed(lambda: server.tool("browser_click", {"element": "Show button", "ref": show}), 30, 60)
+    results["type"] = timed(lambda: server.tool(
+        "browser_type", {"element": "Name field", "ref": name, "text": "hello"}), 30, 60)
+    results["take_screenshot"] = timed(lambda: server.tool("browser_take_screenshot", {}), 15, 60)
+    return results
+
+
+ROWS = ["navigate+snapshot", "snapshot", "click", "type", "take_screenshot"]
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--boxd", default=str(ROOT / "target" / "release" / "boxd"))
+    args = parser.parse_args()
+    if not REFERENCE.exists():
+        sys.exit(f"missing {REFERENCE}: run bench/setup.sh")
+    if not os.path.exists(CHROMIUM):
+        sys.exit(f"missing {CHROMIUM}: apt-get install chromium")
+    pages, site = serve_pages()
+    config_dir = tempfile.mkdtemp(prefix="bench-browser-config-")
+    config = pathlib.Path(config_dir) / "playwright-mcp.json"
+    config.write_text(json.dumps({"browser": {"browserName": "chromium", "isolated": True, "launchOptions": {
+        "executablePath": CHROMIUM, "headless": True,
+        # As root (containers), Chromium refuses to start with its sandbox; boxd passes --no-sandbox likewise.
+        "chromiumSandbox": False}}}))
+    native = Boxd(args.boxd, "--tools", "browser", "--browser-headless")
+    host = Boxd(args.boxd, "--tools", "mcp")
+    results = {"memory": {}}
+    try:
+        results["memory"]["boxd_before"] = memory(native.proc.pid)
+        host.post("/mcp/add_servers", {"server_configs": {"mcpServers": {"playwright": {
+            "command": "node", "args": [str(REFERENCE), "--config", str(config)],
+            "env": {"PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD": "1"}}}}})
+        results["memory"]["reference_before"] = memory(host.proc.pid)
+        for name, server in (("reference", host), ("boxd", native)):
+            results[name] = workload(server, site)
+            results["memory"][f"{name}_after"] = memory(server.proc.pid)
+    finally:
+        for process in (native, host):
+            process.stop()
+        pages.shutdown()
+    OUT.mkdir(exist_ok=True)
+    (OUT / "browser.json").write_text(json.dumps(results, indent=2))
+    print(f"{'browser action':<18} {'reference p50/p95 ms':>22} {'boxd p50/p95 ms':>18} {'ratio p50':>10}")
+    ref_first, box_first = results["reference"]["first_navigate"]["ms"], results["boxd"]["first_navigate"]["ms"]
+    print(f"{'first navigate':<18} {ref_first:>21.1f} {box_first:>18.1f} {box_first / ref_first:>10.3f}")
+    for action in ROWS:
+        ref_row, box = results["reference"][action], results["boxd"][action]
+        print(f"{action:<18} {ref_row['p50_ms']:>10.1f} /{ref_row['p95_ms']:>9.1f}"
+              f" {box['p50_ms']:>8.1f} /{box['p95_ms']:>7.1f} {box['p50_ms'] / ref_row['p50_ms']:>10.3f}")
+    print(f"{'memory MiB':<18} {'server RSS':>10} {'node PSS':>8} {'chromium PSS':>12}")
+    for key, row in results["memory"].items():
+        print(f"{key:<18} {row['server_mib']:>10.1f} {row['helpers_mib']:>8.1f} {row['chromium_mib']:>12.1f}")
+
+
+if __name__ == "__main__":
+    main()
