@@ -92,11 +92,14 @@ async fn cells_past_the_queue_or_its_wait_are_told_busy_and_never_run() {
     );
 }
 
+/// `shell::MAX_CONCURRENT_COMMANDS`.
+const COMMAND_CAP: usize = 128;
+
 #[tokio::test]
 async fn shell_commands_past_the_cap_are_told_busy() {
     let server = Server::start_with(&["--tools", "shell"]);
     let started = Instant::now();
-    let calls = join_all((0..40).map(|_| {
+    let calls = join_all((0..COMMAND_CAP + 8).map(|_| {
         call(
             server
                 .post("/tools/run_shell_command")
@@ -107,14 +110,14 @@ async fn shell_commands_past_the_cap_are_told_busy() {
     assert!(started.elapsed() < Duration::from_secs(15));
     let busy: Vec<_> = calls.iter().filter(|(status, ..)| *status == 429).collect();
     let ran = calls.iter().filter(|(status, ..)| *status == 200).count();
-    assert_eq!((ran, busy.len()), (32, 8), "{calls:?}");
+    assert_eq!((ran, busy.len()), (COMMAND_CAP, 8), "{calls:?}");
     for (_, retry_after, body, took) in busy {
         assert_eq!(retry_after.as_deref(), Some("1"));
         assert!(
             body["detail"]
                 .as_str()
                 .unwrap_or_default()
-                .contains("32 shell commands are running"),
+                .contains(&format!("{COMMAND_CAP} shell commands are running")),
             "{body}"
         );
         assert!(
@@ -124,7 +127,7 @@ async fn shell_commands_past_the_cap_are_told_busy() {
     }
 
     // The streaming route shares the cap: its busy answer is the stream's error event.
-    let holders: Vec<_> = (0..32)
+    let holders: Vec<_> = (0..COMMAND_CAP)
         .map(|_| {
             tokio::spawn(call(
                 server

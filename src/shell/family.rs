@@ -9,8 +9,9 @@ use crate::tools::admission::Admission;
 
 /// Shell commands running at once (blocking and streamed calls together); past it a call waits for a
 /// place at most [`COMMAND_ADMISSION_WAIT`], then is answered 429 with `Retry-After`. Long jobs
-/// belong in `/processes`, which has its own cap.
-pub const MAX_CONCURRENT_COMMANDS: usize = 32;
+/// belong in `/processes`, which has its own cap. 128: a burst of an agent's parallel tool calls runs at
+/// once (#21), while a runaway client still cannot fork without bound.
+pub const MAX_CONCURRENT_COMMANDS: usize = 128;
 /// How long a command waits for a place under [`MAX_CONCURRENT_COMMANDS`] before the busy answer.
 pub const COMMAND_ADMISSION_WAIT: Duration = Duration::from_millis(500);
 
