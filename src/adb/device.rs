@@ -3,14 +3,11 @@
 //! worker). It picks and connects the device on first use and again after it is lost; the family's health
 //! says whether the device is reachable.
 
-use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{Notify, oneshot};
-
 use super::wire::{Deadline, Direct, Output, Server, WireError};
-use crate::family::Health;
+use crate::family::{Health, Loss, Owner, OwnerError};
 
 /// Commands waiting for the device beyond this are refused as busy (429), not queued without end.
 pub const MAX_QUEUED_COMMANDS: usize = 64;
@@ -43,18 +40,9 @@ impl Target {
     }
 }
 
-type Job = Box<dyn FnOnce(&mut Connector) + Send>;
-
 #[derive(Clone)]
 pub struct Device {
-    jobs: SyncSender<Job>,
-    state: Arc<Shared>,
-}
-
-struct Shared {
-    health: Mutex<Option<Health>>,
-    /// Signalled when a command finds the device gone, so the family's watch reconnects.
-    lost: Notify,
+    owner: Owner<Connector>,
 }
 
 enum Live {
@@ -65,7 +53,7 @@ enum Live {
 struct Connector {
     target: Target,
     live: Option<Live>,
-    state: Arc<Shared>,
+    loss: Arc<Loss>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -84,21 +72,12 @@ pub enum DeviceError {
 
 impl Device {
     pub fn start(target: Target) -> Result<Device, String> {
-        let (jobs, received) = std::sync::mpsc::sync_channel(MAX_QUEUED_COMMANDS);
-        let state = Arc::new(Shared {
-            health: Mutex::new(None),
-            lost: Notify::new(),
-        });
-        let connector = Connector {
+        let owner = Owner::start("boxd-adb", MAX_QUEUED_COMMANDS, |loss| Connector {
             target,
             live: None,
-            state: Arc::clone(&state),
-        };
-        std::thread::Builder::new()
-            .name("boxd-adb".into())
-            .spawn(move || serve(connector, received))
-            .map_err(|err| format!("cannot start the adb thread: {err}"))?;
-        Ok(Device { jobs, state })
+            loss,
+        })?;
+        Ok(Device { owner })
     }
 
     /// Runs `command` in the device's shell, within `timeout` once its turn comes.
@@ -125,40 +104,25 @@ impl Device {
         work: impl FnOnce(&mut Connector) -> Result<T, DeviceError> + Send + 'static,
         timeout: Duration,
     ) -> Result<T, DeviceError> {
-        let (reply, answer) = oneshot::channel();
-        let job: Job = Box::new(move |connector: &mut Connector| {
-            let _ = reply.send(work(connector));
-        });
-        match self.jobs.try_send(job) {
-            Ok(()) => {}
-            Err(TrySendError::Full(_)) => return Err(DeviceError::Busy),
-            Err(TrySendError::Disconnected(_)) => return Err(DeviceError::Stopped),
-        }
         // The thread bounds each command itself; this only caps the wait behind a queue.
-        match tokio::time::timeout(timeout.saturating_add(QUEUE_GRACE), answer).await {
-            Ok(Ok(outcome)) => outcome,
-            Ok(Err(_)) => Err(DeviceError::Stopped),
-            Err(_) => Err(DeviceError::Busy),
+        match self
+            .owner
+            .run(work, Some(timeout.saturating_add(QUEUE_GRACE)))
+            .await
+        {
+            Ok(outcome) => outcome,
+            Err(OwnerError::Busy(_)) => Err(DeviceError::Busy),
+            Err(OwnerError::Stopped) => Err(DeviceError::Stopped),
         }
     }
 
     pub fn set_health(&self, health: Health) {
-        *self
-            .state
-            .health
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(health);
+        self.owner.set_health(health);
     }
 
     /// Resolves when a command found the device gone.
     pub async fn lost(&self) {
-        self.state.lost.notified().await;
-    }
-}
-
-fn serve(mut connector: Connector, jobs: Receiver<Job>) {
-    while let Ok(job) = jobs.recv() {
-        job(&mut connector);
+        self.owner.lost().await;
     }
 }
 
@@ -280,16 +244,7 @@ impl Connector {
     }
 
     fn lost(&self, err: &DeviceError) {
-        if let Some(health) = self
-            .state
-            .health
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .as_ref()
-        {
-            health.failed(err.to_string());
-        }
-        self.state.lost.notify_one();
+        self.loss.report(err.to_string());
     }
 }
 
