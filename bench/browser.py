@@ -9,32 +9,21 @@ bench-out/browser.json. Every loop is bounded in count and time; only loopback i
 """
 import argparse
 import functools
-import http.client
 import http.server
 import json
 import os
 import pathlib
 import re
-import socket
-import statistics
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 
-TOKEN = "bench-token"
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-OUT = ROOT / "bench-out"
+from family_bench import OUT, ROOT, Boxd, timed
+
 REFERENCE = OUT / "reference-browser" / "node_modules" / "@playwright" / "mcp" / "cli.js"
 PAGES = ROOT / "tests" / "browser"
 CHROMIUM = "/usr/bin/chromium"
-
-
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class QuietHandler(http.server.SimpleHTTPRequestHandler):
@@ -47,55 +36,6 @@ def serve_pages():
                                              functools.partial(QuietHandler, directory=str(PAGES)))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server, f"http://127.0.0.1:{server.server_address[1]}"
-
-
-class Boxd:
-    def __init__(self, binary, *args):
-        self.dir = tempfile.mkdtemp(prefix="bench-browser-")
-        self.port = free_port()
-        self.proc = subprocess.Popen(
-            [binary, "serve", "--host", "127.0.0.1", "--port", str(self.port), "--workspace", self.dir, *args],
-            env={**os.environ, "SECRET_TOKEN": TOKEN, "RUST_LOG": "warn"},
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                self.post("/healthz", None, method="GET")
-                self.conn = None
-                return
-            except (OSError, http.client.HTTPException):
-                self.conn = None
-                time.sleep(0.01)
-        raise RuntimeError("boxd did not start within 30 s")
-
-    conn = None
-
-    def post(self, path, body, method="POST"):
-        if self.conn is None:
-            self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
-        headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
-        self.conn.request(method, path, body=json.dumps(body) if body is not None else None, headers=headers)
-        response = self.conn.getresponse()
-        data = response.read()
-        if response.status >= 400:
-            raise RuntimeError(f"{path} -> {response.status}: {data[:300]!r}")
-        try:
-            return json.loads(data)
-        except ValueError:
-            return data
-
-    def tool(self, name, arguments):
-        result = self.post("/mcp/call_tool", {"tool_name": name, "arguments": arguments})
-        if result.get("isError"):
-            raise RuntimeError(f"{name} {arguments} failed: {result}")
-        return "\n".join(item.get("text", "") for item in result.get("content", []) if item.get("type") == "text")
-
-    def stop(self):
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
 
 
 def rss_kib(pid):
@@ -156,21 +96,10 @@ def memory(root_pid):
     return {"server_mib": rss_kib(root_pid) / 1024, "helpers_mib": helpers / 1024, "chromium_mib": chromium / 1024}
 
 
-def timed(call, count, budget_seconds):
-    samples = []
-    deadline = time.perf_counter() + budget_seconds
-    for _ in range(count):
-        started = time.perf_counter()
-        call()
-        samples.append(time.perf_counter() - started)
-        if time.perf_counter() > deadline:
-            break
-    samples.sort()
-    return {
-        "p50_ms": statistics.median(samples) * 1000,
-        "p95_ms": samples[min(len(samples) - 1, int(len(samples) * 0.95))] * 1000,
-        "n": len(samples),
-    }
+def tool(server, name, arguments):
+    """The text items of a tool's result."""
+    result = server.call(name, arguments)
+    return "\n".join(item.get("text", "") for item in result.get("content", []) if item.get("type") == "text")
 
 
 def ref(answer, role, name):
@@ -184,23 +113,23 @@ def workload(server, site):
     page = f"{site}/form.html"
     results = {}
     started = time.perf_counter()
-    first = server.tool("browser_navigate", {"url": page})
+    first = tool(server, "browser_navigate", {"url": page})
     results["first_navigate"] = {"ms": (time.perf_counter() - started) * 1000}
     if "Test form" not in first:
         raise RuntimeError(f"unexpected first page:\n{first[:2000]}")
 
     def navigate_and_snapshot():
-        server.tool("browser_navigate", {"url": page})
-        server.tool("browser_snapshot", {})
+        tool(server, "browser_navigate", {"url": page})
+        tool(server, "browser_snapshot", {})
 
     results["navigate+snapshot"] = timed(navigate_and_snapshot, 30, 60)
-    results["snapshot"] = timed(lambda: server.tool("browser_snapshot", {}), 30, 60)
-    snapshot = server.tool("browser_snapshot", {})
+    results["snapshot"] = timed(lambda: tool(server, "browser_snapshot", {}), 30, 60)
+    snapshot = tool(server, "browser_snapshot", {})
     show, name = ref(snapshot, "button", "Show"), ref(snapshot, "textbox", "Name")
-    results["click"] = timed(lambda: server.tool("browser_click", {"element": "Show button", "ref": show}), 30, 60)
-    results["type"] = timed(lambda: server.tool(
+    results["click"] = timed(lambda: tool(server, "browser_click", {"element": "Show button", "ref": show}), 30, 60)
+    results["type"] = timed(lambda: tool(server, 
         "browser_type", {"element": "Name field", "ref": name, "text": "hello"}), 30, 60)
-    results["take_screenshot"] = timed(lambda: server.tool("browser_take_screenshot", {}), 15, 60)
+    results["take_screenshot"] = timed(lambda: tool(server, "browser_take_screenshot", {}), 15, 60)
     return results
 
 
@@ -227,7 +156,7 @@ def main():
     results = {"memory": {}}
     try:
         results["memory"]["boxd_before"] = memory(native.proc.pid)
-        host.post("/mcp/add_servers", {"server_configs": {"mcpServers": {"playwright": {
+        host.request("/mcp/add_servers", {"server_configs": {"mcpServers": {"playwright": {
             "command": "node", "args": [str(REFERENCE), "--config", str(config)],
             "env": {"PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD": "1"}}}}})
         results["memory"]["reference_before"] = memory(host.proc.pid)

@@ -5,28 +5,16 @@ Prints one table (action, reference p50/p95, boxd p50/p95, ratio of p50s) and wr
 bench-out/computer.json. Every loop is bounded in count and time; only loopback is used.
 """
 import argparse
-import http.client
 import json
 import os
-import pathlib
-import socket
-import statistics
 import subprocess
 import sys
-import tempfile
 import time
 
-TOKEN = "bench-token"
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-OUT = ROOT / "bench-out"
+from family_bench import OUT, ROOT, Boxd, timed
+
 REFERENCE = OUT / "reference-computer" / "node_modules" / "computer-use-mcp" / "dist" / "main.js"
 RECORDER = ROOT / "tests" / "computer" / "recorder.py"
-
-
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def start_xvfb():
@@ -36,72 +24,6 @@ def start_xvfb():
     os.close(write)
     with os.fdopen(read) as numbers:
         return xvfb, ":" + numbers.readline().strip()
-
-
-class Boxd:
-    def __init__(self, binary, *args):
-        self.dir = tempfile.mkdtemp(prefix="bench-computer-")
-        self.port = free_port()
-        self.proc = subprocess.Popen(
-            [binary, "serve", "--host", "127.0.0.1", "--port", str(self.port), "--workspace", self.dir, *args],
-            env={**os.environ, "SECRET_TOKEN": TOKEN, "RUST_LOG": "warn"},
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                self.post("/healthz", None, method="GET")
-                self.conn = None
-                return
-            except (OSError, http.client.HTTPException):
-                self.conn = None
-                time.sleep(0.01)
-        raise RuntimeError("boxd did not start within 30 s")
-
-    conn = None
-
-    def post(self, path, body, method="POST"):
-        if self.conn is None:
-            self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
-        headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
-        self.conn.request(method, path, body=json.dumps(body) if body is not None else None, headers=headers)
-        response = self.conn.getresponse()
-        data = response.read()
-        if response.status >= 400:
-            raise RuntimeError(f"{path} -> {response.status}: {data[:300]!r}")
-        try:
-            return json.loads(data)
-        except ValueError:
-            return data
-
-    def computer(self, arguments):
-        result = self.post("/mcp/call_tool", {"tool_name": "computer", "arguments": arguments})
-        if result.get("isError"):
-            raise RuntimeError(f"computer {arguments} failed: {result}")
-        return result
-
-    def stop(self):
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-
-
-def timed(call, count, budget_seconds):
-    samples = []
-    deadline = time.perf_counter() + budget_seconds
-    for _ in range(count):
-        started = time.perf_counter()
-        call()
-        samples.append(time.perf_counter() - started)
-        if time.perf_counter() > deadline:
-            break
-    samples.sort()
-    return {
-        "p50_ms": statistics.median(samples) * 1000,
-        "p95_ms": samples[min(len(samples) - 1, int(len(samples) * 0.95))] * 1000,
-        "n": len(samples),
-    }
 
 
 WORKLOAD = [
@@ -125,13 +47,13 @@ def main():
     host = Boxd(args.boxd, "--tools", "mcp")
     results = {}
     try:
-        host.post("/mcp/add_servers", {"server_configs": {"mcpServers": {"computer-use": {
+        host.request("/mcp/add_servers", {"server_configs": {"mcpServers": {"computer-use": {
             "command": "node", "args": [str(REFERENCE)], "env": {"DISPLAY": display}}}}})
         for name, server in (("reference", host), ("boxd", native)):
-            server.computer({"action": "get_screenshot"})  # warm-up
+            server.call("computer", {"action": "get_screenshot"})  # warm-up
             results[name] = {
                 action: timed(lambda counter=iter(range(10**6)), make=make, server=server:
-                              server.computer(make(next(counter))), count, budget_seconds=60)
+                              server.call("computer", make(next(counter))), count, budget_seconds=60)
                 for action, make, count in WORKLOAD
             }
     finally:

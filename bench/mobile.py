@@ -7,28 +7,18 @@ device adds its own `input` start, hundreds of ms). Every loop is bounded in cou
 is used.
 """
 import argparse
-import http.client
 import json
 import os
 import pathlib
-import socket
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
-TOKEN = "bench-token"
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-OUT = ROOT / "bench-out"
+from family_bench import OUT, ROOT, Boxd, free_port, timed
+
 FAKE = ROOT.parent / "shared" / "tools" / "fake-adbd"
 FAKEBIN = ROOT / "tests" / "adb" / "fakebin"
-
-
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def wait_for_line(stream, needle, seconds):
@@ -54,69 +44,6 @@ def start_device(directory):
     return proc, port
 
 
-class Boxd:
-    def __init__(self, binary, *args):
-        self.dir = tempfile.mkdtemp(prefix="bench-mobile-")
-        self.port = free_port()
-        self.conn = None
-        self.proc = subprocess.Popen(
-            [binary, "serve", "--host", "127.0.0.1", "--port", str(self.port), "--workspace", self.dir, *args],
-            env={**os.environ, "SECRET_TOKEN": TOKEN, "RUST_LOG": "warn"},
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                ready = self.request("/readyz", None, method="GET")
-                if ready.get("families", {}).get("adb", {}).get("status") == "ready":
-                    return
-            except (OSError, http.client.HTTPException, RuntimeError, ValueError):
-                self.conn = None
-            time.sleep(0.05)
-        self.stop()
-        raise RuntimeError("boxd's adb family was not ready within 30 s")
-
-    def request(self, path, body, method="POST"):
-        if self.conn is None:
-            self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
-        headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
-        self.conn.request(method, path, body=json.dumps(body) if body is not None else None, headers=headers)
-        response = self.conn.getresponse()
-        data = response.read()
-        if response.status >= 400:
-            raise RuntimeError(f"{path} -> {response.status}: {data[:300]!r}")
-        return json.loads(data)
-
-    def adb(self, arguments):
-        result = self.request("/mcp/call_tool", {"tool_name": "adb", "arguments": arguments})
-        if result.get("isError"):
-            raise RuntimeError(f"adb {arguments} failed: {result}")
-        return result
-
-    def stop(self):
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-
-
-def timed(call, count, budget_seconds):
-    samples = []
-    deadline = time.perf_counter() + budget_seconds
-    for _ in range(count):
-        started = time.perf_counter()
-        call()
-        samples.append(time.perf_counter() - started)
-        if time.perf_counter() > deadline:
-            break
-    samples.sort()
-    return {
-        "p50_ms": statistics.median(samples) * 1000,
-        "p95_ms": samples[min(len(samples) - 1, int(len(samples) * 0.95))] * 1000,
-        "n": len(samples),
-    }
-
-
 WORKLOAD = [
     ("tap", {"action": "tap", "coordinate": [100, 200]}, 100),
     ("get_screenshot", {"action": "get_screenshot"}, 50),
@@ -136,11 +63,12 @@ def main():
     device, port = start_device(directory)
     results = {}
     try:
-        boxd = Boxd(args.boxd, "--tools", "adb", "--adb-connect", f"127.0.0.1:{port}")
+        boxd = Boxd(args.boxd, "--tools", "adb", "--adb-connect", f"127.0.0.1:{port}",
+                    ready=lambda readyz: readyz.get("families", {}).get("adb", {}).get("status") == "ready")
         try:
-            boxd.adb({"action": "get_screenshot"})  # warm-up: connection made
+            boxd.call("adb", {"action": "get_screenshot"})  # warm-up: connection made
             for name, arguments, count in WORKLOAD:
-                results[name] = timed(lambda arguments=arguments: boxd.adb(arguments), count, budget_seconds=60)
+                results[name] = timed(lambda arguments=arguments: boxd.call("adb", arguments), count, budget_seconds=60)
         finally:
             boxd.stop()
     finally:
