@@ -168,21 +168,11 @@ impl Computer {
                 format!("Pressed key: {shown}")
             }
             Action::KeyDown { text: shown, chord } => {
-                self.desktop
-                    .run(move |session| {
-                        press_chord(session, &chord)?;
-                        session.sync()
-                    })
-                    .await?;
+                hold_chord(&self.desktop, chord, true).await?;
                 format!("Key down: {shown}")
             }
             Action::KeyUp { text: shown, chord } => {
-                self.desktop
-                    .run(move |session| {
-                        release_chord(session, &chord)?;
-                        session.sync()
-                    })
-                    .await?;
+                hold_chord(&self.desktop, chord, false).await?;
                 format!("Key up: {shown}")
             }
             Action::Type { text: typed } => {
@@ -330,13 +320,7 @@ impl Computer {
 
     /// Presses the chord, waits, releases it; released even when the call is dropped while it waits.
     async fn hold(&self, chord: Vec<u32>, duration: Duration) -> Result<(), Failure> {
-        let pressed = chord.clone();
-        self.desktop
-            .run(move |session| {
-                press_chord(session, &pressed)?;
-                session.sync()
-            })
-            .await?;
+        hold_chord(&self.desktop, chord.clone(), true).await?;
         let release = ReleaseOnDrop {
             desktop: self.desktop.clone(),
             chord: Some(chord),
@@ -467,6 +451,20 @@ fn release_chord(session: &mut x11::Session, chord: &[u32]) -> Result<(), x11::X
     Ok(())
 }
 
+/// Presses (`down`) or releases the chord and waits until the X server has it.
+async fn hold_chord(desktop: &Desktop, chord: Vec<u32>, down: bool) -> Result<(), DesktopError> {
+    desktop
+        .run(move |session| {
+            if down {
+                press_chord(session, &chord)?;
+            } else {
+                release_chord(session, &chord)?;
+            }
+            session.sync()
+        })
+        .await
+}
+
 fn clamp_u16(value: u32) -> u16 {
     u16::try_from(value).unwrap_or(u16::MAX)
 }
@@ -486,12 +484,7 @@ impl ReleaseOnDrop {
         let Some(chord) = self.chord.take() else {
             return Ok(());
         };
-        self.desktop
-            .run(move |session| {
-                release_chord(session, &chord)?;
-                session.sync()
-            })
-            .await?;
+        hold_chord(&self.desktop, chord, false).await?;
         Ok(())
     }
 }
@@ -501,12 +494,7 @@ impl Drop for ReleaseOnDrop {
         if let Some(chord) = self.chord.take() {
             let desktop = self.desktop.clone();
             tokio::spawn(async move {
-                let _ = desktop
-                    .run(move |session| {
-                        release_chord(session, &chord)?;
-                        session.sync()
-                    })
-                    .await;
+                let _ = hold_chord(&desktop, chord, false).await;
             });
         }
     }
