@@ -1,4 +1,4 @@
-"""What the family benches (computer, browser, mobile) share: a boxd started on a scratch workspace and
+"""What the benches share (the family benches entirely, `run.py` its timing): a boxd started on a scratch workspace and
 driven through /mcp/call_tool over one keep-alive connection, a free loopback port, and timing that is
 bounded in count and time."""
 import http.client
@@ -86,18 +86,23 @@ class Boxd:
             self.proc.kill()
 
 
-def timed(call, count, budget_seconds):
-    samples = []
+def samples(call, count, budget_seconds=60):
+    """Seconds each of at most `count` calls took, stopping once `budget_seconds` have passed."""
+    taken = []
     deadline = time.perf_counter() + budget_seconds
     for _ in range(count):
         started = time.perf_counter()
         call()
-        samples.append(time.perf_counter() - started)
+        taken.append(time.perf_counter() - started)
         if time.perf_counter() > deadline:
             break
-    samples.sort()
+    return taken
+
+
+def timed(call, count, budget_seconds):
+    taken = sorted(samples(call, count, budget_seconds))
     return {
-        "p50_ms": statistics.median(samples) * 1000,
-        "p95_ms": samples[min(len(samples) - 1, int(len(samples) * 0.95))] * 1000,
-        "n": len(samples),
+        "p50_ms": statistics.median(taken) * 1000,
+        "p95_ms": taken[min(len(taken) - 1, int(len(taken) * 0.95))] * 1000,
+        "n": len(taken),
     }

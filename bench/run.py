@@ -19,6 +19,8 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from family_bench import samples as timed
+
 TOKEN = "bench-token"
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 OUT = ROOT / "bench-out"
@@ -127,18 +129,6 @@ class Server:
         except subprocess.TimeoutExpired:
             self.proc.kill()
         shutil.rmtree(self.dir, ignore_errors=True)
-
-
-def timed(call, count, budget_seconds=60):
-    samples = []
-    deadline = time.perf_counter() + budget_seconds
-    for _ in range(count):
-        started = time.perf_counter()
-        call()
-        samples.append(time.perf_counter() - started)
-        if time.perf_counter() > deadline:
-            break
-    return samples
 
 
 def percentile(samples, fraction):
