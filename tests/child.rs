@@ -46,6 +46,33 @@ async fn children_die_with_a_sigkilled_boxd() {
 }
 
 #[tokio::test]
+async fn a_running_shell_command_dies_with_a_sigkilled_boxd() {
+    let mut server = Server::start_with(&["--tools", "shell"]);
+    let pid_file = server.ws("shell.pid");
+    let request = server
+        .post("/tools/run_shell_command")
+        .json(&json!({"command": "echo $$ > shell.pid.tmp && mv shell.pid.tmp shell.pid && exec sleep 300", "timeout": 600}))
+        .send();
+    let pending = tokio::spawn(request);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let shell = loop {
+        if let Some(pid) = std::fs::read_to_string(&pid_file)
+            .ok()
+            .and_then(|text| text.trim().parse::<u64>().ok())
+        {
+            break pid;
+        }
+        assert!(Instant::now() < deadline, "the command never started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(runs(shell));
+
+    server.kill();
+    assert!(wait_stopped(shell), "the shell command outlived boxd");
+    pending.abort();
+}
+
+#[tokio::test]
 async fn the_oom_killer_takes_a_child_before_boxd() {
     let server = Server::start_with(&["--tools", "shell"]);
     let answer = server.shell("cat /proc/self/oom_score_adj").await;

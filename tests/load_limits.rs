@@ -99,15 +99,17 @@ const COMMAND_CAP: usize = 128;
 async fn shell_commands_past_the_cap_are_told_busy() {
     let server = Server::start_with(&["--tools", "shell"]);
     let started = Instant::now();
+    // The running commands outlast the busy answers' 0.5 s wait by far, so a busy answer that came
+    // only once they finished shows even on a loaded machine.
     let calls = join_all((0..COMMAND_CAP + 8).map(|_| {
         call(
             server
                 .post("/tools/run_shell_command")
-                .json(&json!({"command": "sleep 3"})),
+                .json(&json!({"command": "sleep 8"})),
         )
     }))
     .await;
-    assert!(started.elapsed() < Duration::from_secs(15));
+    assert!(started.elapsed() < Duration::from_secs(30));
     let busy: Vec<_> = calls.iter().filter(|(status, ..)| *status == 429).collect();
     let ran = calls.iter().filter(|(status, ..)| *status == 200).count();
     assert_eq!((ran, busy.len()), (COMMAND_CAP, 8), "{calls:?}");
@@ -121,22 +123,28 @@ async fn shell_commands_past_the_cap_are_told_busy() {
             "{body}"
         );
         assert!(
-            *took < Duration::from_secs(2),
+            *took < Duration::from_secs(6),
             "answered only after {took:?}"
         );
     }
 
-    // The streaming route shares the cap: its busy answer is the stream's error event.
+    // The streaming route shares the cap: its busy answer is the stream's error event. Each holder
+    // leaves a file once it runs, so the stream is sent when all of them hold a place.
+    std::fs::create_dir_all(server.ws("held")).expect("held dir");
     let holders: Vec<_> = (0..COMMAND_CAP)
         .map(|_| {
             tokio::spawn(call(
                 server
                     .post("/tools/run_shell_command")
-                    .json(&json!({"command": "sleep 3"})),
+                    .json(&json!({"command": "mktemp -p held >/dev/null; sleep 10"})),
             ))
         })
         .collect();
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::fs::read_dir(server.ws("held")).map_or(0, Iterator::count) < COMMAND_CAP {
+        assert!(Instant::now() < deadline, "the holders never all ran");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let events = server
         .post("/tools/run_shell_command/stream")
         .header("accept", "application/x-ndjson")

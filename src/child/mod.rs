@@ -5,12 +5,14 @@
 mod environment;
 mod group;
 mod leftovers;
+mod piped;
 mod spawn;
 mod stderr;
 
 pub use environment::withhold_from_children;
 pub use group::OwnedGroup;
 pub use leftovers::{instance_key, mark_children, stop_leftovers};
+pub use piped::spawn_piped;
 pub use spawn::{
     Backoff, CHILD_OOM_SCORE_ADJ, ChildGroup, Grouping, command, set_family_environment,
     spawn_failure,

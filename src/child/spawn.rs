@@ -1,6 +1,8 @@
 //! How boxd starts a child, and what it owns afterwards: every spawn site (shell commands, the kernel,
 //! live processes, hosted MCP servers, and next Xvfb, Chromium and adb) builds its command with
-//! [`command`] and holds the result in a [`ChildGroup`], so no site can forget a rule:
+//! [`command`] (shell commands, the hot path, spawn with [`spawn_piped`](super::spawn_piped), which
+//! keeps the same rules at a third of the cost) and holds the result in a [`ChildGroup`], so no site
+//! can forget a rule:
 //!
 //! - the environment is boxd's own without its secrets (withheld at start, see `environment`) plus what
 //!   the enabled families contribute (`DISPLAY`, ...) plus what the call asks for;
@@ -42,6 +44,11 @@ pub fn set_family_environment(variables: Vec<(String, String)>) {
     if FAMILY_ENVIRONMENT.set(variables).is_err() {
         tracing::warn!("the children's environment was already set; keeping the first");
     }
+}
+
+/// What the enabled families add to every child's environment (empty before start-up sets it).
+pub(super) fn family_environment() -> &'static [(String, String)] {
+    FAMILY_ENVIRONMENT.get().map_or(&[], Vec::as_slice)
 }
 
 /// A command for `program` that follows every rule of this module; the caller adds arguments, working

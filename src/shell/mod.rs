@@ -7,7 +7,6 @@ pub use family::{COMMAND_ADMISSION_WAIT, MAX_CONCURRENT_COMMANDS, family};
 mod output;
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -134,17 +133,10 @@ pub async fn run(
     limits: &ShellLimits,
     progress: Option<&ProgressSink>,
 ) -> std::io::Result<ShellOutcome> {
-    let mut child = child::command("/bin/sh", Grouping::OwnGroup)
-        .arg("-c")
-        .arg(command)
-        .current_dir(cwd)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()?;
+    let mut child = child::spawn_piped("/bin/sh", &["-c", command], cwd)?;
     // Until the shell exits, dropping this (the caller went away: a client disconnect drops the request
     // future) kills the group, so an abandoned command does not run on unobserved.
-    let mut group = ChildGroup::of(child.id(), Grouping::OwnGroup);
+    let mut group = ChildGroup::of(Some(child.id()), Grouping::OwnGroup);
     let (Some(mut stdout), Some(mut stderr)) = (child.stdout.take(), child.stderr.take()) else {
         return Err(std::io::Error::other("child pipes missing"));
     };
