@@ -14,6 +14,7 @@ mod http;
 mod ipython;
 mod limits;
 mod mcp;
+mod memory;
 mod processes;
 mod shell;
 mod tools;
@@ -71,6 +72,7 @@ fn main() -> std::process::ExitCode {
     }
     // Before any thread or child exists: the token was read into `cli`; no child may inherit it.
     child::withhold_from_children(&["SECRET_TOKEN"]);
+    memory::configure_allocator();
     let instance = match &cli.command {
         Command::Serve(args) => Some(child::instance_key(
             &std::path::absolute(&args.workspace).unwrap_or_else(|_| args.workspace.clone()),
@@ -215,6 +217,7 @@ async fn serve(args: ServeArgs, instance: String) -> Result<(), String> {
         max_connections = limits.max_connections,
         "connection limits"
     );
+    memory::spawn_trimmer();
     let server = http::serve::serve(listener, router, limits, async move {
         let _ = graceful_stop.wait_for(|stopped| *stopped).await;
         tracing::info!("stop signal received; finishing in-flight requests");

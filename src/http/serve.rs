@@ -251,6 +251,7 @@ impl Connection {
         let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
             let service = service.clone();
             async move {
+                let _busy = crate::memory::busy();
                 let request = request.map(Body::new);
                 if restricted && !is_probe(request.uri().path()) {
                     return Ok::<Response, Infallible>(over_cap_response(max_connections));
