@@ -3,7 +3,8 @@
 //! [`command`] and holds the result in a [`ChildGroup`], so no site can forget a rule:
 //!
 //! - the environment is boxd's own without its secrets (withheld at start, see `environment`) plus what
-//!   the enabled families contribute (`DISPLAY`, ...) plus what the call asks for;
+//!   a claim's `POST /init` gave (pool mode) plus what the enabled families contribute (`DISPLAY`, ...)
+//!   plus what the call asks for;
 //! - the child leads its own process group (or, for a terminal, its own session), so one signal reaches
 //!   it and everything it started;
 //! - its `oom_score_adj` is raised, so under memory pressure the kernel's OOM killer takes a child
@@ -48,6 +49,12 @@ pub fn set_family_environment(variables: Vec<(String, String)>) {
 /// directory, environment and stdio, spawns it, and wraps the pid in a [`ChildGroup`] at once.
 pub fn command(program: impl AsRef<OsStr>, grouping: Grouping) -> Command {
     let mut command = Command::new(program);
+    // The claim's variables first, so a family's own (`DISPLAY`, ...) still win.
+    command.envs(
+        super::environment::runtime_environment()
+            .iter()
+            .map(|(key, value)| (key, value)),
+    );
     if let Some(variables) = FAMILY_ENVIRONMENT.get() {
         command.envs(variables.iter().map(|(key, value)| (key, value)));
     }
