@@ -102,6 +102,11 @@ impl Auth {
         }
     }
 
+    /// `Ok` for a request whose credential opens the authenticated routes, else the 403's detail.
+    pub fn check_headers(&self, headers: &HeaderMap) -> Result<(), &'static str> {
+        self.check(presented(headers))
+    }
+
     /// `Ok` for a credential that opens the authenticated routes, else the 403's detail.
     fn check(&self, presented: Option<&[u8]>) -> Result<(), &'static str> {
         match self.0.as_ref() {
@@ -181,7 +186,7 @@ fn bearer_credentials(header: &[u8]) -> Option<&[u8]> {
 }
 
 pub async fn require_bearer(State(auth): State<Auth>, request: Request, next: Next) -> Response {
-    match auth.check(presented(request.headers())) {
+    match auth.check_headers(request.headers()) {
         Ok(()) => next.run(request).await,
         Err(detail) => {
             super::reject_unread_body(ApiError::Forbidden(detail.into()), request.into_body()).await

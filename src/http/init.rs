@@ -42,15 +42,16 @@ pub struct InitRequest {
 
 pub async fn init(State(auth): State<Auth>, headers: HeaderMap, request: Request) -> Response {
     let Some(pool) = auth.pool_mode() else {
-        return super::reject_unread_body(
-            ApiError::NotFound(
+        // Outside pool mode the route is refused like any other to a caller without the token.
+        let refusal = match auth.check_headers(&headers) {
+            Err(detail) => ApiError::Forbidden(detail.into()),
+            Ok(()) => ApiError::NotFound(
                 "POST /init exists only in pool mode (boxd serve --pool-secret-file); this boxd \
                  has its token from SECRET_TOKEN"
                     .into(),
             ),
-            request.into_body(),
-        )
-        .await;
+        };
+        return super::reject_unread_body(refusal, request.into_body()).await;
     };
     match pool.caller(&headers) {
         InitCaller::Claimant => {}
