@@ -63,6 +63,13 @@ pub struct ServeArgs {
     #[arg(long, env = "SECRET_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
 
+    /// Pool mode, for a warm pool's pods that start before anyone claims them: the file holding the
+    /// pool secret (a mounted Secret). Until one `POST /init` authenticated with it sets the session
+    /// token, only `/livez`, `/readyz/status` and `/init` answer; afterwards only that token works.
+    /// Excludes `SECRET_TOKEN`.
+    #[arg(long, env = "BOXD_POOL_SECRET_FILE")]
+    pub pool_secret_file: Option<PathBuf>,
+
     /// Default seconds before a shell command's process group is killed.
     #[arg(long, env = "BOXD_COMMAND_TIMEOUT", default_value_t = 300.0)]
     pub command_timeout: f64,

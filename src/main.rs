@@ -120,12 +120,21 @@ fn main() -> std::process::ExitCode {
 }
 
 async fn serve(args: ServeArgs, instance: String) -> Result<(), String> {
-    let token = match args.token.clone().filter(|token| !token.is_empty()) {
-        Some(token) => token,
-        None => {
+    let token = args.token.clone().filter(|token| !token.is_empty());
+    let auth = match (&args.pool_secret_file, token) {
+        (Some(_), Some(_)) => {
+            return Err(
+                "pool mode (--pool-secret-file) takes its token from POST /init; unset \
+                        SECRET_TOKEN (--token)"
+                    .into(),
+            );
+        }
+        (Some(path), None) => auth::Auth::pool_from_file(path)?,
+        (None, Some(token)) => auth::Auth::fixed(&token),
+        (None, None) => {
             let token = auth::generate();
             eprintln!("boxd: SECRET_TOKEN is not set; generated token: {token}");
-            token
+            auth::Auth::fixed(&token)
         }
     };
     if args.max_output == 0 {
@@ -206,7 +215,7 @@ async fn serve(args: ServeArgs, instance: String) -> Result<(), String> {
         tools: Arc::clone(&tools),
         families: Arc::clone(&families),
         tool_routes: mcp::tool_routes(Arc::clone(&mcp_host)),
-        token: auth::Token::new(&token),
+        auth,
     });
     let limits = http::serve::Limits {
         max_connections: http::serve::connection_cap(fd_limit),

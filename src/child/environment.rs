@@ -7,6 +7,22 @@
 //! that (README, "Secrets").
 
 use std::ffi::CString;
+use std::sync::OnceLock;
+
+/// Variables a claim gave every child through `POST /init` (pool mode): a layer over boxd's own
+/// environment, so boxd itself never runs with a tenant's variables and nothing mutates the process
+/// environment once threads exist.
+static RUNTIME_ENVIRONMENT: OnceLock<Vec<(String, String)>> = OnceLock::new();
+
+/// Sets the claim's layer; once per process (a pod serves one claim). Answers false if it was set.
+pub fn set_runtime_environment(variables: Vec<(String, String)>) -> bool {
+    RUNTIME_ENVIRONMENT.set(variables).is_ok()
+}
+
+/// The claim's layer, empty before `POST /init` and outside pool mode.
+pub fn runtime_environment() -> &'static [(String, String)] {
+    RUNTIME_ENVIRONMENT.get().map(Vec::as_slice).unwrap_or(&[])
+}
 
 /// Removes each of `names` from this process's environment and blanks its value in the original
 /// environment block. Call it first thing in `main`, while boxd has a single thread (the environment is

@@ -9,7 +9,7 @@ mod piped;
 mod spawn;
 mod stderr;
 
-pub use environment::withhold_from_children;
+pub use environment::{set_runtime_environment, withhold_from_children};
 pub use group::OwnedGroup;
 pub use leftovers::{instance_key, mark_children, stop_leftovers};
 pub use piped::spawn_piped;

@@ -5,7 +5,8 @@
 //! can forget a rule:
 //!
 //! - the environment is boxd's own without its secrets (withheld at start, see `environment`) plus what
-//!   the enabled families contribute (`DISPLAY`, ...) plus what the call asks for;
+//!   a claim's `POST /init` gave (pool mode) plus what the enabled families contribute (`DISPLAY`, ...)
+//!   plus what the call asks for;
 //! - the child leads its own process group (or, for a terminal, its own session), so one signal reaches
 //!   it and everything it started;
 //! - its `oom_score_adj` is raised, so under memory pressure the kernel's OOM killer takes a child
@@ -55,6 +56,12 @@ pub(super) fn family_environment() -> &'static [(String, String)] {
 /// directory, environment and stdio, spawns it, and wraps the pid in a [`ChildGroup`] at once.
 pub fn command(program: impl AsRef<OsStr>, grouping: Grouping) -> Command {
     let mut command = Command::new(program);
+    // The claim's variables first, so a family's own (`DISPLAY`, ...) still win.
+    command.envs(
+        super::environment::runtime_environment()
+            .iter()
+            .map(|(key, value)| (key, value)),
+    );
     if let Some(variables) = FAMILY_ENVIRONMENT.get() {
         command.envs(variables.iter().map(|(key, value)| (key, value)));
     }

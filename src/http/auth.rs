@@ -1,14 +1,25 @@
-//! Bearer-token check on every route but `/livez`, in constant time, answering upstream's 403 shape.
+//! Bearer-token check on every route but the probes, in constant time, answering upstream's 403 shape.
+//!
+//! Two modes. With `SECRET_TOKEN` the token is fixed for the process's life. In pool mode
+//! (`--pool-secret-file`, a warm pool's pod that exists before anyone claims it) there is no token yet:
+//! every authenticated route is refused until one `POST /init`, authenticated with the pool secret,
+//! sets the session token (see `init`); from then on only that token works and the pool secret is
+//! refused.
 
-use std::sync::Arc;
+use std::path::Path;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use axum::extract::{Request, State};
-use axum::http::header;
+use axum::http::{HeaderMap, header};
 use axum::middleware::Next;
 use axum::response::Response;
 use subtle::ConstantTimeEq;
 
 use crate::error::ApiError;
+
+/// A pool secret shorter than this is refused at start: every pod of a pool shares it, so it must not
+/// be guessable (`openssl rand -hex 32` gives 64 characters).
+pub const MIN_POOL_SECRET: usize = 16;
 
 #[derive(Clone)]
 pub struct Token(Arc<[u8]>);
@@ -24,25 +35,160 @@ impl Token {
     }
 }
 
+/// Who may call the authenticated routes: shared by the middleware and `POST /init`.
+#[derive(Clone)]
+pub struct Auth(Arc<Gate>);
+
+enum Gate {
+    Fixed(Token),
+    Pool(Pool),
+}
+
+/// A pooled pod's credentials: the pool secret until the claim, the session token after it.
+pub struct Pool {
+    secret: Token,
+    session: OnceLock<Token>,
+    /// Held while one `POST /init` checks and sets the claim, so two racing inits cannot both win.
+    claiming: Mutex<()>,
+}
+
+/// What a credential presented to `POST /init` is, in pool mode.
+#[derive(Debug, PartialEq, Eq)]
+pub enum InitCaller {
+    /// The pool secret, before the claim: may initialise.
+    Claimant,
+    /// The pool secret or the session token after the claim: told it is too late (409).
+    AlreadyClaimed,
+    /// Anything else: 403, whatever the state (a stranger learns nothing about it).
+    Refused,
+}
+
+impl Auth {
+    pub fn fixed(token: &str) -> Self {
+        Auth(Arc::new(Gate::Fixed(Token::new(token))))
+    }
+
+    /// Pool mode with the secret read from `path` (surrounding whitespace, such as the newline a
+    /// mounted Secret or `echo` leaves, is not part of it).
+    pub fn pool_from_file(path: &Path) -> Result<Self, String> {
+        let bytes = std::fs::read(path)
+            .map_err(|err| format!("cannot read the pool secret file {}: {err}", path.display()))?;
+        let secret = String::from_utf8(bytes)
+            .map_err(|_| format!("the pool secret file {} is not UTF-8", path.display()))?;
+        let secret = secret.trim();
+        if secret.len() < MIN_POOL_SECRET {
+            return Err(format!(
+                "the pool secret in {} is {} bytes; it must be at least {MIN_POOL_SECRET} \
+                 (e.g. `openssl rand -hex 32`)",
+                path.display(),
+                secret.len()
+            ));
+        }
+        Ok(Auth::pool(secret))
+    }
+
+    pub fn pool(secret: &str) -> Self {
+        Auth(Arc::new(Gate::Pool(Pool {
+            secret: Token::new(secret),
+            session: OnceLock::new(),
+            claiming: Mutex::new(()),
+        })))
+    }
+
+    pub fn pool_mode(&self) -> Option<&Pool> {
+        match self.0.as_ref() {
+            Gate::Pool(pool) => Some(pool),
+            Gate::Fixed(_) => None,
+        }
+    }
+
+    /// `Ok` for a request whose credential opens the authenticated routes, else the 403's detail.
+    pub fn check_headers(&self, headers: &HeaderMap) -> Result<(), &'static str> {
+        self.check(presented(headers))
+    }
+
+    /// `Ok` for a credential that opens the authenticated routes, else the 403's detail.
+    fn check(&self, presented: Option<&[u8]>) -> Result<(), &'static str> {
+        match self.0.as_ref() {
+            Gate::Fixed(token) => match presented {
+                None => Err(MISSING),
+                Some(presented) if token.matches(presented) => Ok(()),
+                Some(_) => Err(INVALID),
+            },
+            Gate::Pool(pool) => {
+                let Some(session) = pool.session.get() else {
+                    return Err(NOT_CLAIMED);
+                };
+                match presented {
+                    None => Err(MISSING),
+                    Some(presented) if session.matches(presented) => Ok(()),
+                    Some(presented) if pool.secret.matches(presented) => {
+                        Err(POOL_SECRET_AFTER_INIT)
+                    }
+                    Some(_) => Err(INVALID),
+                }
+            }
+        }
+    }
+}
+
+const MISSING: &str = "Missing or invalid authorization header";
+const INVALID: &str = "Invalid secret token";
+const NOT_CLAIMED: &str = "this boxd is a pooled sandbox that has not been claimed yet: until \
+    POST /init (authenticated with the pool secret) sets its session token, only /livez, \
+    /readyz/status and POST /init answer";
+const POOL_SECRET_AFTER_INIT: &str =
+    "the pool secret is not accepted after POST /init; use the session token it set";
+
+impl Pool {
+    /// Classifies the credential `POST /init` was sent with.
+    pub fn caller(&self, headers: &HeaderMap) -> InitCaller {
+        let Some(presented) = presented(headers) else {
+            return InitCaller::Refused;
+        };
+        let secret = self.secret.matches(presented);
+        match self.session.get() {
+            None if secret => InitCaller::Claimant,
+            Some(session) if secret || session.matches(presented) => InitCaller::AlreadyClaimed,
+            _ => InitCaller::Refused,
+        }
+    }
+
+    /// Whether `token` is the pool secret (a session token equal to it would keep the secret working).
+    pub fn is_secret(&self, token: &str) -> bool {
+        self.secret.matches(token.as_bytes())
+    }
+
+    /// Runs `claim` and then sets the session token, unless another init got there first (false).
+    /// `claim` runs before the token is set, so no request can use the session before it is done.
+    pub fn claim(&self, session: &str, claim: impl FnOnce() -> bool) -> bool {
+        let _claiming = self
+            .claiming
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if self.session.get().is_some() || !claim() {
+            return false;
+        }
+        self.session.set(Token::new(session)).is_ok()
+    }
+}
+
+fn presented(headers: &HeaderMap) -> Option<&[u8]> {
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|value| bearer_credentials(value.as_bytes()))
+}
+
 /// The token of `Bearer <token>`; the scheme is case-insensitive (RFC 9110 section 11.1).
 fn bearer_credentials(header: &[u8]) -> Option<&[u8]> {
     let (scheme, token) = header.split_at_checked(7)?;
     scheme.eq_ignore_ascii_case(b"bearer ").then_some(token)
 }
 
-pub async fn require_bearer(State(token): State<Token>, request: Request, next: Next) -> Response {
-    let refusal = match request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|value| bearer_credentials(value.as_bytes()))
-    {
-        None => Some("Missing or invalid authorization header"),
-        Some(presented) if !token.matches(presented) => Some("Invalid secret token"),
-        Some(_) => None,
-    };
-    match refusal {
-        None => next.run(request).await,
-        Some(detail) => {
+pub async fn require_bearer(State(auth): State<Auth>, request: Request, next: Next) -> Response {
+    match auth.check_headers(request.headers()) {
+        Ok(()) => next.run(request).await,
+        Err(detail) => {
             super::reject_unread_body(ApiError::Forbidden(detail.into()), request.into_body()).await
         }
     }
@@ -70,5 +216,66 @@ mod tests {
         assert!(!token.matches(b"s3cre"));
         assert!(!token.matches(b"s3cret!"));
         assert!(!token.matches(b""));
+    }
+
+    fn bearer(token: &str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        let value = format!("Bearer {token}").parse().expect("header value");
+        headers.insert(header::AUTHORIZATION, value);
+        headers
+    }
+
+    #[test]
+    fn a_pool_opens_to_the_session_token_only_once_claimed() {
+        let auth = Auth::pool("pool-secret-0123456789");
+        let pool = auth.pool_mode().expect("pool mode");
+        assert_eq!(
+            auth.check(Some(b"pool-secret-0123456789")),
+            Err(NOT_CLAIMED)
+        );
+        assert_eq!(auth.check(None), Err(NOT_CLAIMED));
+        assert_eq!(pool.caller(&bearer("wrong")), InitCaller::Refused);
+        assert_eq!(pool.caller(&HeaderMap::new()), InitCaller::Refused);
+        assert_eq!(
+            pool.caller(&bearer("pool-secret-0123456789")),
+            InitCaller::Claimant
+        );
+
+        assert!(!pool.claim("session-token-abcdef", || false));
+        assert_eq!(auth.check(Some(b"session-token-abcdef")), Err(NOT_CLAIMED));
+        assert!(pool.claim("session-token-abcdef", || true));
+        assert!(!pool.claim("another-session-token", || true));
+
+        assert_eq!(auth.check(Some(b"session-token-abcdef")), Ok(()));
+        assert_eq!(
+            auth.check(Some(b"pool-secret-0123456789")),
+            Err(POOL_SECRET_AFTER_INIT)
+        );
+        assert_eq!(auth.check(Some(b"another-session-token")), Err(INVALID));
+        assert_eq!(auth.check(None), Err(MISSING));
+        assert_eq!(
+            pool.caller(&bearer("pool-secret-0123456789")),
+            InitCaller::AlreadyClaimed
+        );
+        assert_eq!(
+            pool.caller(&bearer("session-token-abcdef")),
+            InitCaller::AlreadyClaimed
+        );
+        assert_eq!(pool.caller(&bearer("wrong")), InitCaller::Refused);
+    }
+
+    #[test]
+    fn a_short_or_missing_pool_secret_file_is_refused() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let short = dir.path().join("short");
+        std::fs::write(&short, "tooshort\n").expect("write");
+        let error = Auth::pool_from_file(&short).err().expect("refused");
+        assert!(error.contains("at least 16"), "{error}");
+        assert!(Auth::pool_from_file(&dir.path().join("absent")).is_err());
+        let good = dir.path().join("good");
+        std::fs::write(&good, "0123456789abcdef0123\n").expect("write");
+        let auth = Auth::pool_from_file(&good).expect("accepted");
+        let pool = auth.pool_mode().expect("pool mode");
+        assert!(pool.is_secret("0123456789abcdef0123"));
     }
 }

@@ -4,6 +4,7 @@
 pub mod auth;
 pub mod events;
 pub mod extract;
+mod init;
 mod log;
 pub mod serve;
 
@@ -33,7 +34,7 @@ pub struct Core {
     pub families: Arc<Families>,
     /// Routes every image has whatever its families (the tool listing and call routes, `/mcp`).
     pub tool_routes: Router,
-    pub token: auth::Token,
+    pub auth: auth::Auth,
 }
 
 pub fn router(core: Core) -> Router {
@@ -54,13 +55,22 @@ pub fn router(core: Core) -> Router {
         .merge(core.families.routes())
         .layer(DefaultBodyLimit::max(MAX_JSON_BODY))
         .route_layer(middleware::from_fn_with_state(
-            core.token.clone(),
+            core.auth.clone(),
             auth::require_bearer,
         ));
-    let public = Router::new().route("/livez", get(|| async { "OK" })).route(
-        "/readyz/status",
-        get(move || async move { readyz(&core.families, false) }),
-    );
+    // `/init` checks its own credential (the pool secret), which opens nothing else.
+    let public = Router::new()
+        .route("/livez", get(|| async { "OK" }))
+        .route(
+            "/readyz/status",
+            get(move || async move { readyz(&core.families, false) }),
+        )
+        .route(
+            "/init",
+            post(init::init)
+                .with_state(core.auth)
+                .layer(DefaultBodyLimit::max(init::MAX_INIT_BODY)),
+        );
     public
         .clone()
         .merge(api.clone())

@@ -1,0 +1,127 @@
+"""deploy/kubernetes/ passes tests/kubernetes/validate.py, and each of its checks catches the mistake it
+is there for (a copy of the manifests, broken one way per case)."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import validate  # noqa: E402
+
+DEPLOY = validate.REPO / "deploy" / "kubernetes"
+
+
+def test_the_deployed_manifests_pass():
+    manifests, failures = validate.validate(DEPLOY)
+    assert failures == []
+    kinds = {m.kind for m in manifests}
+    assert {"SandboxTemplate", "SandboxWarmPool", "SandboxClaim", "Pod", "Service", "NetworkPolicy"} <= kinds
+
+
+def edit(root: Path, relative: str, kind: str, change: Callable[[dict[str, Any]], None]) -> None:
+    path = root / relative
+    documents = list(yaml.safe_load_all(path.read_text()))
+    hits = [d for d in documents if d and d.get("kind") == kind]
+    assert hits, f"no {kind} in {relative}"
+    change(hits[0])
+    path.write_text(yaml.safe_dump_all(documents, sort_keys=False))
+
+
+def boxd(template: dict[str, Any]) -> dict[str, Any]:
+    spec = template["spec"]["podTemplate"]["spec"] if template["kind"] == "SandboxTemplate" else template["spec"]
+    return spec["containers"][0]
+
+
+def set_path(obj: dict, path: str, value: Any) -> None:
+    *parents, last = path.split(".")
+    for part in parents:
+        obj = obj[int(part)] if isinstance(obj, list) else obj[part]
+    obj[last] = value
+
+
+CASES = [
+    # (file, kind, change, expected words in a failure)
+    ("agent-sandbox/base.yaml", "SandboxTemplate", lambda t: set_path(t, "spec.podTemplat", {}), "Additional properties"),
+    ("agent-sandbox/base.yaml", "SandboxTemplate", lambda t: set_path(boxd(t), "livenesProbe", {}), "Additional properties"),
+    ("agent-sandbox/gui.yaml", "SandboxWarmPool", lambda p: set_path(p, "spec.replicas", "two"), "is not of type 'integer'"),
+    ("agent-sandbox/gui.yaml", "SandboxWarmPool", lambda p: set_path(p, "spec.updateStrategy.type", "Rolling"), "is not one of"),
+    ("agent-sandbox/base.yaml", "SandboxTemplate", lambda t: set_path(t, "spec.envVarsInjectionPolicy", "Allowed"), "cold start"),
+    ("agent-sandbox/base.yaml", "SandboxTemplate", lambda t: set_path(t["metadata"], "labels", {"a": 1}), "metadata"),
+    ("agent-sandbox/browser.yaml", "SandboxTemplate", lambda t: set_path(boxd(t), "livenessProbe.httpGet.path", "/livez"), "not a route boxd answers"),
+    ("agent-sandbox/browser.yaml", "SandboxTemplate", lambda t: set_path(boxd(t), "readinessProbe.httpGet.path", "/fastapi/healthz"), "without the token"),
+    ("agent-sandbox/browser.yaml", "SandboxTemplate", lambda t: set_path(boxd(t), "readinessProbe.httpGet.port", 8000), "nginx's port 80"),
+    ("agent-sandbox/mobile.yaml", "SandboxTemplate", lambda t: set_path(boxd(t), "readinessProbe.httpGet.port", "web"), "no port of the container"),
+    ("agent-sandbox/mobile.yaml", "SandboxTemplate", lambda t: boxd(t)["env"].append({"name": "SECRET_TOKEN", "value": "x"}), "POST /init"),
+    ("agent-sandbox/mobile.yaml", "SandboxTemplate", lambda t: set_path(boxd(t), "env", []), "pool mode"),
+    ("agent-sandbox/filesystem.yaml", "SandboxTemplate", lambda t: set_path(t, "spec.networkPolicy.ingress.0.ports", []), "admits every port"),
+    ("agent-sandbox/filesystem.yaml", "SandboxTemplate", lambda t: set_path(t, "spec.networkPolicy.ingress.0.ports.0.port", 5555), "only TCP 80"),
+    ("agent-sandbox/filesystem.yaml", "SandboxTemplate", lambda t: set_path(t, "spec.networkPolicy.egress.0.to.0.ipBlock.except", []), "does not except 10.0.0.0/8"),
+    ("agent-sandbox/gui.yaml", "SandboxTemplate", lambda t: set_path(boxd(t), "securityContext.capabilities.add", ["SYS_ADMIN"]), "more than boxd's image needs"),
+    ("agent-sandbox/gui.yaml", "SandboxTemplate", lambda t: set_path(boxd(t), "securityContext.allowPrivilegeEscalation", True), "allowPrivilegeEscalation"),
+    ("agent-sandbox/gui.yaml", "SandboxTemplate", lambda t: set_path(boxd(t), "resources", {}), "resources.limits.memory"),
+    ("agent-sandbox/gui.yaml", "SandboxTemplate", lambda t: set_path(boxd(t), "volumeMounts.0.name", "gone"), "names no volume"),
+    ("agent-sandbox/claim-example.yaml", "SandboxClaim", lambda c: set_path(c, "spec.warmPoolRef.name", "boxd-none"), "names no SandboxWarmPool"),
+    ("agent-sandbox/claim-example.yaml", "SandboxClaim", lambda c: set_path(c, "spec.env", [{"name": "A", "value": "b"}]), "cold start"),
+    ("agent-sandbox/claim-example.yaml", "SandboxClaim", lambda c: set_path(c, "spec.warmPool", {"name": "x"}), "Additional properties"),
+    ("agent-sandbox/base.yaml", "SandboxWarmPool", lambda p: set_path(p, "spec.sandboxTemplateRef.name", "boxd-none"), "names no SandboxTemplate"),
+    ("plain/base.yaml", "Pod", lambda p: set_path(p["spec"], "terminationGracePeriodSeconds", "soon"), "schema"),
+    ("plain/base.yaml", "Pod", lambda p: set_path(boxd(p), "imagePullPolicy", 3), "schema"),
+    ("plain/base.yaml", "Pod", lambda p: set_path(boxd(p), "unknownField", 1), "schema"),
+    ("plain/base.yaml", "Pod", lambda p: set_path(boxd(p), "env", [{"name": "SECRET_TOKEN", "value": "literal"}]), "from a Secret"),
+    ("plain/base.yaml", "Service", lambda s: set_path(s["spec"], "selector", {"app": "other"}), "selects no Pod"),
+    ("plain/base.yaml", "Service", lambda s: set_path(s["spec"]["ports"][0], "targetPort", "api"), "targetPort 'api'"),
+    ("plain/base.yaml", "NetworkPolicy", lambda n: set_path(n["spec"], "policyTypes", ["Ingress"]), "default deny both ways"),
+    ("plain/base.yaml", "NetworkPolicy", lambda n: set_path(n["spec"]["egress"][0], "to", [{"namespaceSelector": {}}]), "reaches inside the cluster"),
+]
+
+
+@pytest.mark.parametrize("relative,kind,change,expected", CASES, ids=[f"{c[0]}:{c[3]}" for c in CASES])
+def test_each_check_catches_its_mistake(tmp_path, relative, kind, change, expected):
+    root = tmp_path / "kubernetes"
+    shutil.copytree(DEPLOY, root)
+    edit(root, relative, kind, change)
+    _, failures = validate.validate(root)
+    assert any(expected in failure for failure in failures), failures
+
+
+def test_a_missing_image_type_and_unparsable_yaml_fail(tmp_path):
+    root = tmp_path / "kubernetes"
+    shutil.copytree(DEPLOY, root)
+    (root / "agent-sandbox" / "browser.yaml").unlink()
+    (root / "agent-sandbox" / "broken.yaml").write_text("kind: [unclosed\n")
+    _, failures = validate.validate(root)
+    assert any("runtime-sandbox-browser" in failure for failure in failures), failures
+    assert any("does not parse" in failure for failure in failures), failures
+
+
+def test_manifests_of_other_directories_get_the_schemas_but_not_our_hardening(tmp_path):
+    """A file another part of the project adds (a plain Pod beside ours) must be valid Kubernetes with
+    working probes; the pool-mode and hardening rules are those of agent-sandbox/ and plain/."""
+    root = tmp_path / "kubernetes"
+    shutil.copytree(DEPLOY, root)
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "other", "labels": {"app": "other"}},
+        "spec": {
+            "containers": [
+                {
+                    "name": "sandbox",
+                    "image": "docker.io/agentscope/runtime-sandbox-mobile:latest",
+                    "ports": [{"name": "http", "containerPort": 80}],
+                    "readinessProbe": {"httpGet": {"path": "/fastapi/readyz/status", "port": "http"}},
+                }
+            ]
+        },
+    }
+    (root / "other.yaml").write_text(yaml.safe_dump(pod))
+    assert validate.validate(root)[1] == []
+    pod["spec"]["containers"][0]["readinessProbe"]["httpGet"]["path"] = "/readyz"
+    (root / "other.yaml").write_text(yaml.safe_dump(pod))
+    assert any("not a route boxd answers" in f for f in validate.validate(root)[1])
