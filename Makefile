@@ -9,7 +9,7 @@ ENGINE ?= $(shell command -v podman || command -v docker)
 IMAGE_BASE ?= boxd-base:latest
 
 .PHONY: run build kernel-venv test setup lint unit python-tests smoke-release fuzz static bench image-base \
-	image-test clean load faults
+	image-test clean load faults kube-manifests
 
 run: build
 	@PORT='$(PORT)' PYTHON='$(PYTHON)' ./scripts/run.sh
@@ -21,7 +21,7 @@ build:
 kernel-venv:
 	@./scripts/kernel-venv.sh >/dev/null
 
-test: setup lint unit python-tests smoke-release fuzz
+test: setup lint unit python-tests kube-manifests smoke-release fuzz
 
 setup:
 	./scripts/setup.sh
@@ -38,6 +38,10 @@ unit:
 python-tests:
 	cargo test --no-run -q
 	.venv/bin/python -m pytest -q -p no:cacheprovider -W ignore::DeprecationWarning tests/python
+
+# deploy/kubernetes/ checked offline: vendored agent-sandbox CRDs + kubernetes-validate's Kubernetes 1.37 schemas.
+kube-manifests: setup
+	.venv/bin/python -m pytest -q -p no:cacheprovider tests/kubernetes
 
 # A smoke subset against the release binary: its profile differs from the debug one the tests above use.
 smoke-release: build

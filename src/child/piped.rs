@@ -20,7 +20,7 @@ use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 use tokio::net::unix::pipe;
 
-use super::spawn::{CHILD_OOM_SCORE_ADJ, Grouping, command, family_environment};
+use super::spawn::{CHILD_OOM_SCORE_ADJ, Grouping, child_environment_layers, command};
 
 /// The child's stack until it execs: it only makes a dozen system calls.
 const CHILD_STACK_BYTES: usize = 64 * 1024;
@@ -388,10 +388,11 @@ fn pipe_pair() -> std::io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(ends[0]), OwnedFd::from_raw_fd(ends[1])) })
 }
 
-/// boxd's environment (its secrets are already out of it) with the families' variables over it.
+/// boxd's environment (its secrets are already out of it) with the claim's and the families' variables
+/// over it.
 fn environment_block() -> std::io::Result<Vec<CString>> {
     let mut variables: Vec<(OsString, OsString)> = std::env::vars_os().collect();
-    for (key, value) in family_environment() {
+    for (key, value) in child_environment_layers() {
         let key = OsStr::new(key);
         match variables.iter_mut().find(|(existing, _)| existing == key) {
             Some(slot) => slot.1 = OsString::from(value),

@@ -47,24 +47,20 @@ pub fn set_family_environment(variables: Vec<(String, String)>) {
     }
 }
 
-/// What the enabled families add to every child's environment (empty before start-up sets it).
-pub(super) fn family_environment() -> &'static [(String, String)] {
-    FAMILY_ENVIRONMENT.get().map_or(&[], Vec::as_slice)
+/// What every child gets over boxd's own environment, in order (a later value wins): the claim's
+/// variables (`POST /init`, pool mode), then the enabled families' (`DISPLAY`, ...), so a family's own
+/// still win.
+pub(super) fn child_environment_layers() -> impl Iterator<Item = &'static (String, String)> {
+    super::environment::runtime_environment()
+        .iter()
+        .chain(FAMILY_ENVIRONMENT.get().map_or(&[][..], Vec::as_slice))
 }
 
 /// A command for `program` that follows every rule of this module; the caller adds arguments, working
 /// directory, environment and stdio, spawns it, and wraps the pid in a [`ChildGroup`] at once.
 pub fn command(program: impl AsRef<OsStr>, grouping: Grouping) -> Command {
     let mut command = Command::new(program);
-    // The claim's variables first, so a family's own (`DISPLAY`, ...) still win.
-    command.envs(
-        super::environment::runtime_environment()
-            .iter()
-            .map(|(key, value)| (key, value)),
-    );
-    if let Some(variables) = FAMILY_ENVIRONMENT.get() {
-        command.envs(variables.iter().map(|(key, value)| (key, value)));
-    }
+    command.envs(child_environment_layers().map(|(key, value)| (key, value)));
     if grouping == Grouping::OwnGroup {
         command.process_group(0);
     }
