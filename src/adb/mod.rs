@@ -9,6 +9,7 @@ mod device;
 mod family;
 mod screen;
 mod ui;
+mod view;
 mod wire;
 
 pub use actions::{
@@ -56,6 +57,8 @@ pub struct Adb {
     device: Device,
     /// Set by a screenshot scaled down: the caller's coordinates are then in its pixels.
     geometry: Mutex<Option<Geometry>>,
+    /// The live views of the screen open now.
+    views: view::Views,
 }
 
 /// Why an action did not happen: something the model can act on (an `isError` result), or the device's
