@@ -227,9 +227,7 @@ async fn stream(
         _slot: slot,
     };
     let frames =
-        futures_util::stream::unfold((Some(first), Some(state)), |(pending, state)| async move {
-            let mut state = state?;
-            state.next += state.period;
+        futures_util::stream::unfold((Some(first), state), |(pending, mut state)| async move {
             let frame = match pending {
                 Some(frame) => frame,
                 None => {
@@ -248,9 +246,10 @@ async fn stream(
                     }
                 }
             };
+            state.next += state.period;
             Some((
                 Ok::<_, std::convert::Infallible>(part(&frame)),
-                (None, Some(state)),
+                (None, state),
             ))
         });
     let mut response = Body::from_stream(frames).into_response();
@@ -343,5 +342,22 @@ impl Adb {
             // Refused before the call, in `input`.
             _ => return Err(Failure::Action("not an action the view sends".into())),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_part_carries_its_length_and_the_screen_size() {
+        let part = part(&Frame {
+            png: b"not-really-a-png".to_vec(),
+            screen: (1080, 1920),
+        });
+        assert_eq!(
+            &part[..],
+            b"--boxd-frame\r\nContent-Type: image/png\r\nContent-Length: 16\r\nX-Screen-Size: 1080x1920\r\n\r\nnot-really-a-png\r\n"
+        );
     }
 }
