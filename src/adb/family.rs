@@ -34,10 +34,14 @@ impl Family for AdbFamily {
         super::tools(&self.adb)
     }
 
-    /// The live view: frames and input behind the bearer check. The page itself holds no data; it is
-    /// served here too until families can have routes outside the bearer check.
+    /// The live view's frames and input, behind the bearer check.
     fn routes(&self) -> Router {
-        super::view::routes(Arc::clone(&self.adb)).merge(super::view::page_routes())
+        super::view::routes(Arc::clone(&self.adb))
+    }
+
+    /// The live view's page: it holds no data, and asks for the token itself.
+    fn public_routes(&self) -> Router {
+        super::view::page_routes()
     }
 
     fn reserved_groups(&self) -> Vec<&'static str> {

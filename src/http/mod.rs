@@ -42,6 +42,7 @@ pub fn router(core: Core) -> Router {
         .route("/tools/{tool_name}/stream", post(stream_tool))
         .with_state(Arc::clone(&core.tools));
     let readiness = Arc::clone(&core.families);
+    let family_pages = core.families.public_routes();
     let api: Router = Router::new()
         .route("/healthz", get(healthz))
         .route("/openapi.json", get(openapi))
@@ -57,10 +58,13 @@ pub fn router(core: Core) -> Router {
             core.token.clone(),
             auth::require_bearer,
         ));
-    let public = Router::new().route("/livez", get(|| async { "OK" })).route(
-        "/readyz/status",
-        get(move || async move { readyz(&core.families, false) }),
-    );
+    let public = Router::new()
+        .route("/livez", get(|| async { "OK" }))
+        .route(
+            "/readyz/status",
+            get(move || async move { readyz(&core.families, false) }),
+        )
+        .merge(family_pages);
     public
         .clone()
         .merge(api.clone())

@@ -106,7 +106,6 @@ def test_the_page_is_self_contained_and_reads_its_password(boxd):
         assert "../fastapi/adb/" in html and "stream?fps=" in html and '"input"' in html
 
 
-@pytest.mark.xfail(strict=True, reason="needs families' public routes (src/family, src/http: the lead's)")
 def test_the_page_is_served_without_the_token(boxd):
     assert requests.get(url(boxd, "/adb/view?password=x"), timeout=10).status_code == 200
 
