@@ -389,6 +389,29 @@ pub fn table(args: &ServeArgs) -> Vec<Limit> {
             "an error result; nothing reaches the device",
         ),
         limit(
+            "adb",
+            "live view (`/adb/stream`): viewers at once; frames per second",
+            format!(
+                "{}; at most {} (default {})",
+                crate::adb::MAX_VIEW_STREAMS,
+                crate::adb::MAX_VIEW_FPS,
+                crate::adb::DEFAULT_VIEW_FPS
+            ),
+            "429; a higher rate is 400",
+        ),
+        limit(
+            "pool mode",
+            "`POST /init`: body; session token; env for children",
+            format!(
+                "{}; {} to {} bytes; {} in all",
+                bytes(as_u64(crate::http::init::MAX_INIT_BODY)),
+                crate::http::init::MIN_SESSION_TOKEN,
+                crate::http::init::MAX_SESSION_TOKEN,
+                bytes(as_u64(crate::http::init::MAX_ENV_BYTES))
+            ),
+            "413; 400, and the pod stays unclaimed",
+        ),
+        limit(
             "children",
             "stderr kept from the kernel and hosted servers",
             format!(

@@ -9,6 +9,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::Router;
+
 use super::Adb;
 use super::device::{Device, Target};
 use super::wire::Server;
@@ -30,6 +32,16 @@ impl Family for AdbFamily {
 
     fn tools(&self) -> Vec<Tool> {
         super::tools(&self.adb)
+    }
+
+    /// The live view's frames and input, behind the bearer check.
+    fn routes(&self) -> Router {
+        super::view::routes(Arc::clone(&self.adb))
+    }
+
+    /// The live view's page: it holds no data, and asks for the token itself.
+    fn public_routes(&self) -> Router {
+        super::view::page_routes()
     }
 
     fn reserved_groups(&self) -> Vec<&'static str> {
@@ -113,6 +125,7 @@ pub fn family(setup: &Setup) -> Result<Arc<dyn Family>, String> {
         adb: Arc::new(Adb {
             device,
             geometry: std::sync::Mutex::new(None),
+            views: super::view::Views::new(),
         }),
     }))
 }

@@ -9,6 +9,7 @@ mod device;
 mod family;
 mod screen;
 mod ui;
+mod view;
 mod wire;
 
 pub use actions::{
@@ -16,6 +17,7 @@ pub use actions::{
 };
 pub use device::MAX_QUEUED_COMMANDS;
 pub use family::family;
+pub use view::{DEFAULT_VIEW_FPS, MAX_VIEW_FPS, MAX_VIEW_STREAMS};
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -56,6 +58,8 @@ pub struct Adb {
     device: Device,
     /// Set by a screenshot scaled down: the caller's coordinates are then in its pixels.
     geometry: Mutex<Option<Geometry>>,
+    /// The live views of the screen open now.
+    views: view::Views,
 }
 
 /// Why an action did not happen: something the model can act on (an `isError` result), or the device's

@@ -42,6 +42,12 @@ pub trait Family: Send + Sync + 'static {
         Router::new()
     }
 
+    /// Routes served without the bearer check, whatever the family's health: only what holds no data
+    /// (a page that asks for the token itself).
+    fn public_routes(&self) -> Router {
+        Router::new()
+    }
+
     /// What every child of boxd (commands, cells, processes, servers) gets in its environment from this
     /// family, such as the display its desktop runs on.
     fn child_environment(&self) -> Vec<(String, String)> {
@@ -119,6 +125,13 @@ impl Families {
                         admit_route,
                     )),
             )
+        })
+    }
+
+    /// Every family's routes served without the token.
+    pub fn public_routes(&self) -> Router {
+        self.running.iter().fold(Router::new(), |router, running| {
+            router.merge(running.family.public_routes())
         })
     }
 

@@ -23,11 +23,11 @@ use crate::error::ApiError;
 /// `POST /init` bodies are small: a token and some variables.
 pub const MAX_INIT_BODY: usize = 1024 * 1024;
 /// A session token shorter than this is refused: it is the only credential of the pod from now on.
-const MIN_SESSION_TOKEN: usize = 16;
-const MAX_SESSION_TOKEN: usize = 4096;
+pub const MIN_SESSION_TOKEN: usize = 16;
+pub const MAX_SESSION_TOKEN: usize = 4096;
 /// The variables' names and values together, at most: every child's exec carries them, and past
 /// the kernel's argument-and-environment limit (ARG_MAX, 2 MiB by default) every spawn would fail.
-const MAX_ENV_BYTES: usize = 256 * 1024;
+pub const MAX_ENV_BYTES: usize = 256 * 1024;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

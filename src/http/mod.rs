@@ -4,7 +4,7 @@
 pub mod auth;
 pub mod events;
 pub mod extract;
-mod init;
+pub mod init;
 mod log;
 pub mod serve;
 
@@ -43,6 +43,7 @@ pub fn router(core: Core) -> Router {
         .route("/tools/{tool_name}/stream", post(stream_tool))
         .with_state(Arc::clone(&core.tools));
     let readiness = Arc::clone(&core.families);
+    let family_pages = core.families.public_routes();
     let api: Router = Router::new()
         .route("/healthz", get(healthz))
         .route("/openapi.json", get(openapi))
@@ -58,7 +59,8 @@ pub fn router(core: Core) -> Router {
             core.auth.clone(),
             auth::require_bearer,
         ));
-    // `/init` checks its own credential (the pool secret), which opens nothing else.
+    // `/init` checks its own credential (the pool secret), which opens nothing else; the families'
+    // public routes hold no data (pages that ask for the token themselves).
     let public = Router::new()
         .route("/livez", get(|| async { "OK" }))
         .route(
@@ -70,7 +72,8 @@ pub fn router(core: Core) -> Router {
             post(init::init)
                 .with_state(core.auth)
                 .layer(DefaultBodyLimit::max(init::MAX_INIT_BODY)),
-        );
+        )
+        .merge(family_pages);
     public
         .clone()
         .merge(api.clone())
