@@ -28,14 +28,17 @@ fn secret_file(contents: &str) -> (tempfile::TempDir, PathBuf) {
 /// A boxd in pool mode: no `SECRET_TOKEN`, the secret in a file (with the newline a mounted Secret
 /// or `echo` leaves).
 fn start_pooled() -> Pooled {
+    start_pooled_with(&["--tools", "shell,processes"])
+}
+
+fn start_pooled_with(extra_args: &[&str]) -> Pooled {
     let (dir, path) = secret_file(&format!("{POOL_SECRET}\n"));
     let path = path.to_str().expect("utf-8 path").to_owned();
-    let server = Server::start_prepared(
-        &["--pool-secret-file", &path, "--tools", "shell,processes"],
-        |command| {
-            command.env_remove("SECRET_TOKEN");
-        },
-    );
+    let mut args = vec!["--pool-secret-file", path.as_str()];
+    args.extend_from_slice(extra_args);
+    let server = Server::start_prepared(&args, |command| {
+        command.env_remove("SECRET_TOKEN");
+    });
     Pooled {
         server,
         _secret_dir: dir,
@@ -249,6 +252,48 @@ async fn children_started_after_init_get_its_env_and_not_the_token() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     assert!(output.contains("claim-42"), "{output}");
+}
+
+#[tokio::test]
+async fn a_kernel_warmed_before_the_claim_runs_with_its_env() {
+    let python = common::python();
+    let pooled = start_pooled_with(&["--tools", "shell,ipython", "--python", &python]);
+    // The kernel starts with boxd, before any claim: wait until it is up.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, _) = pooled
+            .call(reqwest::Method::GET, "/readyz/status", None, None)
+            .await;
+        if status == 200 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the kernel never came up"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (status, answer) = pooled
+        .init(
+            Some(POOL_SECRET),
+            &json!({ "token": SESSION, "env": { "CLAIM_ID": "claim-7" } }),
+        )
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    let (status, result) = pooled
+        .call(
+            reqwest::Method::POST,
+            "/tools/run_ipython_cell",
+            Some(SESSION),
+            Some(&json!({ "code": "import os, subprocess; print(os.environ.get('CLAIM_ID'), subprocess.run(['sh', '-c', 'echo $CLAIM_ID'], capture_output=True, text=True).stdout.strip())" }).to_string()),
+        )
+        .await;
+    assert_eq!(status, 200, "{result}");
+    assert_eq!(
+        item(&result, "stdout"),
+        Some("claim-7 claim-7\n"),
+        "{result}"
+    );
 }
 
 #[tokio::test]

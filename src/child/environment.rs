@@ -14,9 +14,21 @@ use std::sync::OnceLock;
 /// environment once threads exist.
 static RUNTIME_ENVIRONMENT: OnceLock<Vec<(String, String)>> = OnceLock::new();
 
+static RUNTIME_ENVIRONMENT_SET: tokio::sync::Notify = tokio::sync::Notify::const_new();
+
 /// Sets the claim's layer; once per process (a pod serves one claim). Answers false if it was set.
 pub fn set_runtime_environment(variables: Vec<(String, String)>) -> bool {
-    RUNTIME_ENVIRONMENT.set(variables).is_ok()
+    let set = RUNTIME_ENVIRONMENT.set(variables).is_ok();
+    if set {
+        RUNTIME_ENVIRONMENT_SET.notify_waiters();
+    }
+    set
+}
+
+/// Resolves when the claim's layer is set (from now on; check `runtime_environment` too, as a set that
+/// came first is not seen here). Long-lived children started before it (the kernel) restart to get it.
+pub async fn runtime_environment_set() {
+    RUNTIME_ENVIRONMENT_SET.notified().await;
 }
 
 /// The claim's layer, empty before `POST /init` and outside pool mode.

@@ -9,7 +9,9 @@ mod piped;
 mod spawn;
 mod stderr;
 
-pub use environment::{set_runtime_environment, withhold_from_children};
+pub use environment::{
+    runtime_environment, runtime_environment_set, set_runtime_environment, withhold_from_children,
+};
 pub use group::OwnedGroup;
 pub use leftovers::{instance_key, mark_children, stop_leftovers};
 pub use piped::spawn_piped;

@@ -282,7 +282,26 @@ async fn worker(config: KernelConfig, mut cells: mpsc::Receiver<QueuedCell>, hea
     let (first, _) = start_kernel(&config, &mut cells, &health, None).await;
     let mut kernel = Some(first);
     let mut lost_state: Option<String> = None;
-    while let Some(cell) = cells.recv().await {
+    loop {
+        let stale = kernel
+            .as_ref()
+            .is_some_and(Kernel::misses_the_claims_environment);
+        let cell = tokio::select! {
+            cell = cells.recv() => match cell {
+                Some(cell) => cell,
+                None => break,
+            },
+            () = child::runtime_environment_set(), if !stale => continue,
+            () = std::future::ready(()), if stale => {
+                // Pool mode: the kernel started before the claim (no cell can have run: every tool
+                // route was closed), so a fresh one with the claim's env costs no state.
+                tracing::info!("restarting the IPython kernel with the claim's environment");
+                drop(kernel.take());
+                let (fresh, _) = start_kernel(&config, &mut cells, &health, None).await;
+                kernel = Some(fresh);
+                continue;
+            }
+        };
         if cell.cancel.is_cancelled() || cell.reply.is_closed() {
             tracing::info!("skipping a queued cell whose caller went away");
             continue;
@@ -380,11 +399,18 @@ struct Kernel {
     group: Option<ChildGroup>,
     stderr: StderrTail,
     next_id: u64,
+    /// Variables of the claim's layer when it started (pool mode sets the layer once, after start).
+    runtime_variables: usize,
 }
 
 impl Kernel {
+    fn misses_the_claims_environment(&self) -> bool {
+        child::runtime_environment().len() != self.runtime_variables
+    }
+
     async fn start(config: &KernelConfig) -> Result<Kernel, String> {
         let started = Instant::now();
+        let runtime_variables = child::runtime_environment().len();
         let mut child = child::command(&config.python, Grouping::OwnGroup)
             .args(["-u", "-c", HELPER])
             .current_dir(&config.workspace)
@@ -413,6 +439,7 @@ impl Kernel {
             group,
             stderr: StderrTail::forward(stderr, "ipython-kernel".into()),
             next_id: 1,
+            runtime_variables,
         };
         let greeting = match tokio::time::timeout(config.start_timeout, kernel.answers.next_line())
             .await
