@@ -427,16 +427,15 @@ def test_mobile(figures):
                         "/fake-adbd/fake_adbd.py", "15555").stdout.strip()
         sandbox = bind(MobileSandbox, box.client)
         deadline = time.perf_counter() + 30
-        while True:
-            size_answer = sandbox.mobile_get_screen_resolution()
-            if not size_answer.get("isError"):
-                break
-            assert time.perf_counter() < deadline, size_answer
-            time.sleep(0.1)
+        while box.readyz()["families"]["adb"]["status"] != "ready":  # boxd retries the device by itself
+            assert time.perf_counter() < deadline, box.readyz()
+            time.sleep(0.05)
+        size_answer = sandbox.mobile_get_screen_resolution()
         assert texts(size_answer) == ['{"width":1080,"height":1920}'], size_answer
         assert texts(sandbox.mobile_tap([100, 200])) == ["Tapped at (100, 200)"]
         assert texts(sandbox.mobile_input_text("it's $(here)")) == ["Input text: it's $(here)"]
-        assert texts(sandbox.mobile_key_event("HOME")) == ["Sent key event: 3"]
+        key = texts(sandbox.mobile_key_event("HOME"))
+        assert key in (["Sent key event: 3"], ["Sent key event: HOME"]), key
         png = image_of(sandbox.mobile_get_screenshot())
         assert png and png[:8] == b"\x89PNG\r\n\x1a\n"
         log = (log_dir / "input.log").read_text().splitlines()
