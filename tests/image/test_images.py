@@ -21,6 +21,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 
 import requests
 from PIL import Image
@@ -33,7 +34,7 @@ from agentscope_runtime.sandbox.box.mobile import MobileSandbox
 from agentscope_runtime.sandbox.client.http_client import SandboxHttpClient
 from agentscope_runtime.sandbox.model import ContainerModel
 
-TOKEN = "image-test-" + os.urandom(6).hex()
+TOKEN = os.urandom(12).hex()  # VNC authenticates with its first 8 characters
 FAKE_ADBD = pathlib.Path(__file__).resolve().parents[2].parent / "shared" / "tools" / "fake-adbd"
 GOALS = {"base": 300e6, "gui": 700e6, "browser": 1000e6}
 ENGINE = "podman"
@@ -125,13 +126,21 @@ class Box:
     def close(self, failed):
         if failed:
             print(self.logs()[-4000:])
-        engine("rm", "-f", "-t", "5", self.container, check=False)
+        started = time.perf_counter()
+        engine("stop", "-t", "10", self.container, check=False)
+        self.stopped_in = time.perf_counter() - started
+        engine("rm", "-f", self.container, check=False)  # normally gone already (--rm)
         shutil.rmtree(self.workspace, ignore_errors=True)
+        if not failed:
+            # SIGTERM reaches every supervised program through the entrypoint; none makes podman wait out
+            # its 10 s and kill.
+            print(f"  {ENGINE} stop: {self.stopped_in:.2f} s")
+            assert self.stopped_in < 8, f"stop took {self.stopped_in:.1f} s"
 
 
-def rfb_handshake(port, password, deadline_s=10):
-    """RFB 3.8 over nginx's /websockify with VNC authentication; answers the server's desktop size, or
-    raises with the server's reason."""
+def rfb_handshake(port, password, deadline_s=10, frame=False):
+    """RFB 3.8 over nginx's /websockify with VNC authentication; answers the server's desktop size (and,
+    with `frame`, the whole screen as a PNG, as a VNC viewer sees it), or raises with the server's reason."""
     from Crypto.Cipher import DES
 
     with connect(f"ws://localhost:{port}/websockify", open_timeout=deadline_s, close_timeout=1,
@@ -161,7 +170,27 @@ def rfb_handshake(port, password, deadline_s=10):
             raise PermissionError(read(length).decode(errors="replace"))
         ws.send(bytes([1]))  # ClientInit, shared
         width, height = int.from_bytes(read(2), "big"), int.from_bytes(read(2), "big")
-        return width, height
+        pixel_format = read(16)
+        read(int.from_bytes(read(4), "big"))  # the desktop's name
+        if not frame:
+            return width, height
+        bits, big_endian = pixel_format[0], pixel_format[2]
+        assert bits == 32 and not big_endian, pixel_format
+        ws.send(bytes([2, 0]) + (1).to_bytes(2, "big") + (0).to_bytes(4, "big"))  # SetEncodings: raw
+        ws.send(bytes([3, 0]) + b"\0\0\0\0" + width.to_bytes(2, "big") + height.to_bytes(2, "big"))
+        screen = Image.new("RGB", (width, height))
+        message = read(4)
+        assert message[0] == 0, message  # FramebufferUpdate
+        for _ in range(int.from_bytes(message[2:4], "big")):
+            x, y, w, h, encoding = (int.from_bytes(read(2), "big"), int.from_bytes(read(2), "big"),
+                                    int.from_bytes(read(2), "big"), int.from_bytes(read(2), "big"),
+                                    int.from_bytes(read(4), "big", signed=True))
+            assert encoding == 0, encoding
+            rect = Image.frombytes("RGB", (w, h), read(w * h * 4), "raw", "BGRX")
+            screen.paste(rect, (x, y))
+        out = io.BytesIO()
+        screen.save(out, "PNG")
+        return (width, height), out.getvalue()
 
 
 def wait_desktop_and_vnc(box, sandbox_cls):
@@ -198,10 +227,53 @@ def wait_desktop_and_vnc(box, sandbox_cls):
     return found
 
 
+def novnc_status(url, timeout=15):
+    """Opens noVNC's page in a real (headless) Chromium over its DevTools protocol and answers the page's
+    own status line once it settles: "Connected to boxd" when the page reached the desktop."""
+    port = free_port()
+    profile = tempfile.mkdtemp(prefix="novnc-check-")
+    proc = subprocess.Popen(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--no-proxy-server",
+                             f"--user-data-dir={profile}", f"--remote-debugging-port={port}", "about:blank"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                targets = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/json", timeout=2))
+                page = next(t for t in targets if t["type"] == "page"); break
+            except Exception:
+                if time.monotonic() > deadline: raise
+                time.sleep(0.05)
+        with connect(page["webSocketDebuggerUrl"], max_size=None) as ws:
+            ids = iter(range(1, 10**6))
+            def call(method, **params):
+                i = next(ids); ws.send(json.dumps({"id": i, "method": method, "params": params}))
+                while True:
+                    m = json.loads(ws.recv(timeout=10))
+                    if m.get("id") == i: return m.get("result")
+            call("Page.navigate", url=url)
+            status = None
+            while time.monotonic() < deadline:
+                r = call("Runtime.evaluate", expression="(document.getElementById('status')||{}).textContent")
+                status = r["result"].get("value")
+                if status and status.startswith(("Connected", "Disconnected", "Something")): break
+                time.sleep(0.05)
+            return status
+    finally:
+        proc.kill(); proc.wait(); shutil.rmtree(profile, ignore_errors=True)
+
+
 def check_vnc_page_and_auth(box):
     page = requests.get(f"{box.base}/vnc/vnc_lite.html?password={TOKEN}", timeout=10)
     assert page.status_code == 200 and "noVNC" in page.text, page.status_code
-    assert requests.get(f"{box.base}/vnc/core/rfb.js", timeout=10).status_code == 200
+    script = requests.get(f"{box.base}/vnc/core/rfb.js", timeout=10)
+    assert script.status_code == 200 and "javascript" in script.headers["content-type"], script.headers
+    if shutil.which("chromium"):  # scripts/setup.sh installs it; the page itself, as a person opens it
+        desktop_url = f"{box.base}/vnc/vnc_lite.html?password={TOKEN}"
+        assert novnc_status(desktop_url) == "Connected to boxd"
+        wrong = novnc_status(f"{box.base}/vnc/vnc_lite.html?password=wrong")
+        assert wrong and not wrong.startswith("Connected"), wrong
+        print("  desktop_url in Chromium: noVNC connected; with a wrong password it did not")
     # The password is the token (VNC uses its first 8 characters): another one is refused.
     try:
         rfb_handshake(box.port, "not-the-token")
@@ -298,6 +370,10 @@ def test_gui(figures):
             assert time.perf_counter() < deadline, "what was typed into xterm never ran"
             time.sleep(0.05)
         save("gui-xterm.png", image_of(sandbox.computer_use("get_screenshot")))
+        _, view = rfb_handshake(box.port, TOKEN, frame=True)
+        save("gui-vnc-view.png", view)
+        picture = Image.open(io.BytesIO(view)).convert("RGB")
+        assert picture.getpixel((300, 200)) == (255, 255, 255), "the VNC view does not show the xterm"
         print("  click into the desktop menu, xterm started, typed a command that ran: ok")
 
         check_supervision(box, with_desktop=True)
@@ -362,6 +438,9 @@ def test_browser(figures):
         chromium = engine("exec", box.container, "ps", "-eo", "args").stdout
         browser_lines = [line for line in chromium.splitlines() if "chromium" in line and "--type=" not in line]
         assert browser_lines and not any("--headless" in line for line in browser_lines), browser_lines
+        _, view = rfb_handshake(box.port, TOKEN, frame=True)
+        save("browser-vnc-view.png", view)
+        assert not_blank(view)
         print("  navigate to a page served in the container, snapshot, click, screenshot in the workspace "
               "(Chromium headed on :1): ok")
         ready = box.readyz()
