@@ -96,10 +96,13 @@ images: image-base image-gui image-browser image-filesystem image-mobile
 	$(ENGINE) images --filter reference='boxd-*'
 
 # Runs every image as the manager does (port 80 on 127.0.0.1, SECRET_TOKEN, NGINX_TIMEOUT, the workspace
-# bind-mounted) and drives it through nginx with the real client. Not part of `make test`.
+# bind-mounted) and drives it through nginx with the real client bound as the SDK's classes, prints sizes
+# and start-up times; then the SDK's own SandboxManager runs each one through podman's socket. Podman
+# only for the last step. Not part of `make test`.
 image-test: setup images
 	.venv/bin/python tests/image/test_base_image.py --engine $(ENGINE) --image $(IMAGE_BASE)
 	.venv/bin/python tests/image/test_images.py --engine $(ENGINE)
+	.venv/bin/python tests/image/test_sdk_manager.py
 
 # boxd against the upstream Python server, side by side, one run; not part of `make test`.
 bench: build setup
