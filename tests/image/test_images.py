@@ -547,6 +547,30 @@ def test_mobile(figures):
         if device:
             engine("rm", "-f", "-t", "2", device, check=False)
         box.close(failed)
+    # The adb-server way: no BOXD_ADB_CONNECT; the agent's `adb connect` starts the image's adb server
+    # on 127.0.0.1:5037, where boxd finds the device.
+    box, device, failed = Box(image), None, True
+    try:
+        box.wait_healthy()
+        device = engine("run", "-d", "--rm", "--network", f"container:{box.container}",
+                        "-v", f"{FAKE_ADBD}:/fake-adbd:ro", "-v", f"{log_dir}:/log",
+                        "-e", "FAKE_INPUT_LOG=/log/input.log", "--entrypoint", "python3", "boxd-base:latest",
+                        "/fake-adbd/fake_adbd.py", "15555").stdout.strip()
+        deadline = time.perf_counter() + 30
+        while "127.0.0.1:15555\tdevice" not in box.shell("adb connect 127.0.0.1:15555 >/dev/null; adb devices")[0]:
+            assert time.perf_counter() < deadline, "adb connect never saw the device"
+            time.sleep(0.1)
+        while box.readyz()["families"]["adb"]["status"] != "ready":
+            assert time.perf_counter() < deadline, box.readyz()
+            time.sleep(0.05)
+        assert texts(bind(MobileSandbox, box.client).mobile_tap([7, 8])) == ["Tapped at (7, 8)"]
+        assert (log_dir / "input.log").read_text().splitlines()[-1] == "input tap 7 8"
+        print("  the image's adb server (started by `adb connect` in the shell) serves boxd too: ok")
+        failed = False
+    finally:
+        if device:
+            engine("rm", "-f", "-t", "2", device, check=False)
+        box.close(failed)
         shutil.rmtree(log_dir, ignore_errors=True)
 
 
