@@ -230,7 +230,7 @@ def wait_desktop_and_vnc(box, sandbox_cls):
     return found
 
 
-def novnc_status(url, timeout=15):
+def novnc_status(url, timeout=30):
     """Opens noVNC's page in a real (headless) Chromium over its DevTools protocol and answers the page's
     own status line once it settles: "Connected to boxd" when the page reached the desktop."""
     port = free_port()
@@ -261,6 +261,9 @@ def novnc_status(url, timeout=15):
                 status = r["result"].get("value")
                 if status and status.startswith(("Connected", "Disconnected", "Something")): break
                 time.sleep(0.05)
+            else:
+                r = call("Runtime.evaluate", expression="document.readyState + ' ' + JSON.stringify(performance.getEntriesByType('resource').map(e => [e.name.split('/vnc/')[1], Math.round(e.responseEnd)]))")
+                status = f"{status} after {timeout} s: {r['result'].get('value')}"
             return status
     finally:
         proc.kill(); proc.wait(); shutil.rmtree(profile, ignore_errors=True)
@@ -273,7 +276,8 @@ def check_vnc_page_and_auth(box):
     assert script.status_code == 200 and "javascript" in script.headers["content-type"], script.headers
     if shutil.which("chromium"):  # scripts/setup.sh installs it; the page itself, as a person opens it
         desktop_url = f"{box.base}/vnc/vnc_lite.html?password={TOKEN}"
-        assert novnc_status(desktop_url) == "Connected to boxd"
+        status = novnc_status(desktop_url)
+        assert status == "Connected to boxd", status
         wrong = novnc_status(f"{box.base}/vnc/vnc_lite.html?password=wrong")
         assert wrong and not wrong.startswith("Connected"), wrong
         print("  desktop_url in Chromium: noVNC connected; with a wrong password it did not")
