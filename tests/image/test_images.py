@@ -272,6 +272,7 @@ def novnc_status(url, timeout=30):
 def check_vnc_page_and_auth(box):
     page = requests.get(f"{box.base}/vnc/vnc_lite.html?password={TOKEN}", timeout=10)
     assert page.status_code == 200 and "noVNC" in page.text, page.status_code
+    assert page.headers.get("referrer-policy") == "no-referrer", page.headers  # its URL holds the token
     script = requests.get(f"{box.base}/vnc/core/rfb.js", timeout=10)
     assert script.status_code == 200 and "javascript" in script.headers["content-type"], script.headers
     if shutil.which("chromium"):  # scripts/setup.sh installs it; the page itself, as a person opens it
@@ -540,6 +541,8 @@ def test_mobile(figures):
         print(f"  adb through MobileSandbox against fake-adbd in the pod's second container: ok "
               f"({ready['families']['adb'].get('reason', '')})")
         view = requests.get(f"{box.base}/websockify/?password={TOKEN}", timeout=10)
+        assert view.headers.get("referrer-policy") == "no-referrer", view.headers
+        assert TOKEN not in box.logs(), "the token shows in the logs"
         if view.status_code == 404 and "adb/view" not in requests.get(
                 f"{box.base}/fastapi/openapi.json", headers=box.auth, timeout=10).text:
             print("  /websockify/ -> boxd /adb/view: proxied; boxd has no /adb/view yet (404)")
