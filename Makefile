@@ -7,9 +7,17 @@ TARGET := x86_64-unknown-linux-gnu
 STATIC_BIN := target/$(TARGET)/release/boxd
 ENGINE ?= $(shell command -v podman || command -v docker)
 IMAGE_BASE ?= boxd-base:latest
+# The five sandbox images: boxd-TYPE:latest, each also tagged with the name the SDK's manager runs
+# (docker.io/agentscope/runtime-sandbox-TYPE:latest; fully qualified, or podman would file it under localhost/).
+IMAGE_TYPES := base gui browser filesystem mobile
+SDK_IMAGE_PREFIX ?= docker.io/agentscope/runtime-sandbox-
+# The images ship the static binary at $(STATIC_BIN). `make images` builds it first (`make static`);
+# SKIP_STATIC=1 uses the one already there (e.g. copied from another checkout) without touching cargo.
+STATIC_DEP := $(if $(filter 1,$(SKIP_STATIC)),,static)
 
 .PHONY: run build kernel-venv test setup lint unit python-tests smoke-release fuzz static bench image-base \
-	image-test clean load faults kube-manifests
+	image-test clean load faults kube-manifests images image-gui image-browser image-filesystem \
+	image-mobile image-base-node
 
 run: build
 	@PORT='$(PORT)' PYTHON='$(PYTHON)' ./scripts/run.sh
@@ -64,13 +72,41 @@ static:
 	file $(STATIC_BIN)
 	@ls -l $(STATIC_BIN)
 
-# The base image (podman or docker; here: ../shared/tools/container-setup.sh makes podman work).
-image-base: static
-	$(ENGINE) build -f images/base/Dockerfile -t $(IMAGE_BASE) .
+# The images (podman or docker; here: ../shared/tools/container-setup.sh makes podman work). Each one
+# starts FROM the one before it: base -> gui -> browser, filesystem; base -> mobile, base-node.
+define build_image # TYPE, FROM-image build argument
+	$(ENGINE) build -f images/$(1)/Dockerfile $(2) -t boxd-$(1):latest .
+	$(if $(filter $(1),$(IMAGE_TYPES)),$(ENGINE) tag boxd-$(1):latest $(SDK_IMAGE_PREFIX)$(1):latest)
+endef
 
-# Runs the base image as the manager does and drives it with the real client. Not part of `make test`.
-image-test: setup image-base
+image-base: $(STATIC_DEP)
+	$(ENGINE) build -f images/base/Dockerfile -t $(IMAGE_BASE) .
+	$(ENGINE) tag $(IMAGE_BASE) $(SDK_IMAGE_PREFIX)base:latest
+image-gui: image-base
+	$(call build_image,gui,--build-arg BASE=$(IMAGE_BASE))
+image-browser: image-gui
+	$(call build_image,browser,--build-arg GUI=boxd-gui:latest)
+image-filesystem: image-gui
+	$(call build_image,filesystem,--build-arg GUI=boxd-gui:latest)
+image-mobile: image-base
+	$(call build_image,mobile,--build-arg BASE=$(IMAGE_BASE))
+# The base image plus Node (npm, npx) for users' own Node MCP servers; not one of the SDK's types.
+image-base-node: image-base
+	$(call build_image,base-node,--build-arg BASE=$(IMAGE_BASE))
+
+# All five, then the layers no tag uses any more (each rebuild leaves the previous ones dangling).
+images: image-base image-gui image-browser image-filesystem image-mobile
+	$(ENGINE) image prune -f >/dev/null
+	$(ENGINE) images --filter reference='boxd-*'
+
+# Runs every image as the manager does (port 80 on 127.0.0.1, SECRET_TOKEN, NGINX_TIMEOUT, the workspace
+# bind-mounted) and drives it through nginx with the real client bound as the SDK's classes, prints sizes
+# and start-up times; then the SDK's own SandboxManager runs each one through podman's socket. Podman
+# only for the last step. Not part of `make test`.
+image-test: setup images
 	.venv/bin/python tests/image/test_base_image.py --engine $(ENGINE) --image $(IMAGE_BASE)
+	.venv/bin/python tests/image/test_images.py --engine $(ENGINE)
+	.venv/bin/python tests/image/test_sdk_manager.py
 
 # boxd against the upstream Python server, side by side, one run; not part of `make test`.
 bench: build setup

@@ -124,7 +124,9 @@ def main():
         print(f"{engine} stop: {stopped:.2f} s")
     left = subprocess.run([engine, "ps", "-a", "-q", "--filter", f"id={container}"], capture_output=True, text=True)
     assert left.stdout.strip() == "", "the container is still there"
-    processes = subprocess.run(["pgrep", "-f", f"boxd serve|{TOKEN}"], capture_output=True, text=True).stdout
+    # The container's boxd by its exact command line (other boxd processes may run on this host).
+    processes = subprocess.run(["pgrep", "-f", f"boxd serve --host 127.0.0.1 --port 8000 --workspace /workspace|{TOKEN}"],
+                               capture_output=True, text=True).stdout
     assert processes.strip() == "", f"processes left behind: {processes}"
     assert stopped < 8, f"stop took {stopped:.1f} s"
     check_defaults(engine, args.image)
