@@ -61,11 +61,17 @@ pub fn configure_allocator() {
     unsafe {
         libc::mallopt(libc::M_ARENA_MAX, ARENAS);
         libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES);
     }
 }
 
 const ARENAS: i32 = 2;
 const MMAP_THRESHOLD_BYTES: i32 = 256 * 1024;
+/// Fixing the mmap threshold also fixes the trim threshold at its 128 KiB default: the heap would then
+/// shrink and regrow around every zlib stream (~256 KiB of state per git object written), 8 `brk` calls
+/// per object. Free memory at the top of the heap is kept up to this much while busy; the quiet-time
+/// trim returns it.
+const TRIM_THRESHOLD_BYTES: i32 = 8 * 1024 * 1024;
 
 fn trim() {
     // SAFETY: malloc_trim only returns free pages of the allocator's own arenas to the kernel.
