@@ -196,6 +196,14 @@ def rfb_handshake(port, password, deadline_s=10, frame=False):
         return (width, height), out.getvalue()
 
 
+def desktop_started(box, kind, size, figures):
+    """A desktop image without the `computer` family: healthy, then its VNC view; records the figures."""
+    healthy = box.wait_healthy()
+    found = wait_desktop_and_vnc(box, None)
+    print(f"  start -> healthz {healthy:.2f} s, -> VNC handshake {found['vnc']:.2f} s")
+    figures.append((kind, size, healthy, None, found["vnc"], box.engine_run))
+
+
 def wait_desktop_and_vnc(box, sandbox_cls):
     """Polls, side by side, a non-blank screenshot (when the image has the `computer` family) and an RFB
     handshake through nginx; answers their times since container start and the screenshot."""
@@ -421,10 +429,7 @@ def test_browser(figures):
     size = image_size(image)
     box, failed = Box(image), True
     try:
-        healthy = box.wait_healthy()
-        found = wait_desktop_and_vnc(box, None)
-        print(f"  start -> healthz {healthy:.2f} s, -> VNC handshake {found['vnc']:.2f} s")
-        figures.append(("browser", size, healthy, None, found["vnc"], box.engine_run))
+        desktop_started(box, "browser", size, figures)
         check_vnc_page_and_auth(box)
 
         (box.workspace / "site").mkdir()
@@ -478,10 +483,7 @@ def test_filesystem(figures):
     size = image_size(image)
     box, failed = Box(image), True
     try:
-        healthy = box.wait_healthy()
-        found = wait_desktop_and_vnc(box, None)
-        print(f"  start -> healthz {healthy:.2f} s, -> VNC handshake {found['vnc']:.2f} s")
-        figures.append(("filesystem", size, healthy, None, found["vnc"], box.engine_run))
+        desktop_started(box, "filesystem", size, figures)
         sandbox = bind(FilesystemSandbox, box.client)
         assert not sandbox.create_directory("/workspace/docs/deep")["isError"]
         assert not sandbox.write_file("/workspace/docs/a.txt", "alpha\nbeta\n")["isError"]
