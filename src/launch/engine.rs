@@ -6,7 +6,8 @@ use std::path::Path;
 
 use bollard::Docker;
 use bollard::models::{
-    ContainerCreateBody, ContainerStateStatusEnum, HostConfig, Mount, MountType, PortBinding,
+    ContainerCreateBody, ContainerInspectResponse, ContainerStateStatusEnum, HostConfig, Mount,
+    MountType, PortBinding,
 };
 use bollard::query_parameters::{
     CreateContainerOptions, ListContainersOptions, LogsOptions, RemoveContainerOptions,
@@ -27,6 +28,9 @@ const API_VERSION: bollard::ClientVersion = bollard::ClientVersion {
 };
 /// Seconds `down` gives the entrypoint to stop boxd and nginx before the engine kills them.
 const STOP_GRACE_SECS: i32 = 10;
+/// How often, and how far apart, an inspect answer in a state outside the Docker API is asked again.
+const UNDECODABLE_RETRIES: u32 = 30;
+const UNDECODABLE_RETRY_DELAY: std::time::Duration = std::time::Duration::from_millis(100);
 
 pub struct Engine {
     docker: Docker,
@@ -47,7 +51,10 @@ pub struct ContainerSpec<'a> {
 /// A container's state as far as `up`'s wait cares.
 pub enum State {
     Running,
-    Stopped { exit_code: i64 },
+    /// The exit code, when the engine knows it.
+    Stopped {
+        exit_code: Option<i64>,
+    },
 }
 
 /// One of ours, as `ls` shows it.
@@ -80,6 +87,26 @@ impl Engine {
 
     fn error(&self, action: &'static str, err: bollard::errors::Error) -> LaunchError {
         LaunchError::from_engine(action, &self.endpoint, err)
+    }
+
+    /// Inspects a container. Podman briefly reports a container whose process has exited as
+    /// `stopped`, a state the Docker API (and so bollard's model) does not have, until its cleanup
+    /// makes it `exited`: that answer is asked again, a bounded number of times.
+    async fn inspect(&self, id: &str) -> Result<ContainerInspectResponse, LaunchError> {
+        let mut attempts = 0;
+        loop {
+            match self.docker.inspect_container(id, None).await {
+                Ok(inspected) => return Ok(inspected),
+                Err(bollard::errors::Error::JsonDataError { message, .. })
+                    if message.contains("unknown variant") && attempts < UNDECODABLE_RETRIES =>
+                {
+                    attempts += 1;
+                    tracing::debug!(%message, "engine state not in the Docker API; asking again");
+                    tokio::time::sleep(UNDECODABLE_RETRY_DELAY).await;
+                }
+                Err(err) => return Err(self.error("inspect", err)),
+            }
+        }
     }
 
     /// Creates the container (not started). A missing image is an error naming `make images`: the
@@ -155,11 +182,7 @@ impl Engine {
 
     /// The host port the engine bound to the container's port 80.
     pub async fn host_port(&self, id: &str) -> Result<u16, LaunchError> {
-        let inspected = self
-            .docker
-            .inspect_container(id, None)
-            .await
-            .map_err(|err| self.error("inspect", err))?;
+        let inspected = self.inspect(id).await?;
         let bindings = inspected
             .network_settings
             .and_then(|settings| settings.ports)
@@ -174,11 +197,7 @@ impl Engine {
     }
 
     pub async fn state(&self, id: &str) -> Result<State, LaunchError> {
-        let inspected = self
-            .docker
-            .inspect_container(id, None)
-            .await
-            .map_err(|err| self.error("inspect", err))?;
+        let inspected = self.inspect(id).await?;
         let state = inspected.state.unwrap_or_default();
         let running = state.running.unwrap_or(false)
             || matches!(
@@ -189,7 +208,7 @@ impl Engine {
             State::Running
         } else {
             State::Stopped {
-                exit_code: state.exit_code.unwrap_or(-1),
+                exit_code: state.exit_code,
             }
         })
     }
@@ -219,17 +238,15 @@ impl Engine {
 
     /// Whether `id` names a container, and whether `boxd launch` made it.
     pub async fn ours(&self, id: &str) -> Result<bool, LaunchError> {
-        match self.docker.inspect_container(id, None).await {
+        match self.inspect(id).await {
             Ok(inspected) => Ok(inspected
                 .config
                 .and_then(|config| config.labels)
                 .is_some_and(|labels| labels.contains_key(LABEL))),
-            Err(err) => match self.error("inspect", err) {
-                err if err.engine_status() == Some(404) => {
-                    Err(LaunchError::NoSuchContainer(id.to_owned()))
-                }
-                err => Err(err),
-            },
+            Err(err) if err.engine_status() == Some(404) => {
+                Err(LaunchError::NoSuchContainer(id.to_owned()))
+            }
+            Err(err) => Err(err),
         }
     }
 

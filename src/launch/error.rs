@@ -57,7 +57,7 @@ pub enum LaunchError {
     Exited {
         id: String,
         image: String,
-        status: i64,
+        status: String,
         logs: String,
     },
 

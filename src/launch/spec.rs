@@ -26,14 +26,6 @@ pub enum SandboxType {
 }
 
 impl SandboxType {
-    pub const ALL: [SandboxType; 5] = [
-        SandboxType::Base,
-        SandboxType::Gui,
-        SandboxType::Browser,
-        SandboxType::Filesystem,
-        SandboxType::Mobile,
-    ];
-
     pub fn name(self) -> &'static str {
         match self {
             SandboxType::Base => "base",
@@ -42,10 +34,6 @@ impl SandboxType {
             SandboxType::Filesystem => "filesystem",
             SandboxType::Mobile => "mobile",
         }
-    }
-
-    pub fn from_name(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|kind| kind.name() == name)
     }
 
     /// The SDK's GUI mixin (noVNC at `/vnc/`) is on these classes.
@@ -231,9 +219,15 @@ fn percent_encode(value: &str) -> String {
     out
 }
 
-/// The last `count` non-empty lines of a log, indented, for an error message.
+/// The last `count` non-empty lines of a log, indented, for an error message; the agent's log lines
+/// of the launcher's own readiness probes are left out (they say only "503" or "200").
 pub fn tail_lines(log: &str, count: usize) -> String {
-    let lines: Vec<&str> = log.lines().filter(|line| !line.trim().is_empty()).collect();
+    let probe =
+        |line: &str| line.contains(" path=/readyz/status ") || line.contains(" path=/healthz ");
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|line| !line.trim().is_empty() && !probe(line))
+        .collect();
     let first = lines.len().saturating_sub(count);
     match lines.get(first..) {
         Some(tail) if !tail.is_empty() => tail
@@ -350,7 +344,7 @@ mod tests {
         let (a, b) = (generate_token().ok(), generate_token().ok());
         let a = a.unwrap_or_default();
         assert_eq!(a.len(), 32);
-        assert!(a.bytes().all(|b| b.is_ascii_hexdigit()), "{a}");
+        assert!(a.bytes().all(|digit| digit.is_ascii_hexdigit()), "{a}");
         assert_ne!(Some(a), b);
     }
 
@@ -413,6 +407,10 @@ mod tests {
         assert_eq!(tail_lines("a\n\nb\nc\n", 2), "  b\n  c");
         assert_eq!(tail_lines("", 5), "  (no output)");
         assert_eq!(tail_lines("only\n", 5), "  only");
+        let probes = "adb: no device\n\
+            INFO boxd::http::log: request request_id=1 method=GET path=/readyz/status status=503\n\
+            INFO boxd::http::log: request request_id=2 method=GET path=/healthz status=200\n";
+        assert_eq!(tail_lines(probes, 2), "  adb: no device");
     }
 
     #[test]
