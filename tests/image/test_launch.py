@@ -2,7 +2,7 @@
 real client.
 
 usage: test_launch.py --boxd target/x86_64-unknown-linux-gnu/release/boxd --image boxd-base:latest
-                      [--engine-socket /run/podman/podman.sock] [--runs 5]
+                      [--engine-socket /run/podman/podman.sock] [--runs 5] [--every-type]
 
 Without --engine-socket it starts `podman system service` on a scratch socket and stops it at the end.
 Every container it makes is removed; it fails if any container labelled boxd.launch is left.
@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 
 from agentscope_runtime.sandbox.client.http_client import SandboxHttpClient
 from agentscope_runtime.sandbox.model import ContainerModel
@@ -152,10 +153,18 @@ def check_errors(launcher, image):
     assert "\n" not in message and "make images" in message, message
     print(f"image missing: {message}")
 
-    # An image that stops at once: the error carries its last words, and nothing is left behind.
-    exited = launcher.run("up", "--image", "docker.io/library/debian:bookworm-slim", "--ready-timeout", "30")
-    assert exited.returncode == 1 and "stopped before it was ready" in exited.stderr, exited
-    print("image that exits: error with its log lines; container removed")
+    # An image that stops at once, and one that never serves: each error carries the container's last
+    # words, and nothing is left behind.
+    exits, silent = scratch_images(image)
+    exited = launcher.run("up", "--image", exits, "--ready-timeout", "30")
+    assert exited.returncode == 1, exited
+    assert "stopped before it was ready (exit status 3)" in exited.stderr and "  boom" in exited.stderr, exited
+    print("image that exits: error with its exit status and log lines; container removed")
+    started = time.perf_counter()
+    never = launcher.run("up", "--image", silent, "--ready-timeout", "2")
+    assert never.returncode == 1 and "was not ready within 2 s" in never.stderr, never
+    assert "  waiting forever" in never.stderr and time.perf_counter() - started < 15, never
+    print("image that never serves: not ready after --ready-timeout, with its log lines; container removed")
 
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -178,6 +187,54 @@ def check_errors(launcher, image):
     assert ours_left() == [], f"errors left containers: {ours_left()}"
 
 
+SCRATCH_IMAGES = ("localhost/boxd-launch-test:exits", "localhost/boxd-launch-test:silent")
+
+
+def scratch_images(image):
+    """Two images on top of `image` (a config layer each): one that exits 3 at once, one that never
+    serves. Removed at the end of the test."""
+    context = tempfile.mkdtemp(prefix="boxd-launch-ctx-")
+    entrypoints = ('["sh", "-c", "echo boom; exit 3"]', '["sh", "-c", "echo waiting forever; exec sleep infinity"]')
+    try:
+        for tag, entrypoint in zip(SCRATCH_IMAGES, entrypoints):
+            pathlib.Path(context, "Containerfile").write_text(f"FROM {image}\nENTRYPOINT {entrypoint}\n")
+            subprocess.run([ENGINE, "build", "-q", "-t", tag, "-f", os.path.join(context, "Containerfile"), context],
+                           capture_output=True, text=True, timeout=300, check=True)
+    finally:
+        shutil.rmtree(context, ignore_errors=True)
+    return SCRATCH_IMAGES
+
+
+def image_exists(name):
+    return subprocess.run([ENGINE, "image", "exists", name], timeout=60).returncode == 0
+
+
+def check_every_type(launcher):
+    """Each type on its default image (what `make images` tags), where that image exists here: ready, its
+    health answers, its desktop page is served; then down."""
+    for kind in ("base", "gui", "browser", "filesystem", "mobile"):
+        default = f"docker.io/agentscope/runtime-sandbox-{kind}:latest"
+        if not image_exists(default):
+            print(f"{kind}: {default} not built here; skipped")
+            continue
+        # mobile waits for a device that does not exist here: a short wait shows it.
+        result = launcher.run("up", "--type", kind, *(["--ready-timeout", "15"] if kind == "mobile" else []))
+        if result.returncode != 0:
+            # mobile is ready only with an Android device (adb) behind it: none exists on these machines.
+            assert kind == "mobile" and "adb" in result.stderr, result.stderr
+            print(f"{kind}: not ready without a device, as expected: {result.stderr.splitlines()[0][:160]}...")
+            continue
+        launched = json.loads(result.stdout)
+        try:
+            assert client_for(launched).check_health(), launched
+            if "desktop_url" in launched:
+                page = urllib.request.urlopen(launched["desktop_url"], timeout=30)
+                assert page.status == 200, page.status
+            print(f"{kind}: up, healthy" + (", desktop page served" if "desktop_url" in launched else "") + ", down")
+        finally:
+            launcher.down(launched["id"])
+
+
 def measure(launcher, image, runs):
     times = []
     for _ in range(runs):
@@ -194,6 +251,8 @@ def main():
     parser.add_argument("--image", default="boxd-base:latest")
     parser.add_argument("--engine-socket")
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--every-type", action="store_true",
+                        help="also up/down each type on its default image, where `make images` built it")
     args = parser.parse_args()
 
     # The engine API resolves a short name its own way (podman's: docker.io/library/...): use the id.
@@ -212,10 +271,15 @@ def main():
         check_drives_the_client(launcher, image, workspace)
         check_desktop_urls(launcher, image)
         measure(launcher, image, args.runs)
+        if args.every_type:
+            check_every_type(launcher)
     finally:
         left = ours_left()
         if left:
             subprocess.run([ENGINE, "rm", "-f", *left], capture_output=True, timeout=120, check=False)
+        for tag in SCRATCH_IMAGES:
+            if image_exists(tag):
+                subprocess.run([ENGINE, "rmi", tag], capture_output=True, timeout=120, check=False)
         if service is not None:
             service.terminate()
             service.wait(timeout=30)
