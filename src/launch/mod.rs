@@ -183,7 +183,7 @@ async fn up(engine: &Engine, args: UpArgs) -> Result<Launched, LaunchError> {
     };
     let outcome = tokio::select! {
         outcome = starting => outcome,
-        _ = tokio::signal::ctrl_c() => Err(LaunchError::Interrupted(short(&id).to_owned())),
+        () = interrupted() => Err(LaunchError::Interrupted(short(&id).to_owned())),
     };
     match outcome {
         Ok(port) => {
@@ -207,6 +207,24 @@ async fn up(engine: &Engine, args: UpArgs) -> Result<Launched, LaunchError> {
             }
             Err(err)
         }
+    }
+}
+
+/// Resolves on SIGINT (Ctrl-C) or SIGTERM; never if neither can be watched (then the wait's own
+/// deadline still ends `up`).
+async fn interrupted() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) {
+        (Ok(mut interrupt), Ok(mut terminate)) => {
+            tokio::select! {
+                _ = interrupt.recv() => {},
+                _ = terminate.recv() => {},
+            }
+        }
+        _ => std::future::pending().await,
     }
 }
 

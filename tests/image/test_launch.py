@@ -12,6 +12,7 @@ import json
 import os
 import pathlib
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -165,6 +166,18 @@ def check_errors(launcher, image):
     assert never.returncode == 1 and "was not ready within 2 s" in never.stderr, never
     assert "  waiting forever" in never.stderr and time.perf_counter() - started < 15, never
     print("image that never serves: not ready after --ready-timeout, with its log lines; container removed")
+    for stop in (signal.SIGINT, signal.SIGTERM):
+        waiting = subprocess.Popen([launcher.boxd, "launch", "up", "--image", silent, "--engine-socket", launcher.socket],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 30
+        while not ours_left():  # the container exists: up is waiting for it
+            assert waiting.poll() is None and time.monotonic() < deadline, "up never created its container"
+            time.sleep(0.05)
+        waiting.send_signal(stop)
+        _, err = waiting.communicate(timeout=30)
+        assert waiting.returncode == 1 and "interrupted; container" in err, (waiting.returncode, err)
+        assert ours_left() == [], f"{stop.name} left the container"
+    print("SIGINT / SIGTERM while waiting: container removed")
 
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
