@@ -50,7 +50,7 @@ pub enum LaunchCommand {
 #[derive(Debug, Args)]
 pub struct UpArgs {
     /// The image type.
-    #[arg(long = "type", value_enum, default_value = "base")]
+    #[arg(long = "type", value_name = "TYPE", value_enum, default_value = "base")]
     pub kind: SandboxType,
 
     /// Host directory bind-mounted at /workspace (created if missing). Default: the image's own.
