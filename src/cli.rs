@@ -27,6 +27,8 @@ pub enum Command {
     /// Print every bound boxd keeps (connections, sizes, concurrency, timeouts) for the configuration
     /// the same flags and environment give `serve`, as a Markdown table.
     Limits(ServeArgs),
+    /// On the host: start, list and stop sandbox containers through the Docker Engine API.
+    Launch(crate::launch::LaunchArgs),
 }
 
 #[derive(Debug, Args)]

@@ -12,6 +12,7 @@ mod filesystem;
 mod git;
 mod http;
 mod ipython;
+mod launch;
 mod limits;
 mod mcp;
 mod memory;
@@ -70,6 +71,9 @@ fn main() -> std::process::ExitCode {
         print!("{}", limits::markdown(args));
         return std::process::ExitCode::SUCCESS;
     }
+    if let Command::Launch(args) = cli.command {
+        return launch::main(args);
+    }
     // Before any thread or child exists: the token was read into `cli`; no child may inherit it.
     child::withhold_from_children(&["SECRET_TOKEN"]);
     memory::configure_allocator();
@@ -78,7 +82,7 @@ fn main() -> std::process::ExitCode {
             &std::path::absolute(&args.workspace).unwrap_or_else(|_| args.workspace.clone()),
             args.port,
         )),
-        Command::McpStdio(_) | Command::Limits(_) => None,
+        Command::McpStdio(_) | Command::Limits(_) | Command::Launch(_) => None,
     };
     if let Some(key) = &instance {
         child::mark_children(key);
@@ -105,7 +109,7 @@ fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::Serve(args) => runtime.block_on(serve(args, instance.unwrap_or_default())),
         Command::McpStdio(args) => runtime.block_on(mcp::relay::run(&args.url, &args.token)),
-        Command::Limits(_) => Ok(()),
+        Command::Limits(_) | Command::Launch(_) => Ok(()),
     };
     // Dropping the runtime would wait without limit for blocking-pool threads; a stop is bounded.
     runtime.shutdown_timeout(BLOCKING_WORK_GRACE);
