@@ -107,6 +107,7 @@ image-test: setup images
 	.venv/bin/python tests/image/test_base_image.py --engine $(ENGINE) --image $(IMAGE_BASE)
 	.venv/bin/python tests/image/test_images.py --engine $(ENGINE)
 	.venv/bin/python tests/image/test_sdk_manager.py
+	.venv/bin/python tests/image/test_launch.py --boxd $(STATIC_BIN) --image $(IMAGE_BASE) --every-type
 
 # boxd against the upstream Python server, side by side, one run; not part of `make test`.
 bench: build setup
