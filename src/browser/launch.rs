@@ -24,6 +24,9 @@ pub struct Options {
     pub executable: String,
     pub headless: bool,
     pub viewport: (u32, u32),
+    /// Where downloads land (the workspace's `downloads/`, created by the browser on the first one);
+    /// `None` refuses downloads (the directory would leave the workspace).
+    pub downloads: Option<PathBuf>,
 }
 
 pub struct Process {
@@ -143,6 +146,20 @@ pub async fn launch(options: &Options) -> Result<Process, String> {
             "the browser {:?} did not start: {err}{words}",
             options.executable
         ));
+    }
+    // Saved under their guid, renamed by boxd once complete: the name is then boxd's choice, never
+    // the page's, and a half-written file never carries the final name.
+    let behavior = match &options.downloads {
+        Some(directory) => json!({"behavior": "allowAndName", "downloadPath": directory,
+                                  "eventsEnabled": true}),
+        None => json!({"behavior": "deny"}),
+    };
+    if let Err(err) = process
+        .cdp
+        .call(None, "Browser.setDownloadBehavior", behavior, START_TIMEOUT)
+        .await
+    {
+        tracing::warn!("the browser does not take the download directory: {err}");
     }
     Ok(process)
 }

@@ -3,6 +3,7 @@
 
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,6 +12,8 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use super::GROUP;
+use super::events::{Download, DownloadState};
+use super::family::DOWNLOADS;
 use super::keys;
 use super::launch::Options;
 use super::session::{CALL, Failure, NO_PAGE, Outcome, Running, SETTLE_CAP, SLOW_CALL, Session};
@@ -28,6 +31,8 @@ const MAX_TYPED: usize = 100_000;
 const MAX_SIDE: f64 = 10_000.0;
 /// Files `browser_file_upload` takes at once.
 const MAX_UPLOADS: usize = 100;
+/// Numbered variants tried for a download's name before giving up (`name-1.ext` ... ).
+const MAX_SAME_NAME: usize = 1000;
 
 pub struct Browser {
     session: tokio::sync::Mutex<Session>,
@@ -300,7 +305,8 @@ impl Browser {
             lines.push(format!("- {summary}"));
             lines.push(String::new());
         }
-        lines.push(page_answer(running, snapshot).await?);
+        let downloads = self.downloads_lines(running).await;
+        lines.push(page_answer(running, snapshot, downloads).await?);
         images.push(text(lines.join("\n")));
         Ok(images)
     }
@@ -423,6 +429,105 @@ impl Browser {
         Ok(shown.display().to_string())
     }
 
+    /// What became of the browser's downloads since the last answer, as `### Downloads` lines: a
+    /// download still running is waited for once (within the settle cap), a finished one is given its
+    /// name in the workspace's `downloads/` (the page's suggestion, cleaned, made unique) and said once.
+    async fn downloads_lines(&self, running: &Running) -> Vec<String> {
+        let events = Arc::clone(&running.cdp().events);
+        let unannounced = |downloads: &mut std::collections::VecDeque<Download>| {
+            downloads
+                .iter()
+                .any(|d| d.state == DownloadState::InProgress && !d.announced)
+        };
+        if events.downloads(unannounced) {
+            let deadline = Instant::now() + SETTLE_CAP;
+            let mut changes = events.subscribe();
+            for _ in 0..10_000 {
+                if !events.downloads(unannounced) || running.cdp().is_closed() {
+                    break;
+                }
+                if tokio::time::timeout_at(deadline, changes.changed())
+                    .await
+                    .is_err()
+                {
+                    break;
+                }
+            }
+        }
+        let pending = events.downloads(|downloads| {
+            downloads
+                .iter()
+                .filter(|d| !d.reported)
+                .cloned()
+                .collect::<Vec<_>>()
+        });
+        if pending.is_empty() {
+            return Vec::new();
+        }
+        let directory = self
+            .workspace
+            .resolve(DOWNLOADS)
+            .map(|resolved| resolved.real)
+            .ok();
+        let shown = self.workspace.root().join(DOWNLOADS);
+        let mut lines = Vec::new();
+        for download in pending {
+            let mut saved = download.saved.clone();
+            if download.state == DownloadState::Completed && saved.is_none() {
+                let named = match directory.clone() {
+                    Some(directory) => {
+                        let (guid, suggested) = (download.guid.clone(), download.suggested.clone());
+                        tokio::task::spawn_blocking(move || {
+                            name_download(&directory, &guid, &suggested)
+                        })
+                        .await
+                        .unwrap_or_else(|err| Err(std::io::Error::other(err.to_string())))
+                    }
+                    None => Err(std::io::Error::other("the directory leaves the workspace")),
+                };
+                match named {
+                    Ok(name) => saved = Some(name),
+                    Err(err) => {
+                        tracing::warn!(guid = %download.guid, "cannot name a download: {err}");
+                        saved = Some(download.guid.clone());
+                    }
+                }
+            }
+            let (line, reported) = match download.state {
+                DownloadState::Completed => (
+                    format!(
+                        "- Downloaded file {} to {}",
+                        download.suggested,
+                        shown.join(saved.as_deref().unwrap_or_default()).display()
+                    ),
+                    true,
+                ),
+                DownloadState::Canceled => (
+                    format!("- Download of {} was canceled", download.suggested),
+                    true,
+                ),
+                DownloadState::InProgress if download.announced => continue,
+                DownloadState::InProgress => (
+                    format!(
+                        "- Downloading file {} ... (it goes to {}/; a later answer says its name)",
+                        download.suggested,
+                        shown.display()
+                    ),
+                    false,
+                ),
+            };
+            lines.push(line);
+            events.downloads(|downloads| {
+                if let Some(entry) = downloads.iter_mut().find(|d| d.guid == download.guid) {
+                    entry.saved = saved;
+                    entry.announced = true;
+                    entry.reported = reported;
+                }
+            });
+        }
+        lines
+    }
+
     async fn upload(&self, running: &mut Running, args: &Value) -> Outcome<String> {
         let Some(input) = running.events(|events| events.file_chooser)? else {
             return Err(Failure(
@@ -482,13 +587,22 @@ impl Browser {
 
 /// The answer after an action: modal state, tabs, URL, title and (unless a dialog blocks the page)
 /// the snapshot.
-async fn page_answer(running: &mut Running, snapshot: bool) -> Outcome<String> {
+async fn page_answer(
+    running: &mut Running,
+    snapshot: bool,
+    downloads: Vec<String>,
+) -> Outcome<String> {
     let mut lines = Vec::new();
     let modal = running.modal_lines()?;
     let blocked = running.events(|events| events.dialog.is_some())?;
     if !modal.is_empty() {
         lines.push("### Modal state".to_owned());
         lines.extend(modal);
+        lines.push(String::new());
+    }
+    if !downloads.is_empty() {
+        lines.push("### Downloads".to_owned());
+        lines.extend(downloads);
         lines.push(String::new());
     }
     if running.tabs.len() > 1 {
@@ -530,7 +644,16 @@ async fn navigate(running: &mut Running, url: &str) -> Outcome<()> {
         // A dialog (beforeunload) holds the navigation: the answer shows it.
         return Ok(());
     };
+    if navigation["isDownload"].as_bool() == Some(true) {
+        // No document comes: the answer says where the file went, once the browser said it began.
+        download_began(running).await;
+        return Ok(());
+    }
     if let Some(error) = navigation["errorText"].as_str().filter(|e| !e.is_empty()) {
+        // Chromium aborts a navigation that turned into a download, and says so a moment later.
+        if error.contains("ERR_ABORTED") && download_began(running).await {
+            return Ok(());
+        }
         return Err(Failure(format!("Navigation to {url} failed: {error}")));
     }
     if navigation.get("loaderId").is_some() {
@@ -541,7 +664,28 @@ async fn navigate(running: &mut Running, url: &str) -> Outcome<()> {
             })
             .await?;
     }
-    running.settle(running.marks()?).await
+    running.settle_loaded(running.marks()?).await
+}
+
+/// Whether a download not yet said in an answer begins within a second (the navigation to `url`
+/// turned into one; its URL may differ after redirects).
+async fn download_began(running: &Running) -> bool {
+    let events = Arc::clone(&running.cdp().events);
+    let deadline = Instant::now() + Duration::from_secs(1);
+    let mut changes = events.subscribe();
+    for _ in 0..10_000 {
+        if events.downloads(|downloads| downloads.iter().any(|d| !d.announced)) {
+            return true;
+        }
+        if running.cdp().is_closed()
+            || tokio::time::timeout_at(deadline, changes.changed())
+                .await
+                .is_err()
+        {
+            return false;
+        }
+    }
+    false
 }
 
 async fn history(running: &mut Running, back: bool) -> Outcome<String> {
@@ -588,7 +732,7 @@ async fn history(running: &mut Running, back: bool) -> Outcome<String> {
                 events.loads != before.loads || events.documents != before.documents
             })
             .await?;
-        running.settle(running.marks()?).await?;
+        running.settle_loaded(running.marks()?).await?;
     }
     Ok(format!("Went {}", if back { "back" } else { "forward" }))
 }
@@ -889,6 +1033,42 @@ fn safe_name(requested: &str, extension: &str) -> String {
         name.push_str(extension);
     }
     name
+}
+
+/// Gives the finished download saved as `guid` in `directory` the page's suggested name, cleaned
+/// (one path component, no leading dot) and made unique (`name-1.ext`, ...); never replaces a file.
+fn name_download(directory: &Path, guid: &str, suggested: &str) -> std::io::Result<String> {
+    if guid.is_empty() || !guid.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
+        return Err(std::io::Error::other(format!(
+            "unexpected download id {guid:?}"
+        )));
+    }
+    let source = directory.join(guid);
+    let name = safe_name(suggested, "");
+    let name = name.trim_end_matches('.');
+    let name = if name.is_empty() { "download" } else { name };
+    let (stem, extension) = match name.rsplit_once('.') {
+        Some((stem, extension)) if !stem.is_empty() => (stem, format!(".{extension}")),
+        _ => (name, String::new()),
+    };
+    for attempt in 0..MAX_SAME_NAME {
+        let candidate = match attempt {
+            0 => name.to_owned(),
+            n => format!("{stem}-{n}{extension}"),
+        };
+        // A hard link never replaces an existing file, and the guid's file is the browser's own.
+        match std::fs::hard_link(&source, directory.join(&candidate)) {
+            Ok(()) => {
+                std::fs::remove_file(&source)?;
+                return Ok(candidate);
+            }
+            Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(err) => return Err(err),
+        }
+    }
+    Err(std::io::Error::other(format!(
+        "{MAX_SAME_NAME} files named like {name:?} already"
+    )))
 }
 
 fn decode(data: &Value) -> Outcome<Vec<u8>> {
