@@ -34,6 +34,21 @@ const MAX_UPLOADS: usize = 100;
 /// Numbered variants tried for a download's name before giving up (`name-1.ext` ... ).
 const MAX_SAME_NAME: usize = 1000;
 
+/// A screenshot being captured while the rest of the answer is made.
+struct Capture {
+    task: AbortOnDrop<Result<Value, super::cdp::CdpError>>,
+    raw: bool,
+}
+
+/// A capture nobody waits for any more (the answer failed) is not left running.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 pub struct Browser {
     session: tokio::sync::Mutex<Session>,
     workspace: Workspace,
@@ -139,6 +154,7 @@ impl Browser {
         }
         let mut images = Vec::new();
         let mut snapshot = true;
+        let mut shot = None;
         let summary: String = match tool {
             "browser_snapshot" => String::new(),
             "browser_navigate" => {
@@ -204,9 +220,10 @@ impl Browser {
             "browser_drag" => drag(running, args).await?,
             "browser_wait_for" => wait_for(running, args).await?,
             "browser_take_screenshot" => {
-                let (item, saved) = self.screenshot(running, args).await?;
-                images.push(item);
-                format!("Took a screenshot, saved to {saved}")
+                // The capture is the compositor's work in the browser process; the snapshot of the
+                // answer is the renderer's: both run at once.
+                shot = Some(self.start_screenshot(running, args).await?);
+                String::new()
             }
             "browser_pdf_save" => {
                 snapshot = false;
@@ -300,22 +317,26 @@ impl Browser {
             "browser_file_upload" => self.upload(running, args).await?,
             other => return Err(Failure(format!("Unknown browser tool {other}"))),
         };
+        let downloads = self.downloads_lines(running).await;
+        let answer = page_answer(running, snapshot, downloads).await;
+        let mut summary = summary;
+        if let Some(shot) = shot {
+            let (image, saved) = self.finish_screenshot(shot, args).await?;
+            images.push(image);
+            summary = format!("Took a screenshot, saved to {saved}");
+        }
         let mut lines = Vec::new();
         if !summary.is_empty() {
             lines.push(format!("- {summary}"));
             lines.push(String::new());
         }
-        let downloads = self.downloads_lines(running).await;
-        lines.push(page_answer(running, snapshot, downloads).await?);
+        lines.push(answer?);
         images.push(text(lines.join("\n")));
         Ok(images)
     }
 
-    async fn screenshot(
-        &self,
-        running: &mut Running,
-        args: &Value,
-    ) -> Outcome<(ContentItem, String)> {
+    /// Checks the arguments and starts the capture (of the viewport, or of a ref's element).
+    async fn start_screenshot(&self, running: &mut Running, args: &Value) -> Outcome<Capture> {
         let raw = args.get("raw").and_then(Value::as_bool).unwrap_or(false);
         let element = optional(args, "element");
         let reference = optional(args, "ref");
@@ -324,10 +345,12 @@ impl Browser {
                 "Both element and ref must be provided or neither.".into(),
             ));
         }
+        // Encoded by the browser as it is sent (JPEG quality 50 or PNG), never decoded and encoded
+        // again by boxd; `optimizeForSpeed` picks the faster encoder settings.
         let mut params = if raw {
-            json!({"format": "png"})
+            json!({"format": "png", "optimizeForSpeed": true})
         } else {
-            json!({"format": "jpeg", "quality": 50})
+            json!({"format": "jpeg", "quality": 50, "optimizeForSpeed": true})
         };
         if let Some(reference) = reference {
             let (node, _) = running.element(reference).await?;
@@ -375,15 +398,32 @@ impl Browser {
             params["captureBeyondViewport"] = json!(true);
         }
         let session_id = running.tab()?.session.clone();
-        let shot = running
-            .cdp()
-            .call(
+        let cdp = running.cdp().clone();
+        let task = tokio::spawn(async move {
+            cdp.call(
                 Some(&session_id),
                 "Page.captureScreenshot",
                 params,
                 SLOW_CALL,
             )
-            .await?;
+            .await
+        });
+        Ok(Capture {
+            task: AbortOnDrop(task),
+            raw,
+        })
+    }
+
+    /// Waits for a started capture, saves it in the workspace; the image item and where it went.
+    async fn finish_screenshot(
+        &self,
+        mut capture: Capture,
+        args: &Value,
+    ) -> Outcome<(ContentItem, String)> {
+        let raw = capture.raw;
+        let shot = (&mut capture.task.0)
+            .await
+            .map_err(|err| Failure(format!("the screenshot failed: {err}")))??;
         let data = shot["data"].as_str().unwrap_or_default().to_owned();
         let bytes = decode(&shot["data"])?;
         let extension = if raw { "png" } else { "jpeg" };
