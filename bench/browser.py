@@ -14,6 +14,7 @@ import json
 import os
 import pathlib
 import re
+import shutil
 import sys
 import tempfile
 import threading
@@ -139,16 +140,22 @@ ROWS = ["navigate+snapshot", "snapshot", "click", "type", "take_screenshot"]
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--boxd", default=str(ROOT / "target" / "release" / "boxd"))
+    # boxd runs Debian's chromium-headless-shell when it is installed (as Playwright runs its own
+    # headless shell); the reference is given /usr/bin/chromium as upstream's image does, or this.
+    parser.add_argument("--reference-chromium", default=CHROMIUM)
     args = parser.parse_args()
     if not REFERENCE.exists():
         sys.exit(f"missing {REFERENCE}: run bench/setup.sh")
-    if not os.path.exists(CHROMIUM):
-        sys.exit(f"missing {CHROMIUM}: apt-get install chromium")
+    if not os.path.exists(args.reference_chromium):
+        sys.exit(f"missing {args.reference_chromium}: apt-get install chromium")
+    shell = shutil.which("chromium-headless-shell")
+    print(f"boxd's browser: {shell or 'chromium (no chromium-headless-shell on PATH)'}; "
+          f"the reference's: {args.reference_chromium}")
     pages, site = serve_pages()
     config_dir = tempfile.mkdtemp(prefix="bench-browser-config-")
     config = pathlib.Path(config_dir) / "playwright-mcp.json"
     config.write_text(json.dumps({"browser": {"browserName": "chromium", "isolated": True, "launchOptions": {
-        "executablePath": CHROMIUM, "headless": True,
+        "executablePath": args.reference_chromium, "headless": True,
         # As root (containers), Chromium refuses to start with its sandbox; boxd passes --no-sandbox likewise.
         "chromiumSandbox": False}}}))
     native = Boxd(args.boxd, "--tools", "browser", "--browser-headless")

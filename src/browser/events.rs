@@ -3,7 +3,7 @@
 //! navigation. Every list is bounded (oldest dropped first). Waiters watch one counter that moves on
 //! every event.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Mutex;
 
 use serde_json::Value;
@@ -11,6 +11,30 @@ use tokio::sync::watch;
 
 /// Console messages and network requests kept per tab, at most.
 pub const MAX_LOG_ENTRIES: usize = 1000;
+/// Downloads remembered (and listed in answers) at most, oldest dropped first.
+pub const MAX_DOWNLOADS: usize = 50;
+
+/// A download the browser started (`Browser.downloadWillBegin`), saved under its guid in the downloads
+/// directory until boxd gives it its name.
+#[derive(Debug, Clone)]
+pub struct Download {
+    pub guid: String,
+    pub suggested: String,
+    pub state: DownloadState,
+    /// Its final name in the downloads directory, once boxd gave it one.
+    pub saved: Option<String>,
+    /// Said in an answer while still running: later answers do not wait for it again.
+    pub announced: bool,
+    /// Its outcome was said in an answer: later answers leave it out.
+    pub reported: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DownloadState {
+    InProgress,
+    Completed,
+    Canceled,
+}
 
 #[derive(Debug, Clone)]
 pub struct Dialog {
@@ -45,10 +69,15 @@ pub struct TabEvents {
     /// A new document was requested (a click on a link, a form submit, `location = ...`).
     pub navigation_requested: u64,
     pub stopped_loading: u64,
+    /// Requests sent and not yet finished or failed (long-lived streams left out): what a settling
+    /// page may still be waiting for.
+    pub in_flight: HashSet<String>,
 }
 
 pub struct Events {
     tabs: Mutex<HashMap<String, TabEvents>>,
+    /// Downloads are the browser's, not a tab's: a tab may close while its download runs.
+    downloads: Mutex<VecDeque<Download>>,
     changed: watch::Sender<u64>,
 }
 
@@ -56,6 +85,7 @@ impl Default for Events {
     fn default() -> Self {
         Events {
             tabs: Mutex::default(),
+            downloads: Mutex::default(),
             changed: watch::channel(0).0,
         }
     }
@@ -97,6 +127,15 @@ impl Events {
         read(tabs.entry(session.to_owned()).or_default())
     }
 
+    /// Reads (or changes) the browser's downloads.
+    pub fn downloads<T>(&self, read: impl FnOnce(&mut VecDeque<Download>) -> T) -> T {
+        let mut downloads = self
+            .downloads
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        read(&mut downloads)
+    }
+
     pub fn forget(&self, session: &str) {
         self.tabs
             .lock()
@@ -109,8 +148,48 @@ impl Events {
             .send_modify(|count| *count = count.wrapping_add(1));
     }
 
+    fn browser_event(&self, method: &str, params: &Value) -> bool {
+        let field = |name: &str| params[name].as_str().unwrap_or_default().to_owned();
+        self.downloads(|downloads| match method {
+            "Browser.downloadWillBegin" => {
+                if downloads.len() >= MAX_DOWNLOADS {
+                    downloads.pop_front();
+                }
+                downloads.push_back(Download {
+                    guid: field("guid"),
+                    suggested: field("suggestedFilename"),
+                    state: DownloadState::InProgress,
+                    saved: None,
+                    announced: false,
+                    reported: false,
+                });
+                true
+            }
+            "Browser.downloadProgress" => {
+                let state = match params["state"].as_str() {
+                    Some("completed") => DownloadState::Completed,
+                    Some("canceled") => DownloadState::Canceled,
+                    _ => return false,
+                };
+                let guid = params["guid"].as_str().unwrap_or_default();
+                match downloads.iter_mut().find(|download| download.guid == guid) {
+                    Some(download) => {
+                        download.state = state;
+                        true
+                    }
+                    None => false,
+                }
+            }
+            _ => false,
+        })
+    }
+
     pub fn handle(&self, session: Option<&str>, method: &str, params: &Value) {
         let Some(session) = session else {
+            if self.browser_event(method, params) {
+                self.changed
+                    .send_modify(|count| *count = count.wrapping_add(1));
+            }
             return;
         };
         let is_main_frame = || params.pointer("/frame/parentId").is_none();
@@ -143,6 +222,11 @@ impl Events {
                 }
                 "Network.requestWillBeSent" => {
                     let id = params["requestId"].as_str().unwrap_or_default().to_owned();
+                    // A stream stays open for the page's life: nothing to wait for.
+                    let stream = params["type"].as_str() == Some("EventSource");
+                    if !stream && tab.in_flight.len() < MAX_LOG_ENTRIES {
+                        tab.in_flight.insert(id.clone());
+                    }
                     // A redirect reuses the id: the new hop is another request.
                     push_bounded(
                         &mut tab.requests,
@@ -178,6 +262,10 @@ impl Events {
                         ));
                     }
                 }
+                "Network.loadingFinished" | "Network.loadingFailed" => {
+                    let id = params["requestId"].as_str().unwrap_or_default();
+                    tab.in_flight.remove(id);
+                }
                 "Page.javascriptDialogOpening" => {
                     tab.dialog = Some(Dialog {
                         kind: params["type"].as_str().unwrap_or("alert").to_owned(),
@@ -199,6 +287,8 @@ impl Events {
                 "Page.frameNavigated" if is_main_frame() => {
                     tab.documents = tab.documents.wrapping_add(1);
                     tab.file_chooser = None;
+                    // The old document's requests were cancelled with it; some say so, some do not.
+                    tab.in_flight.clear();
                 }
                 "Page.domContentEventFired" => {
                     tab.dom_content_loaded = tab.dom_content_loaded.wrapping_add(1);

@@ -9,6 +9,9 @@ use super::tools::Browser;
 use crate::family::{BoxFuture, Family, Setup};
 use crate::tools::Tool;
 
+/// The workspace directory downloads are saved in.
+pub const DOWNLOADS: &str = "downloads";
+
 /// The viewport upstream's browser image configures.
 pub const VIEWPORT: (u32, u32) = (1024, 768);
 
@@ -37,10 +40,18 @@ impl Family for BrowserFamily {
 pub fn family(setup: &Setup) -> Result<Arc<dyn Family>, String> {
     let args = setup.args;
     let display = std::env::var("DISPLAY").unwrap_or_default();
+    let downloads = match setup.workspace.resolve(DOWNLOADS) {
+        Ok(resolved) => Some(resolved.real),
+        Err(err) => {
+            tracing::warn!("browser downloads are refused: {DOWNLOADS:?} of the workspace: {err}");
+            None
+        }
+    };
     let options = Options {
         executable: args.browser_executable.clone(),
         headless: args.browser_headless || display.trim().is_empty(),
         viewport: VIEWPORT,
+        downloads,
     };
     Ok(Arc::new(BrowserFamily {
         browser: Arc::new(Browser::new(options, setup.workspace.clone())),

@@ -22,6 +22,16 @@ pub const SLOW_CALL: Duration = Duration::from_secs(30);
 pub const SETTLE_CAP: Duration = Duration::from_secs(3);
 /// The DOM is settled when it has not changed for this long.
 const QUIET: Duration = Duration::from_millis(100);
+/// Installed in every document before its scripts run: the time of the last DOM change since the
+/// document finished loading (0: none), so a settle after the load event can tell at once that nothing
+/// moved, instead of waiting out a quiet window. Changes while the parser builds the page are no sign
+/// of pending work; changes after `load` (a load handler, a fetch's answer being rendered) are. It sits
+/// on the page's window under a registered symbol, not enumerable, so page code does not trip on it.
+const WATCH_MUTATIONS: &str = "(() => { const key = Symbol.for('boxd.settle'); \
+    if (Object.prototype.hasOwnProperty.call(window, key)) return; const state = { last: 0 }; \
+    Object.defineProperty(window, key, { value: state }); new MutationObserver(() => { \
+    if (document.readyState === 'complete') state.last = performance.now(); }).observe(document, \
+    { subtree: true, childList: true, attributes: true, characterData: true }); })()";
 /// Refs kept per tab before the oldest document's are forgotten (a page that churns nodes forever
 /// would otherwise grow the map without bound).
 const MAX_REFS: usize = 200_000;
@@ -374,15 +384,32 @@ impl Running {
     pub async fn snapshot(&mut self) -> Outcome<String> {
         let document = self.events(|events| events.documents)?;
         let session = self.tab()?.session.clone();
-        let tree = self
-            .cdp()
-            .call(
+        // Sent together: the renderer answers one after the other, without a round trip between.
+        let (tree, dom) = futures_util::future::join(
+            self.cdp().call(
                 Some(&session),
                 "Accessibility.getFullAXTree",
                 json!({}),
                 SLOW_CALL,
-            )
-            .await?;
+            ),
+            self.cdp().call(
+                Some(&session),
+                "DOMSnapshot.captureSnapshot",
+                json!({"computedStyles": ["cursor"]}),
+                SLOW_CALL,
+            ),
+        )
+        .await;
+        let tree = tree?;
+        // Without it the snapshot only lacks the refs of elements that merely look clickable.
+        let clickable = match dom {
+            Ok(dom) => snapshot::clickable(&dom),
+            Err(CdpError::Protocol(message)) => {
+                tracing::debug!("no DOM snapshot for clickable elements: {message}");
+                HashMap::new()
+            }
+            Err(err) => return Err(err.into()),
+        };
         let nodes = tree["nodes"]
             .as_array()
             .map(Vec::as_slice)
@@ -390,7 +417,7 @@ impl Running {
         let frames = self.child_frames(&session).await?;
         let tab = self.tab_mut()?;
         tab.refs.sync(document);
-        let rendered = snapshot::render(nodes, &frames, &mut |node, frame| {
+        let rendered = snapshot::render(nodes, &frames, &clickable, &mut |node, frame| {
             tab.refs.assign(node, frame)
         });
         let mut text = format!("- Page Snapshot\n```yaml\n{}\n```", rendered.yaml);
@@ -773,6 +800,80 @@ impl Running {
     }
 }
 
+impl Running {
+    /// Settles a page whose load event has fired (or whose wait for it hit the cap): done as soon as
+    /// no request is in flight and the DOM has not changed since `load` (or not for [`QUIET`]); a
+    /// page that keeps changing, or starts another navigation, is waited for as [`Running::settle`]
+    /// waits. No quiet window is waited out when nothing is pending: a static page settles in one
+    /// round trip.
+    pub async fn settle_loaded(&self, before: Marks) -> Outcome<()> {
+        let deadline = Instant::now() + SETTLE_CAP;
+        let session = self.tab()?.session.clone();
+        let requests_pending = !self.events(|events| events.in_flight.is_empty())?;
+        if requests_pending {
+            self.wait_until(deadline, |events| events.in_flight.is_empty())
+                .await?;
+        }
+        let (blocked, navigating) = self.events(|events| {
+            (
+                events.dialog.is_some() || events.crashed,
+                events.loading || events.navigation_requested != before.navigation_requested,
+            )
+        })?;
+        if blocked || self.cdp().is_closed() {
+            return Ok(());
+        }
+        if navigating {
+            return self.settle(before).await;
+        }
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        if remaining.is_zero() {
+            return Ok(());
+        }
+        // One task's hop first when requests just finished, so the page's handlers of their answers
+        // have run (and changed the DOM) before it is judged quiet. Without the watcher (a document
+        // boxd attached to late), the quiet window is waited out from now.
+        let check = format!(
+            "new Promise(resolve => {{ const state = window[Symbol.for('boxd.settle')]; \
+             const started = performance.now(); const look = () => {{ const now = performance.now(); \
+             const last = state ? state.last : started; const quiet = now - last; \
+             if ((state && last === 0) || quiet >= {quiet} || now - started >= {cap}) \
+             return resolve(true); setTimeout(look, Math.min({quiet} - quiet, {cap} - (now - started)) + 1); }}; \
+             if ({hop}) setTimeout(look, 0); else look(); }})",
+            quiet = QUIET.as_millis(),
+            cap = remaining.as_millis(),
+            hop = requests_pending,
+        );
+        let evaluate = async {
+            self.cdp()
+                .call(
+                    Some(&session),
+                    "Runtime.evaluate",
+                    json!({"expression": check, "awaitPromise": true, "returnByValue": true}),
+                    remaining + Duration::from_millis(200),
+                )
+                .await
+                .map_err(Failure::from)
+        };
+        match self.racing(evaluate).await {
+            Ok(Some(answer)) if answer.get("exceptionDetails").is_none() => {}
+            // The document went away under the check (a navigation), or the check failed: the
+            // ordinary settle tells when the page is done.
+            Ok(Some(_)) => return self.settle(before).await,
+            Ok(None) => return Ok(()),
+            Err(_) if !self.cdp().is_closed() => return self.settle(before).await,
+            Err(failure) => return Err(failure),
+        }
+        let started = self.events(|events| {
+            events.loading || events.navigation_requested != before.navigation_requested
+        })?;
+        if started {
+            return self.settle(before).await;
+        }
+        Ok(())
+    }
+}
+
 #[derive(Debug, Clone, Copy)]
 pub struct Marks {
     pub navigation_requested: u64,
@@ -796,6 +897,10 @@ async fn attach(cdp: &Cdp, target: &str, (width, height): (u32, u32)) -> Outcome
         .ok_or_else(|| Failure("the browser did not attach to the tab".into()))?
         .to_owned();
     let setup = [
+        (
+            "Page.addScriptToEvaluateOnNewDocument",
+            json!({"source": WATCH_MUTATIONS}),
+        ),
         ("Page.enable", json!({})),
         ("Runtime.enable", json!({})),
         ("Network.enable", json!({})),

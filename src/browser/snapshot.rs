@@ -15,9 +15,47 @@ use serde_json::Value;
 pub const MAX_SNAPSHOT_CHARS: usize = 50_000;
 /// Nesting deeper than this is not descended (a hostile page cannot exhaust boxd's stack).
 const MAX_DEPTH: usize = 200;
+/// Siblings of one role in a row shown before the rest of the run is collapsed (those holding
+/// something to act on are kept).
+pub const MAX_REPEATED: usize = 10;
+
+/// Roles a model acts on: a sibling run never hides these (nor elements holding them).
+const INTERACTIVE: &[&str] = &[
+    "button",
+    "checkbox",
+    "combobox",
+    "link",
+    "listbox",
+    "menuitem",
+    "menuitemcheckbox",
+    "menuitemradio",
+    "option",
+    "radio",
+    "searchbox",
+    "slider",
+    "spinbutton",
+    "switch",
+    "tab",
+    "textbox",
+    "treeitem",
+];
+
+/// Why the accessibility tree's ignored reasons still allow showing an element that looks clickable:
+/// only "nothing of interest" is overruled, never hidden, inert or aria-hidden.
+fn only_uninteresting(node: &Value) -> bool {
+    node.get("ignoredReasons")
+        .and_then(Value::as_array)
+        .is_none_or(|reasons| {
+            reasons
+                .iter()
+                .all(|reason| reason["name"].as_str() == Some("uninteresting"))
+        })
+}
 
 struct Node<'a> {
     ignored: bool,
+    /// Ignored only for being uninteresting (not hidden): may be shown when it looks clickable.
+    liftable: bool,
     role: &'a str,
     name: &'a str,
     value: Option<String>,
@@ -52,6 +90,7 @@ fn parse(node: &Value) -> Option<(&str, Node<'_>)> {
         id,
         Node {
             ignored: node.get("ignored").and_then(Value::as_bool) == Some(true),
+            liftable: only_uninteresting(node),
             role: string("/role/value").unwrap_or("generic"),
             name: string("/name/value").unwrap_or(""),
             value,
@@ -66,13 +105,21 @@ fn parse(node: &Value) -> Option<(&str, Node<'_>)> {
     ))
 }
 
-/// One rendered node before indentation: its head (`- role "name" ...`) and children.
+/// One rendered node before indentation: its head (`- role "name" ...`) and children; `role` and
+/// `acts` (it or something in it can be acted on) decide what a long sibling run may hide.
 enum Item {
     Text(String),
     Element {
         head: String,
         inline: Option<String>,
         children: Vec<Item>,
+        role: String,
+        acts: bool,
+    },
+    /// A plain notice of siblings left out (written as a YAML comment, no page content).
+    Collapsed {
+        count: usize,
+        role: String,
     },
 }
 
@@ -100,19 +147,151 @@ fn tree(nodes: &[Value]) -> Tree<'_> {
 }
 
 /// What `build` carries down: the child frames' trees by the backend node id of their `<iframe>`,
-/// the number the next frame met gets, and the ref maker (backend node id, frame number -> ref).
+/// the number the next frame met gets, the elements that look clickable, and the ref maker
+/// (backend node id, frame number -> ref).
 struct Context<'a, 'r> {
     frames: HashMap<i64, Tree<'a>>,
     next_frame: usize,
+    clickable: &'r HashMap<i64, Looks>,
     reference: &'r mut dyn FnMut(i64, usize) -> String,
+}
+
+/// How an element shows it can be clicked although its role may not say so.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Looks {
+    /// `cursor: pointer` starts on it (not only inherited from a clickable ancestor).
+    Pointer,
+    /// A click handler (`onclick` or a listener) or a `tabindex`.
+    Handler,
+}
+
+/// The elements that look clickable, from a `DOMSnapshot.captureSnapshot` answer taken with
+/// `computedStyles: ["cursor"]` (every same-origin frame's document is in it): rendered, of non-zero
+/// size, and either the origin of a `cursor: pointer` (not one inherited from its parent), or
+/// responding to clicks (Chromium's own `isClickable`: an `onclick` or a click listener), or given a
+/// non-negative `tabindex`. `<html>` and `<body>` are left out: a page that delegates its clicks to
+/// them would otherwise wrap the whole snapshot.
+pub fn clickable(dom: &Value) -> HashMap<i64, Looks> {
+    let strings: Vec<&str> = dom["strings"]
+        .as_array()
+        .map(|list| list.iter().map(|s| s.as_str().unwrap_or("")).collect())
+        .unwrap_or_default();
+    let string = |index: &Value| {
+        index
+            .as_u64()
+            .and_then(|i| usize::try_from(i).ok())
+            .and_then(|i| strings.get(i))
+            .copied()
+            .unwrap_or("")
+    };
+    let ints = |value: &Value| -> Vec<i64> {
+        value
+            .as_array()
+            .map(|list| list.iter().map(|n| n.as_i64().unwrap_or(-1)).collect())
+            .unwrap_or_default()
+    };
+    let mut found = HashMap::new();
+    for document in dom["documents"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+    {
+        let nodes = &document["nodes"];
+        let parents = ints(&nodes["parentIndex"]);
+        let types = ints(&nodes["nodeType"]);
+        let backends = ints(&nodes["backendNodeId"]);
+        let names = nodes["nodeName"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        let attributes = nodes["attributes"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        let clicks: std::collections::HashSet<i64> =
+            ints(&nodes["isClickable"]["index"]).into_iter().collect();
+        let layout = &document["layout"];
+        let styles = layout["styles"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        let bounds = layout["bounds"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        // node index -> (cursor, has size)
+        let mut boxes: HashMap<i64, (&str, bool)> = HashMap::new();
+        for (at, node) in ints(&layout["nodeIndex"]).into_iter().enumerate() {
+            let cursor = styles
+                .get(at)
+                .and_then(|style| style.get(0))
+                .map(string)
+                .unwrap_or("");
+            let sized = bounds
+                .get(at)
+                .and_then(Value::as_array)
+                .is_some_and(|rect| {
+                    rect.get(2).and_then(Value::as_f64).unwrap_or(0.0) > 0.0
+                        && rect.get(3).and_then(Value::as_f64).unwrap_or(0.0) > 0.0
+                });
+            // A node may have several layout boxes (a split inline); any sized one counts.
+            let entry = boxes.entry(node).or_insert((cursor, false));
+            entry.1 |= sized;
+        }
+        for (index, backend) in backends.iter().enumerate() {
+            let Ok(node) = i64::try_from(index) else {
+                break;
+            };
+            if types.get(index) != Some(&1) {
+                continue;
+            }
+            let Some((cursor, true)) = boxes.get(&node).copied() else {
+                continue;
+            };
+            let name = names.get(index).map(string).unwrap_or("");
+            if name.eq_ignore_ascii_case("html") || name.eq_ignore_ascii_case("body") {
+                continue;
+            }
+            let parent_cursor = parents
+                .get(index)
+                .and_then(|parent| boxes.get(parent))
+                .map(|(cursor, _)| *cursor)
+                .unwrap_or("");
+            let tabbable = attributes
+                .get(index)
+                .and_then(Value::as_array)
+                .is_some_and(|pairs| {
+                    pairs.chunks(2).any(|pair| {
+                        string(&pair[0]).eq_ignore_ascii_case("tabindex")
+                            && pair
+                                .get(1)
+                                .map(string)
+                                .and_then(|value| value.trim().parse::<i64>().ok())
+                                .is_some_and(|value| value >= 0)
+                    })
+                });
+            let looks = if cursor == "pointer" && parent_cursor != "pointer" {
+                Looks::Pointer
+            } else if clicks.contains(&node) || tabbable {
+                Looks::Handler
+            } else {
+                continue;
+            };
+            found.insert(*backend, looks);
+        }
+    }
+    found
 }
 
 /// Renders the tree of `nodes` (the answer of `Accessibility.getFullAXTree`), with the trees of child
 /// frames (by the backend node id of the element that hosts each) nested where they are hosted;
-/// `reference` gives the ref of a DOM node (by backend node id) in a frame (0: the page itself).
+/// `clickable` names the elements (by backend node id) that look clickable, which are shown with a
+/// ref whatever their role; `reference` gives the ref of a DOM node (by backend node id) in a frame
+/// (0: the page itself).
 pub fn render(
     nodes: &[Value],
     frames: &HashMap<i64, Vec<Value>>,
+    clickable: &HashMap<i64, Looks>,
     reference: &mut dyn FnMut(i64, usize) -> String,
 ) -> Snapshot {
     let main = tree(nodes);
@@ -122,6 +301,7 @@ pub fn render(
             .map(|(owner, nodes)| (*owner, tree(nodes)))
             .collect(),
         next_frame: 1,
+        clickable,
         reference,
     };
     let items = match main.root {
@@ -155,11 +335,17 @@ fn build(tree: &Tree, context: &mut Context, frame: usize, id: &str, depth: usiz
     if depth > MAX_DEPTH {
         return Vec::new();
     }
-    let flattened = node.ignored
-        || matches!(
-            node.role,
-            "RootWebArea" | "none" | "presentation" | "MenuListPopup"
-        );
+    let looks = node
+        .backend
+        .and_then(|backend| context.clickable.get(&backend))
+        .copied()
+        .filter(|_| node.liftable && node.role != "RootWebArea");
+    let flattened = looks.is_none()
+        && (node.ignored
+            || matches!(
+                node.role,
+                "RootWebArea" | "none" | "presentation" | "MenuListPopup"
+            ));
     match node.role {
         _ if flattened => {}
         "InlineTextBox" | "ListMarker" | "LineBreak" => return Vec::new(),
@@ -191,11 +377,13 @@ fn build(tree: &Tree, context: &mut Context, frame: usize, id: &str, depth: usiz
         context.next_frame += 1;
         children.extend(build(&inner, context, number, root, depth + 1));
     }
-    let children = merge_text(children);
+    let children = collapse(merge_text(children));
     if flattened {
         return children;
     }
     let role = match node.role {
+        _ if node.ignored => "generic",
+        "none" | "presentation" => "generic",
         "image" => "img",
         "Iframe" => "iframe",
         "LabelText" | "Section" | "Pre" | "Canvas" | "Abbr" | "Ruby" | "Mark" => "generic",
@@ -204,7 +392,7 @@ fn build(tree: &Tree, context: &mut Context, frame: usize, id: &str, depth: usiz
     };
     // An unnamed wrapper around one element is only nesting: the element stands in its place; an
     // unnamed empty one (an editor's inner box, a spacer) says nothing.
-    if role == "generic" && node.name.is_empty() {
+    if role == "generic" && node.name.is_empty() && looks.is_none() {
         match children.as_slice() {
             [] if node.value.as_deref().unwrap_or("").is_empty() => return children,
             [Item::Element { .. }] => return children,
@@ -237,6 +425,10 @@ fn build(tree: &Tree, context: &mut Context, frame: usize, id: &str, depth: usiz
     if let Some(own_ref) = own_ref {
         head.push_str(&format!(" [ref={own_ref}]"));
     }
+    // Said only where the role does not already tell that it can be clicked.
+    if looks == Some(Looks::Pointer) && !INTERACTIVE.contains(&role) {
+        head.push_str(" [cursor=pointer]");
+    }
     // Text that only repeats the name says nothing more.
     let mut children: Vec<Item> = match children.as_slice() {
         [Item::Text(text)] if text.trim() == name => Vec::new(),
@@ -250,7 +442,8 @@ fn build(tree: &Tree, context: &mut Context, frame: usize, id: &str, depth: usiz
         && text_of(&children).trim() == value.trim()
         && children.iter().all(|child| match child {
             Item::Text(_) => true,
-            Item::Element { head, .. } => head.starts_with("- generic"),
+            Item::Element { role, acts, .. } => role == "generic" && !acts,
+            Item::Collapsed { .. } => false,
         })
     {
         children.clear();
@@ -273,11 +466,63 @@ fn build(tree: &Tree, context: &mut Context, frame: usize, id: &str, depth: usiz
     if let Some(url) = url {
         children.push(Item::Text(format!("\u{0}/url: {url}")));
     }
+    let acts = looks.is_some()
+        || INTERACTIVE.contains(&role)
+        || children
+            .iter()
+            .any(|child| matches!(child, Item::Element { acts: true, .. }));
     vec![Item::Element {
         head,
         inline,
         children,
+        role: role.to_owned(),
+        acts,
     }]
+}
+
+/// A run of more than [`MAX_REPEATED`] sibling elements of one role (a long list, a big table) keeps
+/// its first ones and those holding something to act on; the others give way to one notice per run,
+/// where the first of them was.
+fn collapse(items: Vec<Item>) -> Vec<Item> {
+    let mut kept = Vec::with_capacity(items.len());
+    // (role of the current run, its length so far, index in `kept` of its notice)
+    let mut run: Option<(String, usize, Option<usize>)> = None;
+    for item in items {
+        let Item::Element { role, acts, .. } = &item else {
+            run = None;
+            kept.push(item);
+            continue;
+        };
+        let (role, acts) = (role.clone(), *acts);
+        let length = match &mut run {
+            Some((current, length, _)) if *current == role => {
+                *length += 1;
+                *length
+            }
+            _ => {
+                run = Some((role.clone(), 1, None));
+                1
+            }
+        };
+        if length <= MAX_REPEATED || acts {
+            kept.push(item);
+            continue;
+        }
+        if let Some((_, _, notice)) = &mut run {
+            match notice {
+                Some(index) => {
+                    if let Some(Item::Collapsed { count, .. }) = kept.get_mut(*index) {
+                        *count += 1;
+                    }
+                }
+                None => {
+                    *notice = Some(kept.len());
+                    kept.push(Item::Collapsed { count: 1, role });
+                }
+            }
+        }
+    }
+    kept
 }
 
 /// The text a list of items shows, links' targets left out.
@@ -293,6 +538,7 @@ fn text_of(items: &[Item]) -> String {
                 text.push_str(inline.as_deref().unwrap_or(""));
                 text.push_str(&text_of(children));
             }
+            Item::Collapsed { .. } => {}
         }
     }
     text
@@ -319,10 +565,15 @@ fn write(items: &[Item], indent: usize, lines: &mut Vec<String>) {
                 Some(url) => lines.push(format!("{pad}- {url}")),
                 None => lines.push(format!("{pad}- text: {}", scalar(text.trim()))),
             },
+            Item::Collapsed { count, role } => lines.push(format!(
+                "{pad}# {count} more {role} elements like those above are not shown (nothing in them \
+                 to click or type in; a screenshot or PDF shows their content)"
+            )),
             Item::Element {
                 head,
                 inline,
                 children,
+                ..
             } => {
                 let mut line = format!("{pad}{head}");
                 if let Some(inline) = inline {
@@ -407,10 +658,15 @@ mod tests {
             node("11", "StaticText", "world", &[], 11),
         ];
         let mut refs = Vec::new();
-        let snapshot = render(&nodes, &HashMap::new(), &mut |backend, _| {
-            refs.push(backend);
-            format!("e{backend}")
-        });
+        let snapshot = render(
+            &nodes,
+            &HashMap::new(),
+            &HashMap::new(),
+            &mut |backend, _| {
+                refs.push(backend);
+                format!("e{backend}")
+            },
+        );
         assert_eq!(
             snapshot.yaml,
             [
@@ -439,10 +695,15 @@ mod tests {
             node("2", "button", "Inner", &[], 11),
         ];
         let frames = HashMap::from([(3, inner)]);
-        let snapshot = render(&nodes, &frames, &mut |backend, frame| match frame {
-            0 => format!("e{backend}"),
-            frame => format!("f{frame}e{backend}"),
-        });
+        let snapshot = render(
+            &nodes,
+            &frames,
+            &HashMap::new(),
+            &mut |backend, frame| match frame {
+                0 => format!("e{backend}"),
+                frame => format!("f{frame}e{backend}"),
+            },
+        );
         assert_eq!(
             snapshot.yaml,
             [
@@ -470,9 +731,12 @@ mod tests {
             node("6", "link", "see", &["7"], 6),
             node("7", "StaticText", "see", &[], 7),
         ];
-        let snapshot = render(&nodes, &HashMap::new(), &mut |backend, _| {
-            format!("e{backend}")
-        });
+        let snapshot = render(
+            &nodes,
+            &HashMap::new(),
+            &HashMap::new(),
+            &mut |backend, _| format!("e{backend}"),
+        );
         assert_eq!(
             snapshot.yaml,
             [
@@ -499,11 +763,76 @@ mod tests {
                 id.parse().unwrap(),
             ));
         }
-        let snapshot = render(&nodes, &HashMap::new(), &mut |backend, _| {
-            format!("e{backend}")
-        });
+        let snapshot = render(
+            &nodes,
+            &HashMap::new(),
+            &HashMap::new(),
+            &mut |backend, _| format!("e{backend}"),
+        );
         assert!(snapshot.yaml.len() <= MAX_SNAPSHOT_CHARS);
         assert_eq!(snapshot.total_lines, count);
         assert!(snapshot.cut_lines > 0);
+    }
+
+    #[test]
+    fn long_sibling_runs_collapse_but_keep_what_can_be_acted_on() {
+        let rows: Vec<String> = (0..30).map(|n| format!("r{n}")).collect();
+        let mut ids: Vec<&str> = rows.iter().map(String::as_str).collect();
+        ids.push("b");
+        let mut nodes = vec![node("1", "RootWebArea", "", &ids, 1)];
+        for (n, id) in rows.iter().enumerate() {
+            let backend = 100 + n as i64;
+            if n == 20 {
+                nodes.push(node(id, "listitem", "", &["l"], backend));
+                nodes.push(node("l", "link", "Go", &[], 999));
+            } else {
+                nodes.push(node(id, "listitem", &format!("Row {n}"), &[], backend));
+            }
+        }
+        nodes.push(node("b", "button", "After", &[], 2));
+        let snapshot = render(
+            &nodes,
+            &HashMap::new(),
+            &HashMap::new(),
+            &mut |backend, _| format!("e{backend}"),
+        );
+        let lines: Vec<&str> = snapshot.yaml.lines().collect();
+        assert_eq!(lines[MAX_REPEATED - 1], "- listitem \"Row 9\" [ref=e109]");
+        assert!(lines[MAX_REPEATED].starts_with("# 19 more listitem elements"));
+        assert_eq!(lines[MAX_REPEATED + 1], "- listitem [ref=e120]:");
+        assert_eq!(lines[MAX_REPEATED + 2], "  - link \"Go\" [ref=e999]");
+        assert_eq!(lines.last(), Some(&"- button \"After\" [ref=e2]"));
+        assert!(!snapshot.yaml.contains("Row 10"));
+    }
+
+    #[test]
+    fn clickable_looks_come_from_the_dom_snapshot() {
+        // strings: 0 "", 1 "pointer", 2 "auto", 3 "DIV", 4 "SPAN", 5 "tabindex", 6 "0", 7 "BODY", 8 "-1"
+        let dom = json!({
+            "strings": ["", "pointer", "auto", "DIV", "SPAN", "tabindex", "0", "BODY", "-1"],
+            "documents": [{
+                "nodes": {
+                    "parentIndex": [-1, 0, 1, 0, 0, 0],
+                    "nodeType": [1, 1, 1, 1, 1, 1],
+                    "nodeName": [7, 3, 4, 3, 3, 3],
+                    "backendNodeId": [10, 11, 12, 13, 14, 15],
+                    "attributes": [[], [], [], [5, 6], [], [5, 8]],
+                    "isClickable": {"index": [0, 4]}
+                },
+                "layout": {
+                    "nodeIndex": [0, 1, 2, 3, 4, 5],
+                    "styles": [[2], [1], [1], [2], [2], [2]],
+                    "bounds": [[0, 0, 9, 9], [0, 0, 9, 9], [0, 0, 9, 9], [0, 0, 9, 9], [0, 0, 0, 9],
+                               [0, 0, 9, 9]]
+                }
+            }]
+        });
+        let found = clickable(&dom);
+        // The body is left out; the span only inherits its pointer; the zero-width one and the
+        // tabindex=-1 one do not count.
+        assert_eq!(
+            found,
+            HashMap::from([(11, Looks::Pointer), (13, Looks::Handler)])
+        );
     }
 }

@@ -3,6 +3,7 @@
 
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,6 +12,8 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use super::GROUP;
+use super::events::{Download, DownloadState};
+use super::family::DOWNLOADS;
 use super::keys;
 use super::launch::Options;
 use super::session::{CALL, Failure, NO_PAGE, Outcome, Running, SETTLE_CAP, SLOW_CALL, Session};
@@ -28,6 +31,23 @@ const MAX_TYPED: usize = 100_000;
 const MAX_SIDE: f64 = 10_000.0;
 /// Files `browser_file_upload` takes at once.
 const MAX_UPLOADS: usize = 100;
+/// Numbered variants tried for a download's name before giving up (`name-1.ext` ... ).
+const MAX_SAME_NAME: usize = 1000;
+
+/// A screenshot being captured while the rest of the answer is made.
+struct Capture {
+    task: AbortOnDrop<Result<Value, super::cdp::CdpError>>,
+    raw: bool,
+}
+
+/// A capture nobody waits for any more (the answer failed) is not left running.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
 
 pub struct Browser {
     session: tokio::sync::Mutex<Session>,
@@ -134,6 +154,7 @@ impl Browser {
         }
         let mut images = Vec::new();
         let mut snapshot = true;
+        let mut shot = None;
         let summary: String = match tool {
             "browser_snapshot" => String::new(),
             "browser_navigate" => {
@@ -199,9 +220,10 @@ impl Browser {
             "browser_drag" => drag(running, args).await?,
             "browser_wait_for" => wait_for(running, args).await?,
             "browser_take_screenshot" => {
-                let (item, saved) = self.screenshot(running, args).await?;
-                images.push(item);
-                format!("Took a screenshot, saved to {saved}")
+                // The capture is the compositor's work in the browser process; the snapshot of the
+                // answer is the renderer's: both run at once.
+                shot = Some(self.start_screenshot(running, args).await?);
+                String::new()
             }
             "browser_pdf_save" => {
                 snapshot = false;
@@ -295,21 +317,26 @@ impl Browser {
             "browser_file_upload" => self.upload(running, args).await?,
             other => return Err(Failure(format!("Unknown browser tool {other}"))),
         };
+        let downloads = self.downloads_lines(running).await;
+        let answer = page_answer(running, snapshot, downloads).await;
+        let mut summary = summary;
+        if let Some(shot) = shot {
+            let (image, saved) = self.finish_screenshot(shot, args).await?;
+            images.push(image);
+            summary = format!("Took a screenshot, saved to {saved}");
+        }
         let mut lines = Vec::new();
         if !summary.is_empty() {
             lines.push(format!("- {summary}"));
             lines.push(String::new());
         }
-        lines.push(page_answer(running, snapshot).await?);
+        lines.push(answer?);
         images.push(text(lines.join("\n")));
         Ok(images)
     }
 
-    async fn screenshot(
-        &self,
-        running: &mut Running,
-        args: &Value,
-    ) -> Outcome<(ContentItem, String)> {
+    /// Checks the arguments and starts the capture (of the viewport, or of a ref's element).
+    async fn start_screenshot(&self, running: &mut Running, args: &Value) -> Outcome<Capture> {
         let raw = args.get("raw").and_then(Value::as_bool).unwrap_or(false);
         let element = optional(args, "element");
         let reference = optional(args, "ref");
@@ -318,10 +345,12 @@ impl Browser {
                 "Both element and ref must be provided or neither.".into(),
             ));
         }
+        // Encoded by the browser as it is sent (JPEG quality 50 or PNG), never decoded and encoded
+        // again by boxd; `optimizeForSpeed` picks the faster encoder settings.
         let mut params = if raw {
-            json!({"format": "png"})
+            json!({"format": "png", "optimizeForSpeed": true})
         } else {
-            json!({"format": "jpeg", "quality": 50})
+            json!({"format": "jpeg", "quality": 50, "optimizeForSpeed": true})
         };
         if let Some(reference) = reference {
             let (node, _) = running.element(reference).await?;
@@ -369,15 +398,32 @@ impl Browser {
             params["captureBeyondViewport"] = json!(true);
         }
         let session_id = running.tab()?.session.clone();
-        let shot = running
-            .cdp()
-            .call(
+        let cdp = running.cdp().clone();
+        let task = tokio::spawn(async move {
+            cdp.call(
                 Some(&session_id),
                 "Page.captureScreenshot",
                 params,
                 SLOW_CALL,
             )
-            .await?;
+            .await
+        });
+        Ok(Capture {
+            task: AbortOnDrop(task),
+            raw,
+        })
+    }
+
+    /// Waits for a started capture, saves it in the workspace; the image item and where it went.
+    async fn finish_screenshot(
+        &self,
+        mut capture: Capture,
+        args: &Value,
+    ) -> Outcome<(ContentItem, String)> {
+        let raw = capture.raw;
+        let shot = (&mut capture.task.0)
+            .await
+            .map_err(|err| Failure(format!("the screenshot failed: {err}")))??;
         let data = shot["data"].as_str().unwrap_or_default().to_owned();
         let bytes = decode(&shot["data"])?;
         let extension = if raw { "png" } else { "jpeg" };
@@ -421,6 +467,105 @@ impl Browser {
         .map_err(|err| Failure(format!("saving the file failed: {err}")))?
         .map_err(|err| Failure(format!("cannot save {}: {err}", shown.display())))?;
         Ok(shown.display().to_string())
+    }
+
+    /// What became of the browser's downloads since the last answer, as `### Downloads` lines: a
+    /// download still running is waited for once (within the settle cap), a finished one is given its
+    /// name in the workspace's `downloads/` (the page's suggestion, cleaned, made unique) and said once.
+    async fn downloads_lines(&self, running: &Running) -> Vec<String> {
+        let events = Arc::clone(&running.cdp().events);
+        let unannounced = |downloads: &mut std::collections::VecDeque<Download>| {
+            downloads
+                .iter()
+                .any(|d| d.state == DownloadState::InProgress && !d.announced)
+        };
+        if events.downloads(unannounced) {
+            let deadline = Instant::now() + SETTLE_CAP;
+            let mut changes = events.subscribe();
+            for _ in 0..10_000 {
+                if !events.downloads(unannounced) || running.cdp().is_closed() {
+                    break;
+                }
+                if tokio::time::timeout_at(deadline, changes.changed())
+                    .await
+                    .is_err()
+                {
+                    break;
+                }
+            }
+        }
+        let pending = events.downloads(|downloads| {
+            downloads
+                .iter()
+                .filter(|d| !d.reported)
+                .cloned()
+                .collect::<Vec<_>>()
+        });
+        if pending.is_empty() {
+            return Vec::new();
+        }
+        let directory = self
+            .workspace
+            .resolve(DOWNLOADS)
+            .map(|resolved| resolved.real)
+            .ok();
+        let shown = self.workspace.root().join(DOWNLOADS);
+        let mut lines = Vec::new();
+        for download in pending {
+            let mut saved = download.saved.clone();
+            if download.state == DownloadState::Completed && saved.is_none() {
+                let named = match directory.clone() {
+                    Some(directory) => {
+                        let (guid, suggested) = (download.guid.clone(), download.suggested.clone());
+                        tokio::task::spawn_blocking(move || {
+                            name_download(&directory, &guid, &suggested)
+                        })
+                        .await
+                        .unwrap_or_else(|err| Err(std::io::Error::other(err.to_string())))
+                    }
+                    None => Err(std::io::Error::other("the directory leaves the workspace")),
+                };
+                match named {
+                    Ok(name) => saved = Some(name),
+                    Err(err) => {
+                        tracing::warn!(guid = %download.guid, "cannot name a download: {err}");
+                        saved = Some(download.guid.clone());
+                    }
+                }
+            }
+            let (line, reported) = match download.state {
+                DownloadState::Completed => (
+                    format!(
+                        "- Downloaded file {} to {}",
+                        download.suggested,
+                        shown.join(saved.as_deref().unwrap_or_default()).display()
+                    ),
+                    true,
+                ),
+                DownloadState::Canceled => (
+                    format!("- Download of {} was canceled", download.suggested),
+                    true,
+                ),
+                DownloadState::InProgress if download.announced => continue,
+                DownloadState::InProgress => (
+                    format!(
+                        "- Downloading file {} ... (it goes to {}/; a later answer says its name)",
+                        download.suggested,
+                        shown.display()
+                    ),
+                    false,
+                ),
+            };
+            lines.push(line);
+            events.downloads(|downloads| {
+                if let Some(entry) = downloads.iter_mut().find(|d| d.guid == download.guid) {
+                    entry.saved = saved;
+                    entry.announced = true;
+                    entry.reported = reported;
+                }
+            });
+        }
+        lines
     }
 
     async fn upload(&self, running: &mut Running, args: &Value) -> Outcome<String> {
@@ -482,13 +627,22 @@ impl Browser {
 
 /// The answer after an action: modal state, tabs, URL, title and (unless a dialog blocks the page)
 /// the snapshot.
-async fn page_answer(running: &mut Running, snapshot: bool) -> Outcome<String> {
+async fn page_answer(
+    running: &mut Running,
+    snapshot: bool,
+    downloads: Vec<String>,
+) -> Outcome<String> {
     let mut lines = Vec::new();
     let modal = running.modal_lines()?;
     let blocked = running.events(|events| events.dialog.is_some())?;
     if !modal.is_empty() {
         lines.push("### Modal state".to_owned());
         lines.extend(modal);
+        lines.push(String::new());
+    }
+    if !downloads.is_empty() {
+        lines.push("### Downloads".to_owned());
+        lines.extend(downloads);
         lines.push(String::new());
     }
     if running.tabs.len() > 1 {
@@ -530,7 +684,16 @@ async fn navigate(running: &mut Running, url: &str) -> Outcome<()> {
         // A dialog (beforeunload) holds the navigation: the answer shows it.
         return Ok(());
     };
+    if navigation["isDownload"].as_bool() == Some(true) {
+        // No document comes: the answer says where the file went, once the browser said it began.
+        download_began(running).await;
+        return Ok(());
+    }
     if let Some(error) = navigation["errorText"].as_str().filter(|e| !e.is_empty()) {
+        // Chromium aborts a navigation that turned into a download, and says so a moment later.
+        if error.contains("ERR_ABORTED") && download_began(running).await {
+            return Ok(());
+        }
         return Err(Failure(format!("Navigation to {url} failed: {error}")));
     }
     if navigation.get("loaderId").is_some() {
@@ -541,7 +704,28 @@ async fn navigate(running: &mut Running, url: &str) -> Outcome<()> {
             })
             .await?;
     }
-    running.settle(running.marks()?).await
+    running.settle_loaded(running.marks()?).await
+}
+
+/// Whether a download not yet said in an answer begins within a second (the navigation to `url`
+/// turned into one; its URL may differ after redirects).
+async fn download_began(running: &Running) -> bool {
+    let events = Arc::clone(&running.cdp().events);
+    let deadline = Instant::now() + Duration::from_secs(1);
+    let mut changes = events.subscribe();
+    for _ in 0..10_000 {
+        if events.downloads(|downloads| downloads.iter().any(|d| !d.announced)) {
+            return true;
+        }
+        if running.cdp().is_closed()
+            || tokio::time::timeout_at(deadline, changes.changed())
+                .await
+                .is_err()
+        {
+            return false;
+        }
+    }
+    false
 }
 
 async fn history(running: &mut Running, back: bool) -> Outcome<String> {
@@ -588,7 +772,7 @@ async fn history(running: &mut Running, back: bool) -> Outcome<String> {
                 events.loads != before.loads || events.documents != before.documents
             })
             .await?;
-        running.settle(running.marks()?).await?;
+        running.settle_loaded(running.marks()?).await?;
     }
     Ok(format!("Went {}", if back { "back" } else { "forward" }))
 }
@@ -889,6 +1073,42 @@ fn safe_name(requested: &str, extension: &str) -> String {
         name.push_str(extension);
     }
     name
+}
+
+/// Gives the finished download saved as `guid` in `directory` the page's suggested name, cleaned
+/// (one path component, no leading dot) and made unique (`name-1.ext`, ...); never replaces a file.
+fn name_download(directory: &Path, guid: &str, suggested: &str) -> std::io::Result<String> {
+    if guid.is_empty() || !guid.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
+        return Err(std::io::Error::other(format!(
+            "unexpected download id {guid:?}"
+        )));
+    }
+    let source = directory.join(guid);
+    let name = safe_name(suggested, "");
+    let name = name.trim_end_matches('.');
+    let name = if name.is_empty() { "download" } else { name };
+    let (stem, extension) = match name.rsplit_once('.') {
+        Some((stem, extension)) if !stem.is_empty() => (stem, format!(".{extension}")),
+        _ => (name, String::new()),
+    };
+    for attempt in 0..MAX_SAME_NAME {
+        let candidate = match attempt {
+            0 => name.to_owned(),
+            n => format!("{stem}-{n}{extension}"),
+        };
+        // A hard link never replaces an existing file, and the guid's file is the browser's own.
+        match std::fs::hard_link(&source, directory.join(&candidate)) {
+            Ok(()) => {
+                std::fs::remove_file(&source)?;
+                return Ok(candidate);
+            }
+            Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(err) => return Err(err),
+        }
+    }
+    Err(std::io::Error::other(format!(
+        "{MAX_SAME_NAME} files named like {name:?} already"
+    )))
 }
 
 fn decode(data: &Value) -> Outcome<Vec<u8>> {

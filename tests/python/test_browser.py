@@ -31,9 +31,36 @@ def site():
     server.shutdown()
 
 
+REPORT = b"name,value\nanswer,42\n"
+
+
 class QuietHandler(http.server.SimpleHTTPRequestHandler):
+    """The pages of tests/browser, plus `slow?ms=N` (a text answered after N ms, at most 2 s) and
+    `attachment` (a CSV file sent as a download)."""
+
     def log_message(self, *args):
         pass
+
+    def do_GET(self):
+        path, _, query = self.path.partition("?")
+        if path == "/slow":
+            milliseconds = min(int(dict(part.split("=", 1) for part in query.split("&") if "=" in part)
+                                   .get("ms", "0")), 2000)
+            time.sleep(milliseconds / 1000)
+            self.answer(b"slow data", "text/plain")
+        elif path == "/attachment":
+            self.answer(REPORT, "text/csv", {"Content-Disposition": 'attachment; filename="report.csv"'})
+        else:
+            super().do_GET()
+
+    def answer(self, body, kind, headers=None):
+        self.send_response(200)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(body)
 
 
 @pytest.fixture
@@ -360,3 +387,64 @@ def test_same_origin_iframe_content_is_in_the_snapshot_and_its_refs_act(browser,
     # The page's own refs still act beside the frame's.
     assert "Outer clicked" in ok(browser.browser_click("Outer", ref(after, "button", "Outer")))
     assert "refs look like e12" in failed(browser.browser_click("nothing", "fe3"))
+
+
+def test_navigation_settles_by_observation_not_a_fixed_quiet_window(browser, site):
+    # A request the page sends after its load event is waited for: its answer is in the snapshot.
+    started = time.monotonic()
+    late = ok(browser.browser_navigate(f"{site}/late-data.html"))
+    assert "Loaded: slow data" in late, late
+    assert time.monotonic() - started < 10
+    # A static page is done once it loaded: no quiet window is waited out. The old settle waited at
+    # least 100 ms of DOM quiet after every load; the fastest of a few navigations shows the floor.
+    ok(browser.browser_navigate(f"{site}/page2.html"))
+    took = []
+    for _ in range(8):
+        started = time.monotonic()
+        answer = ok(browser.browser_navigate(f"{site}/page2.html"))
+        took.append(time.monotonic() - started)
+        assert "- Page Title: Page Two" in answer
+    assert min(took) < 0.095, took
+
+
+def test_elements_that_only_look_clickable_get_refs_and_long_runs_collapse(browser, site):
+    page = ok(browser.browser_navigate(f"{site}/clickable.html"))
+    # A card (cursor: pointer and a click listener, its role generic) keeps its own ref around the
+    # heading it holds; an empty icon with a pointer and a focusable box get refs where they had none.
+    card = re.search(r'^- generic \[ref=(e\d+)\] \[cursor=pointer\]:\n  - heading "Card title"', page, re.M)
+    assert card, page
+    icon = re.search(r'^- generic \[ref=(e\d+)\] \[cursor=pointer\]$', page, re.M)
+    assert icon, page
+    box = re.search(r'^- generic \[ref=(e\d+)\]$', page, re.M)
+    assert box, page
+    assert "Hidden action" not in page and "Aria-hidden action" not in page
+    assert "Icon clicked" in ok(browser.browser_click("icon", icon.group(1)))
+    assert "Card opened" in ok(browser.browser_click("card", card.group(1)))
+    assert "Box focused" in ok(browser.browser_click("box", box.group(1)))
+
+    # 60 rows: the first 10 shown, the row holding a link kept, the others said in one notice.
+    assert "Row 10" in page and "Row 11" not in page and "Row 60" not in page
+    assert re.search(r"^  # 49 more listitem elements like those above are not shown", page, re.M), page
+    link = ref(page, "link", "Item link 45")
+    assert "#item-45" in ok(browser.browser_click("link", link))
+    # Interactive siblings are never collapsed.
+    assert all(f'- button "Button {n}"' in page for n in range(1, 26))
+
+
+def test_downloads_land_in_the_workspace_downloads_dir_and_the_answer_says_where(browser, boxd, site):
+    page = ok(browser.browser_navigate(f"{site}/download.html"))
+    link = ref(page, "link", "Get the report")
+    downloads = boxd.workspace / "downloads"
+    first = ok(browser.browser_click("report link", link))
+    assert "### Downloads" in first, first
+    assert f"- Downloaded file report.csv to {downloads / 'report.csv'}" in first, first
+    assert (downloads / "report.csv").read_bytes() == REPORT
+    # The next one never replaces it, and the first is not said again.
+    second = ok(browser.browser_click("report link", link))
+    assert f"to {downloads / 'report-1.csv'}" in second and second.count("- Downloaded file") == 1, second
+    assert (downloads / "report-1.csv").read_bytes() == REPORT
+    assert "### Downloads" not in ok(browser.browser_snapshot())
+    # A navigation that turns into a download is no failure either.
+    direct = ok(browser.browser_navigate(f"{site}/attachment"))
+    assert f"to {downloads / 'report-2.csv'}" in direct, direct
+    assert sorted(path.name for path in downloads.iterdir()) == ["report-1.csv", "report-2.csv", "report.csv"]
