@@ -53,9 +53,10 @@ pub fn spawn_trimmer() {
 
 /// Arenas and the mmap threshold, set before any thread exists. glibc gives each thread that contends
 /// an arena of its own (up to 8 per core), and each keeps its free memory; two arenas serve boxd's two
-/// busy paths (the async workers and the blocking pool). Buffers past the threshold get their own
-/// mapping, unmapped when freed; glibc would otherwise raise the threshold after each large free
-/// (up to 32 MiB), so a 64 MiB upload's chunks would come from, and stay in, an arena.
+/// busy paths (the async workers and the blocking pool). The mmap threshold is fixed at glibc's own
+/// dynamic maximum: buffers up to 32 MiB come from the arenas and are reused (a threshold of 256 KiB,
+/// tried first, halved 1 MiB transfer speeds: every buffer was a fresh mapping to fault in), and the
+/// quiet-time trim returns what a burst left.
 pub fn configure_allocator() {
     // SAFETY: mallopt only sets malloc's parameters; called from `main` before other threads start.
     unsafe {
@@ -66,7 +67,7 @@ pub fn configure_allocator() {
 }
 
 const ARENAS: i32 = 2;
-const MMAP_THRESHOLD_BYTES: i32 = 256 * 1024;
+const MMAP_THRESHOLD_BYTES: i32 = 32 * 1024 * 1024;
 /// Fixing the mmap threshold also fixes the trim threshold at its 128 KiB default: the heap would then
 /// shrink and regrow around every zlib stream (~256 KiB of state per git object written), 8 `brk` calls
 /// per object. Free memory at the top of the heap is kept up to this much while busy; the quiet-time
