@@ -721,6 +721,28 @@ impl Running {
 
     /// Runs `action` unless a dialog opens first (the page is then blocked, and so may the action's
     /// answer be); `None` when the dialog won.
+    /// Evaluates `expression`, a promise, in the page's session and waits for its value (within
+    /// `timeout`), unless a dialog opens first (`None`).
+    pub async fn evaluate_promise(
+        &self,
+        session: &str,
+        expression: &str,
+        timeout: Duration,
+    ) -> Outcome<Option<Value>> {
+        self.racing(async {
+            self.cdp()
+                .call(
+                    Some(session),
+                    "Runtime.evaluate",
+                    json!({"expression": expression, "awaitPromise": true, "returnByValue": true}),
+                    timeout,
+                )
+                .await
+                .map_err(Failure::from)
+        })
+        .await
+    }
+
     pub async fn racing<T>(
         &self,
         action: impl std::future::Future<Output = Outcome<T>>,
@@ -770,18 +792,10 @@ impl Running {
                 quiet = QUIET.as_millis(),
                 cap = remaining.as_millis()
             );
-            let evaluate = async {
-                self.cdp()
-                    .call(
-                        Some(&session),
-                        "Runtime.evaluate",
-                        json!({"expression": quiet, "awaitPromise": true, "returnByValue": true}),
-                        remaining + Duration::from_millis(200),
-                    )
-                    .await
-                    .map_err(Failure::from)
-            };
-            match self.racing(evaluate).await {
+            match self
+                .evaluate_promise(&session, &quiet, remaining + Duration::from_millis(200))
+                .await
+            {
                 // The document went away under the observer: a navigation; wait for it above.
                 Ok(Some(answer)) if answer.get("exceptionDetails").is_some() => continue,
                 Ok(_) => {
@@ -844,18 +858,10 @@ impl Running {
             cap = remaining.as_millis(),
             hop = requests_pending,
         );
-        let evaluate = async {
-            self.cdp()
-                .call(
-                    Some(&session),
-                    "Runtime.evaluate",
-                    json!({"expression": check, "awaitPromise": true, "returnByValue": true}),
-                    remaining + Duration::from_millis(200),
-                )
-                .await
-                .map_err(Failure::from)
-        };
-        match self.racing(evaluate).await {
+        match self
+            .evaluate_promise(&session, &check, remaining + Duration::from_millis(200))
+            .await
+        {
             Ok(Some(answer)) if answer.get("exceptionDetails").is_none() => {}
             // The document went away under the check (a navigation), or the check failed: the
             // ordinary settle tells when the page is done.

@@ -1003,18 +1003,7 @@ async fn wait_for(running: &mut Running, args: &Value) -> Outcome<String> {
         );
         let session_id = running.tab()?.session.clone();
         let answer = running
-            .racing(async {
-                running
-                    .cdp()
-                    .call(
-                        Some(&session_id),
-                        "Runtime.evaluate",
-                        json!({"expression": expression, "awaitPromise": true, "returnByValue": true}),
-                        TEXT_WAIT + Duration::from_secs(2),
-                    )
-                    .await
-                    .map_err(Failure::from)
-            })
+            .evaluate_promise(&session_id, &expression, TEXT_WAIT + Duration::from_secs(2))
             .await?;
         let Some(answer) = answer else { break };
         if answer.pointer("/result/value") != Some(&json!(true)) {
