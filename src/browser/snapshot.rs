@@ -165,6 +165,11 @@ pub enum Looks {
     Handler,
 }
 
+/// A list of the DOM snapshot; a missing or malformed one reads as empty, so nothing is marked.
+fn list(value: &Value) -> &[Value] {
+    value.as_array().map_or(&[], Vec::as_slice)
+}
+
 /// The elements that look clickable, from a `DOMSnapshot.captureSnapshot` answer taken with
 /// `computedStyles: ["cursor"]` (every same-origin frame's document is in it): rendered, of non-zero
 /// size, and either the origin of a `cursor: pointer` (not one inherited from its parent), or
@@ -191,34 +196,18 @@ pub fn clickable(dom: &Value) -> HashMap<i64, Looks> {
             .unwrap_or_default()
     };
     let mut found = HashMap::new();
-    for document in dom["documents"]
-        .as_array()
-        .map(Vec::as_slice)
-        .unwrap_or_default()
-    {
+    for document in list(&dom["documents"]) {
         let nodes = &document["nodes"];
         let parents = ints(&nodes["parentIndex"]);
         let types = ints(&nodes["nodeType"]);
         let backends = ints(&nodes["backendNodeId"]);
-        let names = nodes["nodeName"]
-            .as_array()
-            .map(Vec::as_slice)
-            .unwrap_or_default();
-        let attributes = nodes["attributes"]
-            .as_array()
-            .map(Vec::as_slice)
-            .unwrap_or_default();
+        let names = list(&nodes["nodeName"]);
+        let attributes = list(&nodes["attributes"]);
         let clicks: std::collections::HashSet<i64> =
             ints(&nodes["isClickable"]["index"]).into_iter().collect();
         let layout = &document["layout"];
-        let styles = layout["styles"]
-            .as_array()
-            .map(Vec::as_slice)
-            .unwrap_or_default();
-        let bounds = layout["bounds"]
-            .as_array()
-            .map(Vec::as_slice)
-            .unwrap_or_default();
+        let styles = list(&layout["styles"]);
+        let bounds = list(&layout["bounds"]);
         // node index -> (cursor, has size)
         let mut boxes: HashMap<i64, (&str, bool)> = HashMap::new();
         for (at, node) in ints(&layout["nodeIndex"]).into_iter().enumerate() {

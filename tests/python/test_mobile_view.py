@@ -14,7 +14,8 @@ from PIL import Image
 
 import test_mobile
 from conftest import TOKEN, Boxd
-from test_mobile import FAKEBIN, SHARED_FAKE, FakeDevice, free_port, wait_for
+# `boxd` is test_mobile's fixture; it starts boxd on this module's `device` (which counts captures).
+from test_mobile import FAKEBIN, SHARED_FAKE, FakeDevice, boxd, free_port, wait_for  # noqa: F401
 
 pytestmark = pytest.mark.skipif(
     not (SHARED_FAKE / "fake_adbd.py").exists(), reason=f"fake-adbd not found at {SHARED_FAKE}"
@@ -53,15 +54,6 @@ def device(tmp_path, captures):
     fake.screenshot.write_bytes(png(320, 640))
     yield fake
     fake.stop()
-
-
-@pytest.fixture
-def boxd(device, tmp_path):
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    server = Boxd(workspace, "--tools", "adb", "--adb-connect", f"127.0.0.1:{device.port}")
-    yield server
-    server.stop()
 
 
 def url(server, path):
