@@ -120,9 +120,16 @@ impl Cdp {
                 Err(_) => Err(CdpError::Closed),
             }
         };
-        tokio::time::timeout(timeout, exchange)
+        let started = std::time::Instant::now();
+        let answer = tokio::time::timeout(timeout, exchange)
             .await
-            .map_err(|_| CdpError::Timeout(method.to_owned(), timeout))?
+            .map_err(|_| CdpError::Timeout(method.to_owned(), timeout))?;
+        tracing::trace!(
+            method,
+            elapsed_us = started.elapsed().as_micros() as u64,
+            "cdp call"
+        );
+        answer
     }
 }
 
@@ -200,7 +207,7 @@ async fn read_all(
 }
 
 /// One NUL-terminated message, at most `max` bytes; `None` at the end of the stream.
-async fn read_message(
+pub(super) async fn read_message(
     reader: &mut (impl AsyncBufRead + Unpin),
     max: usize,
 ) -> std::io::Result<Option<Vec<u8>>> {

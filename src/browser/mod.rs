@@ -7,6 +7,7 @@
 mod cdp;
 mod events;
 mod family;
+mod frames;
 mod keys;
 mod launch;
 mod session;

@@ -10,6 +10,7 @@ use tokio::time::Instant;
 
 use super::cdp::{Cdp, CdpError};
 use super::events::TabEvents;
+use super::frames::{FramePump, Pacer};
 use super::launch::{self, Options, Process};
 use super::snapshot::{self, MAX_SNAPSHOT_CHARS};
 
@@ -103,12 +104,15 @@ pub struct Tab {
     pub target: String,
     pub session: String,
     pub refs: Refs,
+    /// Sends the tab's frames when boxd paces them (the headless shell).
+    pub frames: Option<FramePump>,
 }
 
 pub struct Running {
     pub process: Process,
     pub tabs: Vec<Tab>,
     pub current: usize,
+    pacer: Pacer,
 }
 
 pub struct Session {
@@ -116,6 +120,8 @@ pub struct Session {
     /// Said once, in the next answer: the browser had died and was started again.
     pub notice: Option<String>,
     pub options: Options,
+    /// Tool activity, which sets the pace of the tabs' frames.
+    pub pacer: Pacer,
 }
 
 impl Session {
@@ -124,6 +130,7 @@ impl Session {
             running: None,
             notice: None,
             options,
+            pacer: Pacer::default(),
         }
     }
 
@@ -151,6 +158,7 @@ impl Session {
                     process,
                     tabs: Vec::new(),
                     current: 0,
+                    pacer: self.pacer.clone(),
                 });
             }
             let Some(running) = self.running.as_mut() else {
@@ -243,7 +251,7 @@ impl Running {
         });
         for (target, ..) in &targets {
             if !self.tabs.iter().any(|tab| tab.target == *target) {
-                let tab = attach(self.cdp(), target, viewport).await?;
+                let tab = attach(self.cdp(), target, viewport, &self.pacer).await?;
                 self.tabs.push(tab);
             }
         }
@@ -260,12 +268,13 @@ impl Running {
             .call(
                 None,
                 "Target.createTarget",
-                json!({"url": "about:blank"}),
+                json!({"url": "about:blank",
+                       "enableBeginFrameControl": self.process.frame_control}),
                 CALL,
             )
             .await?;
         let target = created["targetId"].as_str().unwrap_or_default().to_owned();
-        let tab = attach(self.cdp(), &target, viewport).await?;
+        let tab = attach(self.cdp(), &target, viewport, &self.pacer).await?;
         self.tabs.push(tab);
         self.current = self.tabs.len() - 1;
         Ok(())
@@ -380,12 +389,30 @@ impl Running {
         })
     }
 
-    /// The accessibility snapshot of the current page as YAML, with refs.
-    pub async fn snapshot(&mut self) -> Outcome<String> {
+    /// The current page's URL and title, and (when `with_snapshot`) its accessibility snapshot as
+    /// YAML with refs. The browser's work for all of it is asked for at once.
+    pub async fn location_and_snapshot(
+        &mut self,
+        with_snapshot: bool,
+    ) -> Outcome<(String, String, Option<String>)> {
+        if !with_snapshot {
+            let (url, title) = self.location().await?;
+            return Ok((url, title, None));
+        }
+        let (location, parts) =
+            futures_util::future::join(self.location(), self.snapshot_parts()).await;
+        let (url, title) = location?;
+        let snapshot = self.render_snapshot(parts?)?;
+        Ok((url, title, Some(snapshot)))
+    }
+
+    /// What a snapshot is made of: the page's accessibility tree, the elements that look clickable
+    /// and the trees of its same-process child frames.
+    async fn snapshot_parts(&self) -> Outcome<SnapshotParts> {
         let document = self.events(|events| events.documents)?;
         let session = self.tab()?.session.clone();
         // Sent together: the renderer answers one after the other, without a round trip between.
-        let (tree, dom) = futures_util::future::join(
+        let (tree, dom, frames) = futures_util::future::join3(
             self.cdp().call(
                 Some(&session),
                 "Accessibility.getFullAXTree",
@@ -398,9 +425,10 @@ impl Running {
                 json!({"computedStyles": ["cursor"]}),
                 SLOW_CALL,
             ),
+            self.child_frames(&session),
         )
         .await;
-        let tree = tree?;
+        let mut tree = tree?;
         // Without it the snapshot only lacks the refs of elements that merely look clickable.
         let clickable = match dom {
             Ok(dom) => snapshot::clickable(&dom),
@@ -410,16 +438,27 @@ impl Running {
             }
             Err(err) => return Err(err.into()),
         };
-        let nodes = tree["nodes"]
-            .as_array()
-            .map(Vec::as_slice)
-            .unwrap_or_default();
-        let frames = self.child_frames(&session).await?;
+        let nodes = match tree["nodes"].take() {
+            Value::Array(nodes) => nodes,
+            _ => Vec::new(),
+        };
+        Ok(SnapshotParts {
+            document,
+            nodes,
+            clickable,
+            frames: frames?,
+        })
+    }
+
+    fn render_snapshot(&mut self, parts: SnapshotParts) -> Outcome<String> {
         let tab = self.tab_mut()?;
-        tab.refs.sync(document);
-        let rendered = snapshot::render(nodes, &frames, &clickable, &mut |node, frame| {
-            tab.refs.assign(node, frame)
-        });
+        tab.refs.sync(parts.document);
+        let rendered = snapshot::render(
+            &parts.nodes,
+            &parts.frames,
+            &parts.clickable,
+            &mut |node, frame| tab.refs.assign(node, frame),
+        );
         let mut text = format!("- Page Snapshot\n```yaml\n{}\n```", rendered.yaml);
         if rendered.cut_lines > 0 {
             text.push_str(&format!(
@@ -880,6 +919,14 @@ impl Running {
     }
 }
 
+struct SnapshotParts {
+    /// The document the node ids belong to.
+    document: u64,
+    nodes: Vec<Value>,
+    clickable: HashMap<i64, snapshot::Looks>,
+    frames: HashMap<i64, Vec<Value>>,
+}
+
 #[derive(Debug, Clone, Copy)]
 pub struct Marks {
     pub navigation_requested: u64,
@@ -889,7 +936,12 @@ pub struct Marks {
     pub loads: u64,
 }
 
-async fn attach(cdp: &Cdp, target: &str, (width, height): (u32, u32)) -> Outcome<Tab> {
+async fn attach(
+    cdp: &Cdp,
+    target: &str,
+    (width, height): (u32, u32),
+    pacer: &Pacer,
+) -> Outcome<Tab> {
     let attached = cdp
         .call(
             None,
@@ -925,10 +977,12 @@ async fn attach(cdp: &Cdp, target: &str, (width, height): (u32, u32)) -> Outcome
             .map(|(method, params)| cdp.call(Some(&session), method, params, CALL)),
     )
     .await?;
+    let frames = FramePump::start(cdp, &session, pacer).await?;
     Ok(Tab {
         target: target.to_owned(),
         session,
         refs: Refs::default(),
+        frames,
     })
 }
 

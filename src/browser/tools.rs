@@ -14,6 +14,7 @@ use tokio::time::Instant;
 use super::GROUP;
 use super::events::{Download, DownloadState};
 use super::family::DOWNLOADS;
+use super::frames::FramePump;
 use super::keys;
 use super::launch::Options;
 use super::session::{CALL, Failure, NO_PAGE, Outcome, Running, SETTLE_CAP, SLOW_CALL, Session};
@@ -68,6 +69,7 @@ impl Browser {
 
     async fn call(&self, tool: &'static str, arguments: Value) -> ApiResult<CallToolResult> {
         let mut session = self.session.lock().await;
+        let _active = session.pacer.call();
         let outcome = self.run(&mut session, tool, &arguments).await;
         let notice = session.notice.take();
         let (mut items, failed) = match outcome {
@@ -399,7 +401,18 @@ impl Browser {
         }
         let session_id = running.tab()?.session.clone();
         let cdp = running.cdp().clone();
+        // A frame drawn at once for the capture when boxd paces the tab's frames; the browser's own
+        // capture (which waits for its next frames) for an element's clip and otherwise.
+        let camera = match params.get("clip") {
+            None => running.tab()?.frames.as_ref().map(FramePump::camera),
+            Some(_) => None,
+        };
         let task = tokio::spawn(async move {
+            if let Some(camera) = camera
+                && let Some(shot) = camera.screenshot(params.clone()).await?
+            {
+                return Ok(shot);
+            }
             cdp.call(
                 Some(&session_id),
                 "Page.captureScreenshot",
@@ -650,12 +663,10 @@ async fn page_answer(
         lines.push(String::new());
         lines.push("### Current tab".to_owned());
     }
-    let (url, title) = running.location().await?;
+    let (url, title, snapshot) = running.location_and_snapshot(snapshot && !blocked).await?;
     lines.push(format!("- Page URL: {url}"));
     lines.push(format!("- Page Title: {title}"));
-    if snapshot && !blocked {
-        lines.push(running.snapshot().await?);
-    }
+    lines.extend(snapshot);
     Ok(lines.join("\n"))
 }
 

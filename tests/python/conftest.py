@@ -28,8 +28,14 @@ class Boxd:
         found = threading.Event()
         self.port = None
 
+        copy = os.environ.get("BOXD_TEST_STDERR")
+
         def drain():
+            sink = open(copy, "a") if copy else None
             for line in self.proc.stderr:
+                if sink:
+                    sink.write(line)
+                    sink.flush()
                 match = re.search(r"listening on http://[\d.]+:(\d+)", line)
                 if match and not found.is_set():
                     self.port = int(match.group(1))

@@ -2,6 +2,7 @@
 against loopback pages (tests/browser) served by the test."""
 import base64
 import functools
+import io
 import http.server
 import json
 import os
@@ -448,3 +449,37 @@ def test_downloads_land_in_the_workspace_downloads_dir_and_the_answer_says_where
     direct = ok(browser.browser_navigate(f"{site}/attachment"))
     assert f"to {downloads / 'report-2.csv'}" in direct, direct
     assert sorted(path.name for path in downloads.iterdir()) == ["report-1.csv", "report-2.csv", "report.csv"]
+
+
+def test_frames_paced_by_boxd_screenshots_show_the_last_change_and_pages_keep_animating(browser, site):
+    """Headless, boxd draws the tabs' frames itself (a screenshot is taken from a frame drawn for it, not
+    after the browser's next two or three 60 Hz ticks): the frame holds the change made just before,
+    the page's own animation frames keep coming between calls (fast after a call, slower when idle),
+    and a tab the page opened by itself is drawn too."""
+    from PIL import Image  # pillow comes with the client's dependencies
+
+    page = ok(browser.browser_navigate(f"{site}/paced.html"))
+    ok(browser.browser_click("Green button", ref(page, "button", "Green")))
+    shot = browser.browser_take_screenshot(raw=True)
+    png = base64.b64decode([item for item in shot["content"] if item["type"] == "image"][0]["data"])
+    image = Image.open(io.BytesIO(png)).convert("RGB")
+    assert image.size == (1024, 768)
+    assert image.getpixel((600, 500)) == (0, 128, 0)
+
+    def frames():
+        counts = re.findall(r"frames (\d+)", ok(browser.browser_console_messages()))
+        return int(counts[-1]) if counts else 0
+
+    first = frames()
+    # Past the lively window after a call, into the idle pace; a frozen page would not count on.
+    time.sleep(3)
+    assert frames() >= first + 8
+
+    ok(browser.browser_click("Open button", ref(page, "button", "Open")))
+    listed = ok(browser.browser_tab_list())
+    assert "[Page Two]" in listed, listed
+    ok(browser.browser_tab_select(2))
+    popup = browser.browser_take_screenshot()
+    assert popup["isError"] is False, popup
+    image = [item for item in popup["content"] if item["type"] == "image"][0]
+    assert base64.b64decode(image["data"])[:2] == b"\xff\xd8"
