@@ -113,6 +113,17 @@ pub struct Running {
     pub tabs: Vec<Tab>,
     pub current: usize,
     pacer: Pacer,
+    /// The answer's location and snapshot, asked for together with the settle check after a load and
+    /// kept when that check found the page settled at once (see [`Running::settle_loaded`]); only the
+    /// answer of the same call uses it.
+    pub ahead: Option<Ahead>,
+}
+
+pub struct Ahead {
+    session: String,
+    marks: Marks,
+    location: (String, String),
+    parts: SnapshotParts,
 }
 
 pub struct Session {
@@ -159,6 +170,7 @@ impl Session {
                     tabs: Vec::new(),
                     current: 0,
                     pacer: self.pacer.clone(),
+                    ahead: None,
                 });
             }
             let Some(running) = self.running.as_mut() else {
@@ -395,15 +407,28 @@ impl Running {
         &mut self,
         with_snapshot: bool,
     ) -> Outcome<(String, String, Option<String>)> {
+        if let Some(ahead) = self.ahead.take()
+            && with_snapshot
+            && ahead.session == self.tab()?.session
+            && ahead.marks == self.marks()?
+        {
+            let (url, title) = ahead.location;
+            let snapshot = self.render_snapshot(ahead.parts)?;
+            return Ok((url, title, Some(snapshot)));
+        }
         if !with_snapshot {
             let (url, title) = self.location().await?;
             return Ok((url, title, None));
         }
+        let (location, parts) = self.location_and_snapshot_parts().await?;
+        let snapshot = self.render_snapshot(parts)?;
+        Ok((location.0, location.1, Some(snapshot)))
+    }
+
+    async fn location_and_snapshot_parts(&self) -> Outcome<((String, String), SnapshotParts)> {
         let (location, parts) =
             futures_util::future::join(self.location(), self.snapshot_parts()).await;
-        let (url, title) = location?;
-        let snapshot = self.render_snapshot(parts?)?;
-        Ok((url, title, Some(snapshot)))
+        Ok((location?, parts?))
     }
 
     /// What a snapshot is made of: the page's accessibility tree, the elements that look clickable
@@ -859,7 +884,7 @@ impl Running {
     /// page that keeps changing, or starts another navigation, is waited for as [`Running::settle`]
     /// waits. No quiet window is waited out when nothing is pending: a static page settles in one
     /// round trip.
-    pub async fn settle_loaded(&self, before: Marks) -> Outcome<()> {
+    pub async fn settle_loaded(&mut self, before: Marks) -> Outcome<()> {
         let deadline = Instant::now() + SETTLE_CAP;
         let session = self.tab()?.session.clone();
         let requests_pending = !self.events(|events| events.in_flight.is_empty())?;
@@ -891,16 +916,28 @@ impl Running {
              const started = performance.now(); const look = () => {{ const now = performance.now(); \
              const last = state ? state.last : started; const quiet = now - last; \
              if ((state && last === 0) || quiet >= {quiet} || now - started >= {cap}) \
-             return resolve(true); setTimeout(look, Math.min({quiet} - quiet, {cap} - (now - started)) + 1); }}; \
-             if ({hop}) setTimeout(look, 0); else look(); }})",
+             return resolve(first ? 'at once' : true); first = false; \
+             setTimeout(look, Math.min({quiet} - quiet, {cap} - (now - started)) + 1); }}; \
+             let first = !{hop}; if ({hop}) setTimeout(look, 0); else look(); }})",
             quiet = QUIET.as_millis(),
             cap = remaining.as_millis(),
             hop = requests_pending,
         );
-        match self
-            .evaluate_promise(&session, &check, remaining + Duration::from_millis(200))
-            .await
-        {
+        let checked =
+            self.evaluate_promise(&session, &check, remaining + Duration::from_millis(200));
+        // A page found settled at its first look is what the answer shows: its location and snapshot
+        // are asked for right behind the check (the renderer takes them in order), saving two round
+        // trips; otherwise they are dropped and asked for again once the page is done.
+        let (checked, ahead) = if requests_pending {
+            (checked.await, None)
+        } else {
+            let ahead = self.racing(self.location_and_snapshot_parts());
+            let (checked, ahead) = futures_util::future::join(checked, ahead).await;
+            (checked, ahead.ok().flatten())
+        };
+        let at_once = matches!(&checked, Ok(Some(answer))
+            if answer.pointer("/result/value").and_then(Value::as_str) == Some("at once"));
+        match checked {
             Ok(Some(answer)) if answer.get("exceptionDetails").is_none() => {}
             // The document went away under the check (a navigation), or the check failed: the
             // ordinary settle tells when the page is done.
@@ -915,6 +952,14 @@ impl Running {
         if started {
             return self.settle(before).await;
         }
+        if at_once && let Some((location, parts)) = ahead {
+            self.ahead = Some(Ahead {
+                session,
+                marks: self.marks()?,
+                location,
+                parts,
+            });
+        }
         Ok(())
     }
 }
@@ -927,7 +972,7 @@ struct SnapshotParts {
     frames: HashMap<i64, Vec<Value>>,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Marks {
     pub navigation_requested: u64,
     pub documents: u64,

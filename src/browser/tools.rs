@@ -143,6 +143,7 @@ impl Browser {
         }
         let viewport_now = session.options.viewport;
         let running = session.page().await?;
+        running.ahead = None;
         let modal_tool = matches!(tool, "browser_handle_dialog" | "browser_file_upload");
         let dialog_open = running.events(|events| events.dialog.is_some())?;
         let tab_tool = tool.starts_with("browser_tab_");
