@@ -118,6 +118,15 @@ impl Events {
         self.changed.subscribe()
     }
 
+    /// Whether the tab attached as `session` shows a dialog (which blocks its renderer).
+    pub fn dialog_open(&self, session: &str) -> bool {
+        self.tabs
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .get(session)
+            .is_some_and(|events| events.dialog.is_some())
+    }
+
     /// Reads (or changes) the events of the tab attached as `session`.
     pub fn with<T>(&self, session: &str, read: impl FnOnce(&mut TabEvents) -> T) -> T {
         let mut tabs = self

@@ -10,6 +10,10 @@
 //! page costs a few wake-ups a second instead of sixty. Only `requestAnimationFrame` work and painting
 //! slow down while idle: timers, network and the DOM run as always, and a snapshot or screenshot never
 //! waits for a tick.
+//!
+//! A dialog (`alert`, `confirm`, ...) blocks its tab's renderer, and a frame sent to it then waits for
+//! the dialog to close: no frame is sent to a tab showing one, and a frame in flight when one opens is
+//! given up, so the other tabs keep being drawn.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -107,13 +111,14 @@ impl FramePump {
     /// A pump for the tab of `session` when the browser lets boxd pace it (one frame is asked for to
     /// find out); `None` when Chromium paces the tab itself (a headed or full browser).
     pub async fn start(cdp: &Cdp, session: &str, pacer: &Pacer) -> Result<Option<Self>, CdpError> {
-        match begin_frame(cdp, pacer, session, json!({}), FRAME_CALL).await {
-            Ok(_) => {}
-            Err(CdpError::Protocol(message)) => {
+        match frame_unless_dialog(cdp, pacer, session, json!({}), FRAME_CALL).await {
+            // A page showing a dialog as it opens is the shell's, so boxd's to draw.
+            Some(Ok(_)) | None => {}
+            Some(Err(CdpError::Protocol(message))) => {
                 tracing::debug!("the browser paces this tab itself: {message}");
                 return Ok(None);
             }
-            Err(err) => return Err(err),
+            Some(Err(err)) => return Err(err),
         }
         let (requests, queue) = mpsc::channel(4);
         let task = tokio::spawn(pump(cdp.clone(), session.to_owned(), pacer.clone(), queue));
@@ -143,6 +148,34 @@ impl Camera {
             .get("screenshotData")
             .and_then(Value::as_str)
             .map(|data| json!({"data": data})))
+    }
+}
+
+/// A frame of the tab, unless it shows a dialog or one opens before the frame is drawn (`None`).
+async fn frame_unless_dialog(
+    cdp: &Cdp,
+    pacer: &Pacer,
+    session: &str,
+    params: Value,
+    timeout: Duration,
+) -> Option<Result<Value, CdpError>> {
+    let mut changes = cdp.events.subscribe();
+    if cdp.events.dialog_open(session) {
+        return None;
+    }
+    let dialog = async {
+        loop {
+            if changes.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+            if cdp.events.dialog_open(session) {
+                return;
+            }
+        }
+    };
+    tokio::select! {
+        frame = begin_frame(cdp, pacer, session, params, timeout) => Some(frame),
+        () = dialog => None,
     }
 }
 
@@ -201,7 +234,14 @@ async fn pump(cdp: Cdp, session: String, pacer: Pacer, mut queue: mpsc::Receiver
             Some(request) => (json!({"screenshot": request.params}), SHOT_CALL),
             None => (json!({}), FRAME_CALL),
         };
-        let frame = begin_frame(&cdp, &pacer, &session, params, timeout).await;
+        let Some(frame) = frame_unless_dialog(&cdp, &pacer, &session, params, timeout).await else {
+            if let Some(request) = request {
+                let _ = request.answer.send(Err(CdpError::Protocol(
+                    "the page shows a dialog; answer it first".into(),
+                )));
+            }
+            continue;
+        };
         if let Ok(frame) = &frame
             && frame.get("hasDamage").and_then(Value::as_bool) == Some(true)
         {
@@ -229,6 +269,7 @@ async fn pump(cdp: Cdp, session: String, pacer: Pacer, mut queue: mpsc::Receiver
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::HashMap;
     use std::sync::Mutex;
     use tokio::io::{AsyncWriteExt, BufReader};
 
@@ -374,5 +415,52 @@ mod tests {
         // Both tabs were drawn at about 60 Hz each all along.
         assert!(drawn.load(Ordering::SeqCst) >= 200, "{drawn:?}");
         drop((first, second));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_tab_showing_a_dialog_gets_no_frames_and_does_not_hold_up_the_others() {
+        let (ours, theirs) = tokio::io::duplex(1 << 16);
+        let (our_read, our_write) = tokio::io::split(ours);
+        let cdp = Cdp::start(our_read, our_write);
+        let drawn: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
+        let seen = Arc::clone(&drawn);
+        tokio::spawn(async move {
+            let (their_read, mut their_write) = tokio::io::split(theirs);
+            let mut reader = BufReader::new(their_read);
+            while let Ok(Some(request)) =
+                super::super::cdp::read_message(&mut reader, 1 << 20).await
+            {
+                let request: Value = serde_json::from_slice(&request).unwrap();
+                let session = request["sessionId"].as_str().unwrap_or_default().to_owned();
+                let count = {
+                    let mut drawn = seen.lock().unwrap();
+                    let count = drawn.entry(session.clone()).or_default();
+                    *count += 1;
+                    *count
+                };
+                // Tab A's page opens an alert during its tenth frame, which then never completes
+                // (its renderer waits for the dialog).
+                let message = if session == "A" && count == 10 {
+                    json!({"method": "Page.javascriptDialogOpening", "sessionId": "A",
+                           "params": {"type": "alert", "message": "hi"}})
+                } else {
+                    json!({"id": request["id"], "result": {"hasDamage": true}})
+                };
+                let line = format!("{message}\0");
+                if their_write.write_all(line.as_bytes()).await.is_err() {
+                    break;
+                }
+            }
+        });
+        let pacer = Pacer::default();
+        let a = FramePump::start(&cdp, "A", &pacer).await.unwrap().unwrap();
+        let b = FramePump::start(&cdp, "B", &pacer).await.unwrap().unwrap();
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let counts = drawn.lock().unwrap().clone();
+        assert_eq!(counts.get("A"), Some(&10), "{counts:?}");
+        assert!(counts.get("B").is_some_and(|b| *b >= 110), "{counts:?}");
+        let refused = a.camera().screenshot(json!({"format": "png"})).await;
+        assert!(matches!(refused, Err(CdpError::Protocol(_))), "{refused:?}");
+        drop((a, b));
     }
 }

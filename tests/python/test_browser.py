@@ -162,6 +162,18 @@ def test_dialogs_never_hang_and_are_answered(browser, site):
     assert '"alert" dialog with message "loaded"' in loading
     assert "After the alert" in ok(browser.browser_handle_dialog(accept=True))
 
+    # A dialog left open in one tab holds up no other tab: boxd sends the blocked tab no frames.
+    assert '"alert" dialog' in ok(browser.browser_navigate(f"{site}/alert-on-load.html"))
+    started = time.monotonic()
+    ok(browser.browser_tab_new(f"{site}/page2.html"))
+    for _ in range(3):
+        shot = browser.browser_take_screenshot()
+        assert shot["isError"] is False, shot
+    assert time.monotonic() - started < 5
+    ok(browser.browser_tab_select(1))
+    assert "After the alert" in ok(browser.browser_handle_dialog(accept=True))
+    assert "Page Two" in ok(browser.browser_tab_select(2))
+
 
 def test_tabs(browser, site):
     ok(browser.browser_navigate(f"{site}/form.html"))
