@@ -200,6 +200,9 @@ fn merge_small_packs(repo: &Repository, odb: &Odb<'_>) -> Result<(), git2::Error
         }
         merged.push(pack);
     }
+    if merged.len() < 2 {
+        return Ok(());
+    }
     let mut buf = Buf::new();
     builder.write_buf(&mut buf)?;
     drop(builder);
@@ -207,10 +210,11 @@ fn merge_small_packs(repo: &Repository, odb: &Odb<'_>) -> Result<(), git2::Error
     for pack in merged {
         for ext in ["pack", "idx", "rev"] {
             let path = pack.with_extension(ext);
-            if let Err(err) = std::fs::remove_file(&path) {
-                if err.kind() != std::io::ErrorKind::NotFound {
+            match std::fs::remove_file(&path) {
+                Err(err) if err.kind() != std::io::ErrorKind::NotFound => {
                     tracing::warn!(path = %path.display(), "cannot remove a merged pack: {err}");
                 }
+                _ => {}
             }
         }
     }
