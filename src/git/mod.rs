@@ -347,7 +347,8 @@ impl GitWatcher {
 }
 
 /// `git add -A` for the common case, where no content filter can apply: stages exactly the paths
-/// `statuses()` reports changed in the working tree, writing blobs straight from the files. libgit2's
+/// `statuses()` reports changed in the working tree, writing blobs straight from the files (up to
+/// `pack::MAX_BATCHED_OBJECT_BYTES` into `batch`, larger ones loose and streamed by `repo`). libgit2's
 /// `add_all` does the same work at ~0.6 ms per changed file (attribute and path lookups for its filters),
 /// six times what `git add` needs. Returns `false`, having changed nothing, whenever a filter might apply
 /// (`core.autocrlf`, any attributes file, `core.filemode` off) or an entry is not a plain file or symlink;
