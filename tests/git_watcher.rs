@@ -990,3 +990,81 @@ async fn git_routes_tolerate_files_that_vanish_while_they_run() {
     );
     assert!(!files.contains(".boxd-upload-"), "{files}");
 }
+
+/// Exit status and output of `git` in the workspace (the shared helper keeps only stdout).
+fn git_checked(workspace: &std::path::Path, args: &[&str]) -> (bool, String) {
+    let output = std::process::Command::new("git")
+        .args(args)
+        .current_dir(workspace)
+        .output()
+        .expect("git runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    (output.status.success(), text)
+}
+
+/// A commit's new objects are written as one pack rather than one loose file each, and small packs are
+/// merged once there are many: the repository stays valid for git, every commit reads back whole
+/// (a file above the in-memory limit too), few objects are loose and the packs stay few.
+#[tokio::test]
+async fn commits_are_packed_stay_readable_by_git_and_their_packs_stay_few() {
+    let server = Server::start();
+    git(&server.workspace, &["init", "-q"]);
+    let big: Vec<u8> = (0..600_000u32).map(|i| (i % 251) as u8).collect();
+    std::fs::write(server.ws("big.bin"), &big).unwrap();
+    std::fs::create_dir_all(server.ws("sub")).unwrap();
+    let mut commits = Vec::new();
+    for round in 0..20 {
+        for file in 0..10 {
+            std::fs::write(
+                server.ws(&format!("sub/f{file}.txt")),
+                format!("round {round} file {file}\n"),
+            )
+            .unwrap();
+        }
+        let (status, answer) = post(
+            &server,
+            "/watcher/commit_changes",
+            json!({"commit_message": format!("r{round}")}),
+        )
+        .await;
+        assert_eq!(status, 200, "{answer}");
+        commits.push(answer["commit"].as_str().unwrap().to_owned());
+    }
+    let (ok, fsck) = git_checked(&server.workspace, &["fsck", "--strict"]);
+    assert!(ok, "{fsck}");
+    assert_eq!(git(&server.workspace, &["status", "--porcelain"]), "");
+    for (round, commit) in commits.iter().enumerate() {
+        assert_eq!(
+            git(
+                &server.workspace,
+                &["show", &format!("{commit}:sub/f3.txt")]
+            ),
+            format!("round {round} file 3\n")
+        );
+    }
+    assert_eq!(
+        git(&server.workspace, &["rev-parse", "HEAD:big.bin"]),
+        git(&server.workspace, &["hash-object", "big.bin"])
+    );
+    let packs = std::fs::read_dir(server.ws(".git/objects/pack"))
+        .unwrap()
+        .filter(|entry| {
+            let name = entry.as_ref().unwrap().file_name();
+            name.to_string_lossy().ends_with(".pack")
+        })
+        .count();
+    assert!((1..=17).contains(&packs), "{packs} packs");
+    // Loose: the 20 commit objects and the large blob; the 200 small blobs and the trees are packed.
+    let counts = git(&server.workspace, &["count-objects", "-v"]);
+    let loose: usize = counts
+        .lines()
+        .find_map(|line| line.strip_prefix("count: "))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(loose <= 21, "{counts}");
+}

@@ -6,6 +6,7 @@ mod family;
 pub use family::family;
 
 mod diff_text;
+mod pack;
 mod pin;
 
 use std::collections::BTreeMap;
@@ -248,13 +249,32 @@ impl GitWatcher {
     }
 
     fn commit_staged_all(&self, repo: &Repository, message: &str) -> GitResult<CommitOutcome> {
-        let mut index = repo.index()?;
-        if !stage_unfiltered(repo, &mut index)? {
-            index.add_all(["*"], IndexAddOption::DEFAULT, None)?;
-            index.update_all(["*"], None)?;
-        }
-        index.write()?;
-        let tree = repo.find_tree(index.write_tree()?)?;
+        // A second handle on the same (checked) repository collects the new blobs and trees in memory
+        // and writes them as one pack before the index file names them; `repo` itself writes loose,
+        // so the commit object and HEAD are written the usual way once everything they name is on disk.
+        let writer = pin::open(&self.workdir)?;
+        let batched = pack::with_batch(&writer, repo, |batch| -> GitResult<Option<Oid>> {
+            let mut index = writer.index()?;
+            if !stage_unfiltered(repo, batch, &mut index)? {
+                return Ok(None);
+            }
+            let tree = index.write_tree()?;
+            batch.flush(Some(tree))?;
+            index.write()?;
+            Ok(Some(tree))
+        })?;
+        let tree = match batched {
+            Some(tree) => tree,
+            None => {
+                // A content filter may apply: libgit2's own `add -A`, every object loose.
+                let mut index = repo.index()?;
+                index.add_all(["*"], IndexAddOption::DEFAULT, None)?;
+                index.update_all(["*"], None)?;
+                index.write()?;
+                index.write_tree()?
+            }
+        };
+        let tree = repo.find_tree(tree)?;
         let signature = repo
             .signature()
             .or_else(|_| Signature::now(FALLBACK_NAME, FALLBACK_EMAIL))?;
@@ -326,16 +346,18 @@ impl GitWatcher {
     }
 }
 
-/// Files above this go through libgit2's own path, which streams them instead of reading them whole.
-const DIRECT_STAGE_MAX_BYTES: u64 = 8 * 1024 * 1024;
-
 /// `git add -A` for the common case, where no content filter can apply: stages exactly the paths
-/// `statuses()` reports changed in the working tree, writing blobs straight from the files. libgit2's
+/// `statuses()` reports changed in the working tree, writing blobs straight from the files (up to
+/// `pack::MAX_BATCHED_OBJECT_BYTES` into `batch`, larger ones loose and streamed by `repo`). libgit2's
 /// `add_all` does the same work at ~0.6 ms per changed file (attribute and path lookups for its filters),
 /// six times what `git add` needs. Returns `false`, having changed nothing, whenever a filter might apply
 /// (`core.autocrlf`, any attributes file, `core.filemode` off) or an entry is not a plain file or symlink;
 /// the caller then uses `add_all`.
-fn stage_unfiltered(repo: &Repository, index: &mut git2::Index) -> GitResult<bool> {
+fn stage_unfiltered(
+    repo: &Repository,
+    batch: &pack::Batch<'_, '_>,
+    index: &mut git2::Index,
+) -> GitResult<bool> {
     let config = repo.config()?;
     let autocrlf = config
         .get_string("core.autocrlf")
@@ -410,12 +432,22 @@ fn stage_unfiltered(repo: &Repository, index: &mut git2::Index) -> GitResult<boo
             Err(err) => return Err(ApiError::from_io(&err, &shown()).into()),
             Ok(meta) => meta,
         };
+        let executable = meta.mode() & 0o100 != 0;
         let read = if meta.file_type().is_symlink() {
             std::fs::read_link(&full).map(|target| (target.into_os_string().into_vec(), 0o120000))
-        } else if meta.is_file() && meta.len() <= DIRECT_STAGE_MAX_BYTES {
-            let executable = meta.mode() & 0o100 != 0;
+        } else if meta.is_file() && meta.len() <= pack::MAX_BATCHED_OBJECT_BYTES {
             std::fs::read(&full)
                 .map(|content| (content, if executable { 0o100755 } else { 0o100644 }))
+        } else if meta.is_file() {
+            // Written loose by the handle that does not batch, streamed from the file.
+            let id = repo.blob_path(&full)?;
+            index.add(&index_entry(
+                &meta,
+                if executable { 0o100755 } else { 0o100644 },
+                id,
+                path,
+            ))?;
+            continue;
         } else {
             index.add_path(relative)?;
             continue;
@@ -428,23 +460,29 @@ fn stage_unfiltered(repo: &Repository, index: &mut git2::Index) -> GitResult<boo
             }
             Err(err) => return Err(ApiError::from_io(&err, &shown()).into()),
         };
-        let id = repo.blob(&content)?;
-        index.add(&git2::IndexEntry {
-            ctime: git2::IndexTime::new(meta.ctime() as i32, meta.ctime_nsec() as u32),
-            mtime: git2::IndexTime::new(meta.mtime() as i32, meta.mtime_nsec() as u32),
-            dev: meta.dev() as u32,
-            ino: meta.ino() as u32,
-            mode,
-            uid: meta.uid(),
-            gid: meta.gid(),
-            file_size: meta.len() as u32,
-            id,
-            flags: path.len().min(0xfff) as u16,
-            flags_extended: 0,
-            path,
-        })?;
+        let id = batch.blob(&content)?;
+        index.add(&index_entry(&meta, mode, id, path))?;
     }
     Ok(true)
+}
+
+/// The index entry of a work tree file as `git add` records it, with the stat data read before it.
+fn index_entry(meta: &std::fs::Metadata, mode: u32, id: Oid, path: Vec<u8>) -> git2::IndexEntry {
+    // The index keeps 32-bit stat fields: git truncates the same way.
+    git2::IndexEntry {
+        ctime: git2::IndexTime::new(meta.ctime() as i32, meta.ctime_nsec() as u32),
+        mtime: git2::IndexTime::new(meta.mtime() as i32, meta.mtime_nsec() as u32),
+        dev: meta.dev() as u32,
+        ino: meta.ino() as u32,
+        mode,
+        uid: meta.uid(),
+        gid: meta.gid(),
+        file_size: meta.len() as u32,
+        id,
+        flags: path.len().min(0xfff) as u16,
+        flags_extended: 0,
+        path,
+    }
 }
 
 fn log_entry(repo: &Repository, oid: Oid, budget: usize) -> GitResult<LogEntry> {

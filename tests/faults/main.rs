@@ -520,6 +520,83 @@ async fn full_disk_during_a_commit_answers_507_and_the_repository_survives() {
     assert!(body.to_lowercase().contains("space"), "{body}");
 }
 
+/// The same with many small files, whose objects are written as one pack: the pack cannot be written,
+/// nothing refers to it, and no temporary pack file is left behind.
+#[tokio::test]
+#[ignore = "fault suite: make faults (root: mounts a tmpfs)"]
+async fn full_disk_during_a_packed_commit_answers_507_and_leaves_no_pack_behind() {
+    let disk = Tmpfs::mount(SMALL_DISK);
+    let workspace = workspace_in(&disk.path);
+    common::git(&workspace, &["init", "-q"]);
+    let server = Server::start_on(&workspace, &[], |_| {});
+    std::fs::write(workspace.join("a.txt"), "one\n").unwrap();
+    let first = server
+        .post("/watcher/commit_changes")
+        .json(&json!({"commit_message": "first"}))
+        .fetch_json()
+        .await;
+    let head = first["commit"].as_str().expect("a commit").to_owned();
+    let pack_dir = workspace.join(".git/objects/pack");
+    let packs_before = std::fs::read_dir(&pack_dir).unwrap().count();
+
+    // 300 incompressible 4 KiB files: ~1.2 MB of pack, then no room for it.
+    std::fs::create_dir(workspace.join("many")).unwrap();
+    for file in 0..300u32 {
+        let noise: Vec<u8> = (0..4096u32)
+            .map(|n| ((n + file * 4096).wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
+        std::fs::write(workspace.join(format!("many/{file}.bin")), noise).unwrap();
+    }
+    let filler = fill_disk(&disk, 16 * 1024);
+    let response = server
+        .post("/watcher/commit_changes")
+        .json(&json!({"commit_message": "second"}))
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    let body = response.text().await.unwrap();
+    assert_eq!(
+        common::git(&workspace, &["rev-parse", "HEAD"]).trim(),
+        head,
+        "HEAD moved"
+    );
+    assert_eq!(
+        std::fs::read_dir(&pack_dir).unwrap().count(),
+        packs_before,
+        "a partial or temporary pack was left: {:?}",
+        std::fs::read_dir(&pack_dir).unwrap().collect::<Vec<_>>()
+    );
+    std::fs::remove_file(filler).unwrap();
+    assert!(!workspace.join(".git/index.lock").exists());
+    let fsck = Command::new("git")
+        .args(["fsck", "--no-progress"])
+        .current_dir(&workspace)
+        .output()
+        .unwrap();
+    assert!(
+        fsck.status.success(),
+        "{}",
+        String::from_utf8_lossy(&fsck.stderr)
+    );
+    let second = server
+        .post("/watcher/commit_changes")
+        .json(&json!({"commit_message": "second"}))
+        .fetch_json()
+        .await;
+    assert!(second["commit"].is_string(), "{second}");
+    assert_eq!(
+        common::git(&workspace, &["ls-tree", "-r", "--name-only", "HEAD"])
+            .lines()
+            .count(),
+        301
+    );
+    assert_healthy(&server).await;
+    eprintln!("figure: full-disk packed commit: {status} `{body}`");
+    assert_eq!(status, 507, "{body}");
+    assert!(body.to_lowercase().contains("space"), "{body}");
+}
+
 #[tokio::test]
 #[ignore = "fault suite: make faults (root: mounts a tmpfs)"]
 async fn full_disk_during_cells_gives_a_clear_error_and_output_still_arrives() {
