@@ -449,7 +449,11 @@ fn stage_unfiltered(
             ))?;
             continue;
         } else {
+            // libgit2 writes this blob through the batching handle: it must reach the pack too.
             index.add_path(relative)?;
+            if let Some(entry) = index.get_path(relative, 0) {
+                batch.hold(entry.id);
+            }
             continue;
         };
         let (content, mode) = match read {

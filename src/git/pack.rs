@@ -63,6 +63,12 @@ pub fn with_batch<T, E: From<git2::Error>>(
 }
 
 impl Batch<'_, '_> {
+    /// Counts an object written into the batch by other means (libgit2 staging a path itself) in
+    /// what the next flush writes to disk.
+    pub fn hold(&self, id: Oid) {
+        self.held.borrow_mut().push(id);
+    }
+
     pub fn blob(&self, content: &[u8]) -> Result<Oid, git2::Error> {
         if self.held_bytes.get().saturating_add(content.len()) > MAX_BATCH_BYTES {
             self.flush(None)?;
