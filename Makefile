@@ -110,12 +110,14 @@ image-test: setup images
 	.venv/bin/python tests/image/test_launch.py --boxd $(STATIC_BIN) --image $(IMAGE_BASE) --every-type
 
 # boxd against the upstream Python server, side by side, one run; not part of `make test`.
-bench: build setup
+# The binary the images ship (fat LTO, static): its code pages are part of the memory figures.
+BENCH_BIN ?= $(STATIC_BIN)
+bench: static setup
 	./bench/setup.sh
-	python3 bench/run.py
-	python3 bench/computer.py
-	python3 bench/mobile.py
-	python3 bench/browser.py
+	python3 bench/run.py --boxd $(BENCH_BIN)
+	python3 bench/computer.py --boxd $(BENCH_BIN)
+	python3 bench/mobile.py --boxd $(BENCH_BIN)
+	python3 bench/browser.py --boxd $(BENCH_BIN)
 
 # The issue #15 request mix with wrk (Debian package `wrk`) against a release boxd at 1, 64 and 512
 # connections; DURATION (30s) per level, LEVELS to choose them. Not part of `make test`.
