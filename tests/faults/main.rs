@@ -38,6 +38,26 @@ async fn assert_healthy(server: &Server) {
     );
 }
 
+/// After a failed commit: the repository is intact for git, and boxd commits again once space is back.
+async fn fsck_passes_and_the_next_commit_works(server: &Server, workspace: &Path) {
+    let fsck = Command::new("git")
+        .args(["fsck", "--no-progress"])
+        .current_dir(workspace)
+        .output()
+        .unwrap();
+    assert!(
+        fsck.status.success(),
+        "{}",
+        String::from_utf8_lossy(&fsck.stderr)
+    );
+    let second = server
+        .post("/watcher/commit_changes")
+        .json(&json!({"commit_message": "second"}))
+        .fetch_json()
+        .await;
+    assert!(second["commit"].is_string(), "{second}");
+}
+
 /// Polls `check` every 50 ms for at most `limit`; whether it became true.
 async fn eventually(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + limit;
@@ -489,23 +509,7 @@ async fn full_disk_during_a_commit_answers_507_and_the_repository_survives() {
         !workspace.join(".git/index.lock").exists(),
         "a stale index.lock blocks every later commit"
     );
-    let fsck = Command::new("git")
-        .args(["fsck", "--no-progress"])
-        .current_dir(&workspace)
-        .output()
-        .unwrap();
-    assert!(
-        fsck.status.success(),
-        "{}",
-        String::from_utf8_lossy(&fsck.stderr)
-    );
-
-    let second = server
-        .post("/watcher/commit_changes")
-        .json(&json!({"commit_message": "second"}))
-        .fetch_json()
-        .await;
-    assert!(second["commit"].is_string(), "{second}");
+    fsck_passes_and_the_next_commit_works(&server, &workspace).await;
     let logs = server.get("/watcher/git_logs").fetch_json().await;
     assert_eq!(logs["logs"].as_array().map(Vec::len), Some(2), "{logs}");
     let git_left: Vec<_> = descendants(server.pid() as i32)
@@ -569,22 +573,7 @@ async fn full_disk_during_a_packed_commit_answers_507_and_leaves_no_pack_behind(
     );
     std::fs::remove_file(filler).unwrap();
     assert!(!workspace.join(".git/index.lock").exists());
-    let fsck = Command::new("git")
-        .args(["fsck", "--no-progress"])
-        .current_dir(&workspace)
-        .output()
-        .unwrap();
-    assert!(
-        fsck.status.success(),
-        "{}",
-        String::from_utf8_lossy(&fsck.stderr)
-    );
-    let second = server
-        .post("/watcher/commit_changes")
-        .json(&json!({"commit_message": "second"}))
-        .fetch_json()
-        .await;
-    assert!(second["commit"].is_string(), "{second}");
+    fsck_passes_and_the_next_commit_works(&server, &workspace).await;
     assert_eq!(
         common::git(&workspace, &["ls-tree", "-r", "--name-only", "HEAD"])
             .lines()
