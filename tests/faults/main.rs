@@ -470,10 +470,9 @@ fn fill_disk(disk: &Tmpfs, leave: u64) -> PathBuf {
     filler
 }
 
-#[tokio::test]
-#[ignore = "fault suite: make faults (root: mounts a tmpfs)"]
-async fn full_disk_during_a_commit_answers_507_and_the_repository_survives() {
-    let disk = Tmpfs::mount(SMALL_DISK);
+/// A repository on `disk` served by boxd, with one commit made through it: the workspace, the server
+/// and the commit's id.
+async fn repository_with_one_commit(disk: &Tmpfs) -> (PathBuf, Server, String) {
     let workspace = workspace_in(&disk.path);
     common::git(&workspace, &["init", "-q"]);
     let server = Server::start_on(&workspace, &[], |_| {});
@@ -484,6 +483,14 @@ async fn full_disk_during_a_commit_answers_507_and_the_repository_survives() {
         .fetch_json()
         .await;
     let head = first["commit"].as_str().expect("a commit").to_owned();
+    (workspace, server, head)
+}
+
+#[tokio::test]
+#[ignore = "fault suite: make faults (root: mounts a tmpfs)"]
+async fn full_disk_during_a_commit_answers_507_and_the_repository_survives() {
+    let disk = Tmpfs::mount(SMALL_DISK);
+    let (workspace, server, head) = repository_with_one_commit(&disk).await;
 
     // Incompressible content git must store, then no room for it.
     let noise: Vec<u8> = (0..2_000_000u32)
@@ -530,16 +537,7 @@ async fn full_disk_during_a_commit_answers_507_and_the_repository_survives() {
 #[ignore = "fault suite: make faults (root: mounts a tmpfs)"]
 async fn full_disk_during_a_packed_commit_answers_507_and_leaves_no_pack_behind() {
     let disk = Tmpfs::mount(SMALL_DISK);
-    let workspace = workspace_in(&disk.path);
-    common::git(&workspace, &["init", "-q"]);
-    let server = Server::start_on(&workspace, &[], |_| {});
-    std::fs::write(workspace.join("a.txt"), "one\n").unwrap();
-    let first = server
-        .post("/watcher/commit_changes")
-        .json(&json!({"commit_message": "first"}))
-        .fetch_json()
-        .await;
-    let head = first["commit"].as_str().expect("a commit").to_owned();
+    let (workspace, server, head) = repository_with_one_commit(&disk).await;
     let pack_dir = workspace.join(".git/objects/pack");
     let packs_before = std::fs::read_dir(&pack_dir).unwrap().count();
 
