@@ -486,6 +486,31 @@ async fn repository_with_one_commit(disk: &Tmpfs) -> (PathBuf, Server, String) {
     (workspace, server, head)
 }
 
+/// Fills `disk` but for 16 KiB and asks boxd to commit what is in the workspace: the filler (to remove
+/// once done), the answer's status and body. HEAD must not have moved.
+async fn commit_on_a_full_disk(
+    disk: &Tmpfs,
+    server: &Server,
+    workspace: &Path,
+    head: &str,
+) -> (PathBuf, u16, String) {
+    let filler = fill_disk(disk, 16 * 1024);
+    let response = server
+        .post("/watcher/commit_changes")
+        .json(&json!({"commit_message": "second"}))
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    let body = response.text().await.unwrap();
+    assert_eq!(
+        common::git(workspace, &["rev-parse", "HEAD"]).trim(),
+        head,
+        "HEAD moved"
+    );
+    (filler, status, body)
+}
+
 #[tokio::test]
 #[ignore = "fault suite: make faults (root: mounts a tmpfs)"]
 async fn full_disk_during_a_commit_answers_507_and_the_repository_survives() {
@@ -497,20 +522,7 @@ async fn full_disk_during_a_commit_answers_507_and_the_repository_survives() {
         .map(|n| (n.wrapping_mul(2_654_435_761) >> 13) as u8)
         .collect();
     std::fs::write(workspace.join("noise.bin"), &noise).unwrap();
-    let filler = fill_disk(&disk, 16 * 1024);
-    let response = server
-        .post("/watcher/commit_changes")
-        .json(&json!({"commit_message": "second"}))
-        .send()
-        .await
-        .unwrap();
-    let status = response.status().as_u16();
-    let body = response.text().await.unwrap();
-    assert_eq!(
-        common::git(&workspace, &["rev-parse", "HEAD"]).trim(),
-        head,
-        "HEAD moved"
-    );
+    let (filler, status, body) = commit_on_a_full_disk(&disk, &server, &workspace, &head).await;
     std::fs::remove_file(filler).unwrap();
     assert!(
         !workspace.join(".git/index.lock").exists(),
@@ -549,20 +561,7 @@ async fn full_disk_during_a_packed_commit_answers_507_and_leaves_no_pack_behind(
             .collect();
         std::fs::write(workspace.join(format!("many/{file}.bin")), noise).unwrap();
     }
-    let filler = fill_disk(&disk, 16 * 1024);
-    let response = server
-        .post("/watcher/commit_changes")
-        .json(&json!({"commit_message": "second"}))
-        .send()
-        .await
-        .unwrap();
-    let status = response.status().as_u16();
-    let body = response.text().await.unwrap();
-    assert_eq!(
-        common::git(&workspace, &["rev-parse", "HEAD"]).trim(),
-        head,
-        "HEAD moved"
-    );
+    let (filler, status, body) = commit_on_a_full_disk(&disk, &server, &workspace, &head).await;
     assert_eq!(
         std::fs::read_dir(&pack_dir).unwrap().count(),
         packs_before,
