@@ -273,34 +273,52 @@ mod tests {
     use std::sync::Mutex;
     use tokio::io::{AsyncWriteExt, BufReader};
 
-    /// A browser that answers every frame at once (with damage when `damage` says so, with image data
-    /// when a screenshot was asked for), or refuses frames when `paces_itself`; the frames it drew.
-    fn browser(damage: bool, paces_itself: bool) -> (Cdp, Arc<Mutex<Vec<Value>>>) {
+    /// A browser at the other end of a pipe: each request is answered by `respond`, in a task of its
+    /// own (so slow answers overlap, as a real browser's can), with the message it returns, if any.
+    fn fake_browser<F, Answer>(respond: F) -> Cdp
+    where
+        F: Fn(Value) -> Answer + Send + Sync + 'static,
+        Answer: std::future::Future<Output = Option<Value>> + Send + 'static,
+    {
         let (ours, theirs) = tokio::io::duplex(1 << 16);
         let (our_read, our_write) = tokio::io::split(ours);
         let cdp = Cdp::start(our_read, our_write);
-        let frames = Arc::new(Mutex::new(Vec::new()));
-        let drawn = Arc::clone(&frames);
         tokio::spawn(async move {
-            let (their_read, mut their_write) = tokio::io::split(theirs);
+            let (their_read, their_write) = tokio::io::split(theirs);
+            let writer = Arc::new(tokio::sync::Mutex::new(their_write));
             let mut reader = BufReader::new(their_read);
             while let Ok(Some(request)) =
                 super::super::cdp::read_message(&mut reader, 1 << 20).await
             {
                 let request: Value = serde_json::from_slice(&request).unwrap();
-                let answer = if paces_itself {
-                    json!({"id": request["id"], "error": {"message": "Command is only supported if BeginFrameControl is enabled."}})
-                } else if request["params"].get("screenshot").is_some() {
-                    json!({"id": request["id"], "result": {"hasDamage": true, "screenshotData": "QUJD"}})
-                } else {
-                    json!({"id": request["id"], "result": {"hasDamage": damage}})
-                };
-                drawn.lock().unwrap().push(request["params"].clone());
-                let line = format!("{answer}\0");
-                if their_write.write_all(line.as_bytes()).await.is_err() {
-                    break;
-                }
+                let answer = respond(request);
+                let writer = Arc::clone(&writer);
+                tokio::spawn(async move {
+                    if let Some(message) = answer.await {
+                        let line = format!("{message}\0");
+                        let _ = writer.lock().await.write_all(line.as_bytes()).await;
+                    }
+                });
             }
+        });
+        cdp
+    }
+
+    /// A browser that answers every frame at once (with damage when `damage` says so, with image data
+    /// when a screenshot was asked for), or refuses frames when `paces_itself`; the frames it drew.
+    fn browser(damage: bool, paces_itself: bool) -> (Cdp, Arc<Mutex<Vec<Value>>>) {
+        let frames = Arc::new(Mutex::new(Vec::new()));
+        let drawn = Arc::clone(&frames);
+        let cdp = fake_browser(move |request| {
+            drawn.lock().unwrap().push(request["params"].clone());
+            let answer = if paces_itself {
+                json!({"id": request["id"], "error": {"message": "Command is only supported if BeginFrameControl is enabled."}})
+            } else if request["params"].get("screenshot").is_some() {
+                json!({"id": request["id"], "result": {"hasDamage": true, "screenshotData": "QUJD"}})
+            } else {
+                json!({"id": request["id"], "result": {"hasDamage": damage}})
+            };
+            std::future::ready(Some(answer))
         });
         (cdp, frames)
     }
@@ -370,37 +388,20 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn two_tabs_never_have_frames_in_flight_at_once() {
-        let (ours, theirs) = tokio::io::duplex(1 << 16);
-        let (our_read, our_write) = tokio::io::split(ours);
-        let cdp = Cdp::start(our_read, our_write);
         let in_flight = Arc::new(AtomicUsize::new(0));
         let most = Arc::new(AtomicUsize::new(0));
         let drawn = Arc::new(AtomicUsize::new(0));
-        let (their_read, their_write) = tokio::io::split(theirs);
-        let writer = Arc::new(tokio::sync::Mutex::new(their_write));
         let (flight, peak, count) = (in_flight.clone(), most.clone(), drawn.clone());
-        tokio::spawn(async move {
-            let mut reader = BufReader::new(their_read);
-            // Each frame takes 5 ms to draw, answered by a task of its own, so overlapping requests
-            // would overlap here too.
-            while let Ok(Some(request)) =
-                super::super::cdp::read_message(&mut reader, 1 << 20).await
-            {
-                let request: Value = serde_json::from_slice(&request).unwrap();
-                let now = flight.fetch_add(1, Ordering::SeqCst) + 1;
-                peak.fetch_max(now, Ordering::SeqCst);
-                let (flight, count, writer) = (flight.clone(), count.clone(), writer.clone());
-                tokio::spawn(async move {
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                    flight.fetch_sub(1, Ordering::SeqCst);
-                    count.fetch_add(1, Ordering::SeqCst);
-                    let answer = json!({"id": request["id"], "result": {"hasDamage": true}});
-                    let _ = writer
-                        .lock()
-                        .await
-                        .write_all(format!("{answer}\0").as_bytes())
-                        .await;
-                });
+        // Each frame takes 5 ms to draw, so overlapping requests would overlap here too.
+        let cdp = fake_browser(move |request| {
+            let now = flight.fetch_add(1, Ordering::SeqCst) + 1;
+            peak.fetch_max(now, Ordering::SeqCst);
+            let (flight, count) = (flight.clone(), count.clone());
+            async move {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                flight.fetch_sub(1, Ordering::SeqCst);
+                count.fetch_add(1, Ordering::SeqCst);
+                Some(json!({"id": request["id"], "result": {"hasDamage": true}}))
             }
         });
         let pacer = Pacer::default();
@@ -419,38 +420,24 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_tab_showing_a_dialog_gets_no_frames_and_does_not_hold_up_the_others() {
-        let (ours, theirs) = tokio::io::duplex(1 << 16);
-        let (our_read, our_write) = tokio::io::split(ours);
-        let cdp = Cdp::start(our_read, our_write);
         let drawn: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
         let seen = Arc::clone(&drawn);
-        tokio::spawn(async move {
-            let (their_read, mut their_write) = tokio::io::split(theirs);
-            let mut reader = BufReader::new(their_read);
-            while let Ok(Some(request)) =
-                super::super::cdp::read_message(&mut reader, 1 << 20).await
-            {
-                let request: Value = serde_json::from_slice(&request).unwrap();
-                let session = request["sessionId"].as_str().unwrap_or_default().to_owned();
-                let count = {
-                    let mut drawn = seen.lock().unwrap();
-                    let count = drawn.entry(session.clone()).or_default();
-                    *count += 1;
-                    *count
-                };
-                // Tab A's page opens an alert during its tenth frame, which then never completes
-                // (its renderer waits for the dialog).
-                let message = if session == "A" && count == 10 {
-                    json!({"method": "Page.javascriptDialogOpening", "sessionId": "A",
-                           "params": {"type": "alert", "message": "hi"}})
-                } else {
-                    json!({"id": request["id"], "result": {"hasDamage": true}})
-                };
-                let line = format!("{message}\0");
-                if their_write.write_all(line.as_bytes()).await.is_err() {
-                    break;
-                }
-            }
+        let cdp = fake_browser(move |request| {
+            let session = request["sessionId"].as_str().unwrap_or_default().to_owned();
+            let count = {
+                let mut drawn = seen.lock().unwrap();
+                let count = drawn.entry(session.clone()).or_default();
+                *count += 1;
+                *count
+            };
+            // Tab A's page opens an alert during its tenth frame, which then never completes (its
+            // renderer waits for the dialog).
+            std::future::ready(Some(if session == "A" && count == 10 {
+                json!({"method": "Page.javascriptDialogOpening", "sessionId": "A",
+                       "params": {"type": "alert", "message": "hi"}})
+            } else {
+                json!({"id": request["id"], "result": {"hasDamage": true}})
+            }))
         });
         let pacer = Pacer::default();
         let a = FramePump::start(&cdp, "A", &pacer).await.unwrap().unwrap();
