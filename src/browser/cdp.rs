@@ -12,15 +12,19 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::events::Events;
+use super::events::{self, Events};
 
 /// The largest message accepted from the browser (a full-page PNG of a long page is tens of MB in
 /// base64); a longer one ends the connection instead of growing boxd's memory without bound.
 pub const MAX_MESSAGE: usize = 96 * 1024 * 1024;
+/// The reader's buffer: an accessibility tree or a DOM snapshot (tens of KB) in a few reads.
+const READ_BUFFER: usize = 64 * 1024;
 /// Requests queued for the writer at most; a caller waits for room (bounded by its own timeout).
 const OUTGOING_QUEUE: usize = 64;
 
@@ -34,7 +38,8 @@ pub enum CdpError {
     Protocol(String),
 }
 
-type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Result<Value, String>>>>>;
+/// Answers travel to their caller unparsed: the caller's task parses them, and the reader moves on.
+type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Result<Box<RawValue>, String>>>>>;
 
 #[derive(Clone)]
 pub struct Cdp {
@@ -58,7 +63,7 @@ impl Cdp {
         let events = Arc::new(Events::default());
         tokio::spawn(write_all(writer, queue, Arc::clone(&closed_tx)));
         tokio::spawn(read_all(
-            BufReader::new(reader),
+            BufReader::with_capacity(READ_BUFFER, reader),
             Arc::clone(&pending),
             Arc::clone(&events),
             closed_tx,
@@ -115,7 +120,9 @@ impl Cdp {
                 .await
                 .map_err(|_| CdpError::Closed)?;
             match answer_rx.await {
-                Ok(Ok(result)) => Ok(result),
+                Ok(Ok(result)) => serde_json::from_str(result.get()).map_err(|err| {
+                    CdpError::Protocol(format!("{method}: a malformed answer: {err}"))
+                }),
                 Ok(Err(message)) => Err(CdpError::Protocol(message)),
                 Err(_) => Err(CdpError::Closed),
             }
@@ -178,32 +185,55 @@ async fn read_all(
                 break;
             }
         };
-        let Ok(message) = serde_json::from_slice::<Value>(&message) else {
+        let Ok(message) = serde_json::from_slice::<Incoming>(&message) else {
             tracing::warn!("the browser sent a message that is not JSON; ignored");
             continue;
         };
-        if let Some(id) = message.get("id").and_then(Value::as_u64) {
-            let answer = match message.get("error") {
+        if let Some(id) = message.id {
+            let answer = match message.error {
                 Some(error) => Err(error
-                    .get("message")
-                    .and_then(Value::as_str)
-                    .unwrap_or("unknown protocol error")
-                    .to_owned()),
-                None => Ok(message.get("result").cloned().unwrap_or(Value::Null)),
+                    .message
+                    .unwrap_or_else(|| "unknown protocol error".into())),
+                None => Ok(message.result.map_or_else(Box::default, RawValue::to_owned)),
             };
             if let Some(waiter) = lock(&pending).remove(&id) {
                 let _ = waiter.send(answer);
             }
-        } else if let Some(method) = message.get("method").and_then(Value::as_str) {
-            let session = message.get("sessionId").and_then(Value::as_str);
-            let params = message.get("params").unwrap_or(&Value::Null);
-            events.handle(session, method, params);
+        } else if let Some(method) = message.method.as_deref()
+            && events::HANDLED.contains(&method)
+        {
+            // Events nothing keeps (most of what the browser says) are not parsed further.
+            let params = message
+                .params
+                .and_then(|params| serde_json::from_str(params.get()).ok())
+                .unwrap_or(Value::Null);
+            events.handle(message.session.as_deref(), method, &params);
         }
     }
     let _ = closed.send(true);
     // Waiters see their sender dropped: `Closed`.
     lock(&pending).clear();
     events.closed();
+}
+
+/// A message from the browser, its parts left unparsed until someone needs them.
+#[derive(Deserialize)]
+struct Incoming<'a> {
+    id: Option<u64>,
+    #[serde(borrow)]
+    method: Option<std::borrow::Cow<'a, str>>,
+    #[serde(rename = "sessionId", borrow)]
+    session: Option<std::borrow::Cow<'a, str>>,
+    #[serde(borrow)]
+    params: Option<&'a RawValue>,
+    #[serde(borrow)]
+    result: Option<&'a RawValue>,
+    error: Option<ProtocolError>,
+}
+
+#[derive(Deserialize)]
+struct ProtocolError {
+    message: Option<String>,
 }
 
 /// One NUL-terminated message, at most `max` bytes; `None` at the end of the stream.

@@ -14,6 +14,31 @@ pub const MAX_LOG_ENTRIES: usize = 1000;
 /// Downloads remembered (and listed in answers) at most, oldest dropped first.
 pub const MAX_DOWNLOADS: usize = 50;
 
+/// The events [`Events::handle`] keeps something of; the browser's other events are not parsed
+/// past their method. Keep in step with `handle`'s match.
+pub const HANDLED: &[&str] = &[
+    "Browser.downloadWillBegin",
+    "Browser.downloadProgress",
+    "Runtime.consoleAPICalled",
+    "Runtime.exceptionThrown",
+    "Network.requestWillBeSent",
+    "Network.responseReceived",
+    "Network.loadingFinished",
+    "Network.loadingFailed",
+    "Page.javascriptDialogOpening",
+    "Page.javascriptDialogClosed",
+    "Page.fileChooserOpened",
+    "Page.frameRequestedNavigation",
+    "Page.frameScheduledNavigation",
+    "Page.frameStartedLoading",
+    "Page.frameStoppedLoading",
+    "Page.frameNavigated",
+    "Page.domContentEventFired",
+    "Page.loadEventFired",
+    "Inspector.targetCrashed",
+    "Input.dragIntercepted",
+];
+
 /// A download the browser started (`Browser.downloadWillBegin`), saved under its guid in the downloads
 /// directory until boxd gives it its name.
 #[derive(Debug, Clone)]
@@ -133,6 +158,9 @@ impl Events {
             .tabs
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(tab) = tabs.get_mut(session) {
+            return read(tab);
+        }
         read(tabs.entry(session.to_owned()).or_default())
     }
 
@@ -367,5 +395,25 @@ mod tests {
             assert_eq!(tab.console.len(), MAX_LOG_ENTRIES);
             assert_eq!(tab.console[0], "[LOG] 5");
         });
+    }
+
+    #[test]
+    fn every_event_let_through_is_one_handle_keeps() {
+        let events = Events::default();
+        let changes = events.subscribe();
+        for method in HANDLED {
+            let before = *changes.borrow();
+            let (session, params) = match *method {
+                "Browser.downloadWillBegin" => (None, json!({"guid": "g"})),
+                "Browser.downloadProgress" => (None, json!({"guid": "g", "state": "completed"})),
+                _ => (Some("T"), json!({})),
+            };
+            events.handle(session, method, &params);
+            assert_ne!(
+                *changes.borrow(),
+                before,
+                "{method} is let through but not kept"
+            );
+        }
     }
 }

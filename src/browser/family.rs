@@ -53,6 +53,9 @@ pub fn family(setup: &Setup) -> Result<Arc<dyn Family>, String> {
         viewport: VIEWPORT,
         downloads,
     };
+    // The browser starts with the first call that needs it; its files are read now, while nothing
+    // waits for them.
+    super::warm::start(super::launch::program(&options));
     Ok(Arc::new(BrowserFamily {
         browser: Arc::new(Browser::new(options, setup.workspace.clone())),
     }))

@@ -108,24 +108,17 @@ impl Drop for FramePump {
 }
 
 impl FramePump {
-    /// A pump for the tab of `session` when the browser lets boxd pace it (one frame is asked for to
-    /// find out); `None` when Chromium paces the tab itself (a headed or full browser).
-    pub async fn start(cdp: &Cdp, session: &str, pacer: &Pacer) -> Result<Option<Self>, CdpError> {
-        match frame_unless_dialog(cdp, pacer, session, json!({}), FRAME_CALL).await {
-            // A page showing a dialog as it opens is the shell's, so boxd's to draw.
-            Some(Ok(_)) | None => {}
-            Some(Err(CdpError::Protocol(message))) => {
-                tracing::debug!("the browser paces this tab itself: {message}");
-                return Ok(None);
-            }
-            Some(Err(err)) => return Err(err),
-        }
+    /// A pump for the tab of `session`. Its first frame finds out whether the browser lets boxd pace
+    /// the tab; the tab is usable meanwhile (the probe is not waited for: it costs a frame, ~13 ms,
+    /// at the start of a browser's first call). When the browser paces the tab itself, the pump only
+    /// answers screenshot requests with no frame, and the caller captures the ordinary way.
+    pub fn start(cdp: &Cdp, session: &str, pacer: &Pacer) -> Self {
         let (requests, queue) = mpsc::channel(4);
         let task = tokio::spawn(pump(cdp.clone(), session.to_owned(), pacer.clone(), queue));
-        Ok(Some(FramePump {
+        FramePump {
             camera: Camera { requests },
             task,
-        }))
+        }
     }
 
     pub fn camera(&self) -> Camera {
@@ -136,7 +129,7 @@ impl FramePump {
 impl Camera {
     /// A screenshot of a frame drawn now (`params`: `Page.captureScreenshot`'s format, quality and
     /// `optimizeForSpeed`), as `{"data": base64}`; `None` when the frame had none to give (a renderer
-    /// still starting), and the caller captures the ordinary way.
+    /// still starting, or a tab the browser paces itself), and the caller captures the ordinary way.
     pub async fn screenshot(&self, params: Value) -> Result<Option<Value>, CdpError> {
         let (answer, answered) = oneshot::channel();
         self.requests
@@ -197,6 +190,19 @@ async fn begin_frame(
 }
 
 async fn pump(cdp: Cdp, session: String, pacer: Pacer, mut queue: mpsc::Receiver<ShotRequest>) {
+    match frame_unless_dialog(&cdp, &pacer, &session, json!({}), FRAME_CALL).await {
+        // A page showing a dialog as it opens is the shell's, so boxd's to draw; a renderer stuck at
+        // the probe is drawn at the pace below once it is free again.
+        Some(Ok(_)) | Some(Err(CdpError::Timeout(..))) | None => {}
+        Some(Err(CdpError::Protocol(message))) => {
+            tracing::debug!("the browser paces the tab {session} itself: {message}");
+            while let Some(request) = queue.recv().await {
+                let _ = request.answer.send(Ok(Value::Null));
+            }
+            return;
+        }
+        Some(Err(_)) => return,
+    }
     let mut activity = pacer.activity.subscribe();
     let mut last_damage = Instant::now();
     // When the last frame was due: ticks are counted from there, not from when the timer fired, so
@@ -331,7 +337,7 @@ mod tests {
     async fn an_idle_page_is_drawn_four_times_a_second_and_a_call_brings_back_full_rate() {
         let (cdp, frames) = browser(false, false);
         let pacer = Pacer::default();
-        let _pump = FramePump::start(&cdp, "S", &pacer).await.unwrap().unwrap();
+        let _pump = FramePump::start(&cdp, "S", &pacer);
         // Lively for 2 s after the last activity (the pacer's creation), then idle.
         tokio::time::sleep(Duration::from_secs(10)).await;
         let idle = count(&frames);
@@ -357,7 +363,7 @@ mod tests {
     async fn frames_with_damage_keep_the_full_rate() {
         let (cdp, frames) = browser(true, false);
         let pacer = Pacer::default();
-        let _pump = FramePump::start(&cdp, "S", &pacer).await.unwrap().unwrap();
+        let _pump = FramePump::start(&cdp, "S", &pacer);
         tokio::time::sleep(Duration::from_secs(10)).await;
         let drawn = count(&frames);
         assert!((595..=605).contains(&drawn), "{drawn} frames in 10 s");
@@ -367,7 +373,7 @@ mod tests {
     async fn a_screenshot_is_a_frame_drawn_for_it_and_a_self_paced_tab_gets_no_pump() {
         let (cdp, frames) = browser(false, false);
         let pacer = Pacer::default();
-        let pump = FramePump::start(&cdp, "S", &pacer).await.unwrap().unwrap();
+        let pump = FramePump::start(&cdp, "S", &pacer);
         let params = json!({"format": "jpeg", "quality": 50});
         let shot = pump.camera().screenshot(params.clone()).await.unwrap();
         assert_eq!(shot, Some(json!({"data": "QUJD"})));
@@ -381,9 +387,12 @@ mod tests {
         drop(pump);
 
         let (cdp, frames) = browser(false, true);
-        assert!(FramePump::start(&cdp, "S", &pacer).await.unwrap().is_none());
+        let pump = FramePump::start(&cdp, "S", &pacer);
         tokio::time::sleep(Duration::from_secs(1)).await;
         assert_eq!(count(&frames), 1, "only the probe");
+        let shot = pump.camera().screenshot(params).await.unwrap();
+        assert_eq!(shot, None, "the caller captures the ordinary way");
+        assert_eq!(count(&frames), 1, "no frame for the screenshot either");
     }
 
     #[tokio::test(start_paused = true)]
@@ -405,8 +414,8 @@ mod tests {
             }
         });
         let pacer = Pacer::default();
-        let first = FramePump::start(&cdp, "A", &pacer).await.unwrap().unwrap();
-        let second = FramePump::start(&cdp, "B", &pacer).await.unwrap().unwrap();
+        let first = FramePump::start(&cdp, "A", &pacer);
+        let second = FramePump::start(&cdp, "B", &pacer);
         let camera = first.camera();
         let shots = futures_util::future::join_all(
             (0..5).map(|_| camera.screenshot(json!({"format": "png"}))),
@@ -440,8 +449,8 @@ mod tests {
             }))
         });
         let pacer = Pacer::default();
-        let a = FramePump::start(&cdp, "A", &pacer).await.unwrap().unwrap();
-        let b = FramePump::start(&cdp, "B", &pacer).await.unwrap().unwrap();
+        let a = FramePump::start(&cdp, "A", &pacer);
+        let b = FramePump::start(&cdp, "B", &pacer);
         tokio::time::sleep(Duration::from_secs(2)).await;
         let counts = drawn.lock().unwrap().clone();
         assert_eq!(counts.get("A"), Some(&10), "{counts:?}");

@@ -80,7 +80,7 @@ fn is_headless_shell(program: &str) -> bool {
 
 /// The program to start: the headless shell when headless, the default executable was left, and the
 /// shell is installed; otherwise the executable as given.
-fn program(options: &Options) -> String {
+pub(super) fn program(options: &Options) -> String {
     if options.headless
         && options.executable == DEFAULT_EXECUTABLE
         && let Some(path) = std::env::var_os("PATH")

@@ -13,6 +13,7 @@ mod launch;
 mod session;
 mod snapshot;
 mod tools;
+mod warm;
 
 pub use events::MAX_LOG_ENTRIES;
 pub use family::family;

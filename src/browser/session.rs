@@ -263,7 +263,14 @@ impl Running {
         });
         for (target, ..) in &targets {
             if !self.tabs.iter().any(|tab| tab.target == *target) {
-                let tab = attach(self.cdp(), target, viewport, &self.pacer).await?;
+                let tab = attach(
+                    self.cdp(),
+                    target,
+                    viewport,
+                    &self.pacer,
+                    self.process.frame_control,
+                )
+                .await?;
                 self.tabs.push(tab);
             }
         }
@@ -286,7 +293,14 @@ impl Running {
             )
             .await?;
         let target = created["targetId"].as_str().unwrap_or_default().to_owned();
-        let tab = attach(self.cdp(), &target, viewport, &self.pacer).await?;
+        let tab = attach(
+            self.cdp(),
+            &target,
+            viewport,
+            &self.pacer,
+            self.process.frame_control,
+        )
+        .await?;
         self.tabs.push(tab);
         self.current = self.tabs.len() - 1;
         Ok(())
@@ -986,6 +1000,7 @@ async fn attach(
     target: &str,
     (width, height): (u32, u32),
     pacer: &Pacer,
+    frame_control: bool,
 ) -> Outcome<Tab> {
     let attached = cdp
         .call(
@@ -1022,7 +1037,7 @@ async fn attach(
             .map(|(method, params)| cdp.call(Some(&session), method, params, CALL)),
     )
     .await?;
-    let frames = FramePump::start(cdp, &session, pacer).await?;
+    let frames = frame_control.then(|| FramePump::start(cdp, &session, pacer));
     Ok(Tab {
         target: target.to_owned(),
         session,
