@@ -287,11 +287,8 @@ async fn worker(config: KernelConfig, mut cells: mpsc::Receiver<QueuedCell>, hea
             .as_ref()
             .is_some_and(Kernel::misses_the_claims_environment);
         let cell = tokio::select! {
-            cell = cells.recv() => match cell {
-                Some(cell) => cell,
-                None => break,
-            },
-            () = child::runtime_environment_set(), if !stale => continue,
+            // A claim's restart goes before a cell already queued, which must see the claim's env.
+            biased;
             () = std::future::ready(()), if stale => {
                 // Pool mode: the kernel started before the claim (no cell can have run: every tool
                 // route was closed), so a fresh one with the claim's env costs no state.
@@ -301,6 +298,11 @@ async fn worker(config: KernelConfig, mut cells: mpsc::Receiver<QueuedCell>, hea
                 kernel = Some(fresh);
                 continue;
             }
+            () = child::runtime_environment_set(), if !stale => continue,
+            cell = cells.recv() => match cell {
+                Some(cell) => cell,
+                None => break,
+            },
         };
         if cell.cancel.is_cancelled() || cell.reply.is_closed() {
             tracing::info!("skipping a queued cell whose caller went away");
@@ -309,6 +311,15 @@ async fn worker(config: KernelConfig, mut cells: mpsc::Receiver<QueuedCell>, hea
         if cell.claimed.swap(true, Ordering::AcqRel) {
             tracing::debug!("skipping a queued cell whose caller stopped waiting for its turn");
             continue;
+        }
+        if kernel
+            .as_ref()
+            .is_some_and(Kernel::misses_the_claims_environment)
+        {
+            // The claim landed between the check above and this cell (its notice can be missed while
+            // the select is being set up): the cell still runs on a kernel with the claim's env.
+            tracing::info!("restarting the IPython kernel with the claim's environment");
+            kernel = None;
         }
         if let Some(idle) = kernel.as_mut()
             && let Some(status) = idle.exited().await
