@@ -36,6 +36,7 @@ pub const HANDLED: &[&str] = &[
     "Page.domContentEventFired",
     "Page.loadEventFired",
     "Inspector.targetCrashed",
+    "Inspector.targetReloadedAfterCrash",
     "Input.dragIntercepted",
 ];
 
@@ -88,7 +89,12 @@ pub struct TabEvents {
     pub documents: u64,
     pub dom_content_loaded: u64,
     pub loads: u64,
+    /// The renderer of the tab's page exited; its session answers nothing until a navigation gives
+    /// the tab a new one.
     pub crashed: bool,
+    /// The id of the tab's main frame: only its loading and navigations are the tab's (a child
+    /// frame that never stops loading must not hold every action for the settle cap).
+    pub main_frame: Option<String>,
     /// Data of a drag the page started while drags are intercepted (`Input.dragIntercepted`).
     pub drag: Option<Value>,
     /// A new document was requested (a click on a link, a form submit, `location = ...`).
@@ -231,6 +237,13 @@ impl Events {
         };
         let is_main_frame = || params.pointer("/frame/parentId").is_none();
         let relevant = self.with(session, |tab| {
+            let of_main_frame = || {
+                let frame = params["frameId"].as_str();
+                match (&tab.main_frame, frame) {
+                    (Some(main), Some(frame)) => main == frame,
+                    _ => true,
+                }
+            };
             match method {
                 "Runtime.consoleAPICalled" => {
                     let kind = params.get("type").and_then(Value::as_str).unwrap_or("log");
@@ -313,17 +326,23 @@ impl Events {
                 "Page.fileChooserOpened" => {
                     tab.file_chooser = params.get("backendNodeId").and_then(Value::as_i64);
                 }
-                "Page.frameRequestedNavigation" | "Page.frameScheduledNavigation" => {
+                "Page.frameRequestedNavigation" | "Page.frameScheduledNavigation"
+                    if of_main_frame() =>
+                {
                     tab.navigation_requested = tab.navigation_requested.wrapping_add(1);
                 }
-                "Page.frameStartedLoading" => tab.loading = true,
-                "Page.frameStoppedLoading" => {
+                "Page.frameStartedLoading" if of_main_frame() => tab.loading = true,
+                "Page.frameStoppedLoading" if of_main_frame() => {
                     tab.loading = false;
                     tab.stopped_loading = tab.stopped_loading.wrapping_add(1);
                 }
                 "Page.frameNavigated" if is_main_frame() => {
                     tab.documents = tab.documents.wrapping_add(1);
                     tab.file_chooser = None;
+                    tab.crashed = false;
+                    if let Some(id) = params.pointer("/frame/id").and_then(Value::as_str) {
+                        tab.main_frame = Some(id.to_owned());
+                    }
                     // The old document's requests were cancelled with it; some say so, some do not.
                     tab.in_flight.clear();
                 }
@@ -335,6 +354,7 @@ impl Events {
                     tab.loading = false;
                 }
                 "Inspector.targetCrashed" => tab.crashed = true,
+                "Inspector.targetReloadedAfterCrash" => tab.crashed = false,
                 "Input.dragIntercepted" => tab.drag = params.get("data").cloned(),
                 _ => return false,
             }
@@ -394,6 +414,41 @@ mod tests {
         events.with("C", |tab| {
             assert_eq!(tab.console.len(), MAX_LOG_ENTRIES);
             assert_eq!(tab.console[0], "[LOG] 5");
+        });
+    }
+
+    #[test]
+    fn only_the_main_frame_loads_and_navigates_for_the_tab() {
+        let events = Events::default();
+        events.with("T", |tab| tab.main_frame = Some("main".into()));
+        for method in ["Page.frameStartedLoading", "Page.frameRequestedNavigation"] {
+            events.handle(Some("T"), method, &json!({"frameId": "child"}));
+        }
+        events.with("T", |tab| {
+            assert!(!tab.loading);
+            assert_eq!(tab.navigation_requested, 0);
+        });
+        events.handle(
+            Some("T"),
+            "Page.frameStartedLoading",
+            &json!({"frameId": "main"}),
+        );
+        // A child frame that stops does not end the main frame's load.
+        events.handle(
+            Some("T"),
+            "Page.frameStoppedLoading",
+            &json!({"frameId": "child"}),
+        );
+        events.with("T", |tab| assert!(tab.loading));
+        events.handle(Some("T"), "Inspector.targetCrashed", &json!({}));
+        events.handle(
+            Some("T"),
+            "Page.frameNavigated",
+            &json!({"frame": {"id": "main2"}}),
+        );
+        events.with("T", |tab| {
+            assert!(!tab.crashed, "a new document has a new renderer");
+            assert_eq!(tab.main_frame.as_deref(), Some("main2"));
         });
     }
 

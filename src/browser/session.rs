@@ -340,7 +340,7 @@ impl Running {
                 .map(|(_, url, title)| (url.as_str(), title.as_str()))
                 .unwrap_or_default();
             // The browser shows the address as the title of a page without one; upstream shows none.
-            if title == url || url.ends_with(title) {
+            if title == url || url.split_once("://").is_some_and(|(_, rest)| rest == title) {
                 title = "";
             }
             let current = if index == self.current {
@@ -353,10 +353,11 @@ impl Running {
         Ok(lines.join("\n"))
     }
 
-    /// The current page's URL and title (from the browser's side while a dialog blocks the page).
+    /// The current page's URL and title (from the browser's side while a dialog blocks the page or
+    /// its renderer is gone).
     pub async fn location(&self) -> Outcome<(String, String)> {
         let tab = self.tab()?;
-        let blocked = self.events(|events| events.dialog.is_some())?;
+        let blocked = self.events(|events| events.dialog.is_some() || events.crashed)?;
         if !blocked
             && let Ok(answer) = self
                 .cdp()
@@ -501,9 +502,10 @@ impl Running {
         let mut text = format!("- Page Snapshot\n```yaml\n{}\n```", rendered.yaml);
         if rendered.cut_lines > 0 {
             text.push_str(&format!(
-                "\n- Snapshot cut: {} of {} lines shown (the first {MAX_SNAPSHOT_CHARS} characters). \
-                 Scroll (browser_press_key PageDown) or navigate to a narrower page to see the rest; \
-                 refs of the lines shown work.",
+                "\n- Snapshot cut: {} of {} lines shown (the first {MAX_SNAPSHOT_CHARS} characters, \
+                 in document order; scrolling does not change which). Refs of the lines shown work. \
+                 To reach the rest, navigate to a narrower page (a section's own address, a search \
+                 or filter with fewer results), or see it with browser_take_screenshot.",
                 rendered.total_lines - rendered.cut_lines,
                 rendered.total_lines
             ));
@@ -1014,6 +1016,10 @@ async fn attach(
         .as_str()
         .ok_or_else(|| Failure("the browser did not attach to the tab".into()))?
         .to_owned();
+    // A page target's id is its main frame's.
+    cdp.events.with(&session, |events| {
+        events.main_frame = Some(target.to_owned())
+    });
     let setup = [
         (
             "Page.addScriptToEvaluateOnNewDocument",

@@ -15,6 +15,10 @@ use serde_json::Value;
 pub const MAX_SNAPSHOT_CHARS: usize = 50_000;
 /// Nesting deeper than this is not descended (a hostile page cannot exhaust boxd's stack).
 const MAX_DEPTH: usize = 200;
+/// The states a line shows, in the order Playwright writes them.
+const STATE_ORDER: [&str; 6] = [
+    "checked", "disabled", "expanded", "level", "pressed", "selected",
+];
 /// Siblings of one role in a row shown before the rest of the run is collapsed (those holding
 /// something to act on are kept).
 pub const MAX_REPEATED: usize = 10;
@@ -395,21 +399,33 @@ fn build(tree: &Tree, context: &mut Context, frame: usize, id: &str, depth: usiz
         head.push_str(&quote(name));
     }
     let mut url = None;
+    // Chromium lists global states before widget ones; the states are written in Playwright's
+    // order, whatever order they come in.
+    let mut states: [Option<String>; STATE_ORDER.len()] = Default::default();
     for (property, value) in &node.properties {
         let flag = value.as_bool() == Some(true) || value.as_str() == Some("true");
-        match *property {
-            "checked" if value.as_str() == Some("mixed") => head.push_str(" [checked=mixed]"),
+        let state = match *property {
+            "checked" | "pressed" if value.as_str() == Some("mixed") => {
+                Some(format!("{property}=mixed"))
+            }
             "checked" | "disabled" | "expanded" | "selected" | "pressed" if flag => {
-                head.push_str(&format!(" [{property}]"));
+                Some((*property).to_owned())
             }
-            "level" => {
-                if let Some(level) = value.as_i64() {
-                    head.push_str(&format!(" [level={level}]"));
-                }
+            "level" => value.as_i64().map(|level| format!("level={level}")),
+            "url" if role == "link" => {
+                url = value.as_str().map(str::to_owned);
+                None
             }
-            "url" if role == "link" => url = value.as_str().map(str::to_owned),
-            _ => {}
+            _ => None,
+        };
+        if let Some(state) = state
+            && let Some(slot) = STATE_ORDER.iter().position(|name| name == property)
+        {
+            states[slot] = Some(state);
         }
+    }
+    for state in states.iter().flatten() {
+        head.push_str(&format!(" [{state}]"));
     }
     if let Some(own_ref) = own_ref {
         head.push_str(&format!(" [ref={own_ref}]"));
@@ -629,8 +645,9 @@ mod tests {
         link["properties"] =
             json!([{"name": "url", "value": {"type": "string", "value": "http://x/home"}}]);
         let mut check = node("7", "checkbox", "Agree", &[], 7);
-        check["properties"] = json!([{"name": "checked", "value": {"type": "tristate", "value": "true"}},
-                                     {"name": "disabled", "value": {"type": "boolean", "value": true}}]);
+        // In Chromium's order: global states (disabled) before widget ones (checked).
+        check["properties"] = json!([{"name": "disabled", "value": {"type": "boolean", "value": true}},
+                                     {"name": "checked", "value": {"type": "tristate", "value": "true"}}]);
         let mut hidden = node("9", "button", "Hidden", &[], 9);
         hidden["ignored"] = json!(true);
         let nodes = vec![

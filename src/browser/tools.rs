@@ -22,6 +22,9 @@ use crate::error::ApiResult;
 use crate::tools::{CallToolResult, ContentItem, Tool};
 use crate::workspace::Workspace;
 
+/// Said of a tab whose renderer exited.
+const CRASHED: &str = "The page in this tab crashed (its renderer process exited: out of memory, or a \
+    browser bug).";
 /// `browser_wait_for`'s `time` is capped here, as upstream caps it.
 const MAX_WAIT: Duration = Duration::from_secs(10);
 /// How long `browser_wait_for` waits for text to appear or go.
@@ -155,6 +158,24 @@ impl Browser {
             lines.extend(running.modal_lines()?);
             return Err(Failure(lines.join("\n")));
         }
+        // A crashed page's session answers nothing until a navigation gives the tab a new renderer:
+        // only the tools that navigate or act on the browser itself go on.
+        let crashed = running.events(|events| events.crashed)?;
+        let navigates = matches!(
+            tool,
+            "browser_navigate" | "browser_navigate_back" | "browser_navigate_forward"
+        );
+        if crashed && !navigates && !tab_tool {
+            let (url, _) = running.location().await?;
+            return Err(Failure(format!(
+                "{CRASHED} Tool \"{tool}\" needs a live page: load it again with browser_navigate \
+                 (it was at {url}), or open another tab (browser_tab_new)."
+            )));
+        }
+        if navigates {
+            // The navigation is what brings the page back; a crash it causes is seen anew.
+            running.events(|events| events.crashed = false)?;
+        }
         let mut images = Vec::new();
         let mut snapshot = true;
         let mut shot = None;
@@ -162,8 +183,10 @@ impl Browser {
             "browser_snapshot" => String::new(),
             "browser_navigate" => {
                 let url = string(args, "url")?;
-                navigate(running, url).await?;
-                format!("Navigated to {url}")
+                match navigate(running, url).await? {
+                    Navigated::Yes => format!("Navigated to {url}"),
+                    Navigated::HeldByDialog => held_by_dialog(url),
+                }
             }
             "browser_navigate_back" | "browser_navigate_forward" => {
                 let back = tool == "browser_navigate_back";
@@ -247,10 +270,10 @@ impl Browser {
             "browser_tab_new" => {
                 running.new_tab(viewport_now).await?;
                 match optional(args, "url") {
-                    Some(url) => {
-                        navigate(running, url).await?;
-                        format!("Opened a new tab at {url}")
-                    }
+                    Some(url) => match navigate(running, url).await? {
+                        Navigated::Yes => format!("Opened a new tab at {url}"),
+                        Navigated::HeldByDialog => held_by_dialog(url),
+                    },
                     None => "Opened a new tab".to_owned(),
                 }
             }
@@ -648,7 +671,13 @@ async fn page_answer(
 ) -> Outcome<String> {
     let mut lines = Vec::new();
     let modal = running.modal_lines()?;
-    let blocked = running.events(|events| events.dialog.is_some())?;
+    let (blocked, crashed) = running.events(|events| (events.dialog.is_some(), events.crashed))?;
+    if crashed {
+        lines.push(format!(
+            "### Page crashed\n- {CRASHED} browser_navigate loads a page in this tab again."
+        ));
+        lines.push(String::new());
+    }
     if !modal.is_empty() {
         lines.push("### Modal state".to_owned());
         lines.extend(modal);
@@ -664,14 +693,30 @@ async fn page_answer(
         lines.push(String::new());
         lines.push("### Current tab".to_owned());
     }
-    let (url, title, snapshot) = running.location_and_snapshot(snapshot && !blocked).await?;
+    let (url, title, snapshot) = running
+        .location_and_snapshot(snapshot && !blocked && !crashed)
+        .await?;
     lines.push(format!("- Page URL: {url}"));
     lines.push(format!("- Page Title: {title}"));
     lines.extend(snapshot);
     Ok(lines.join("\n"))
 }
 
-async fn navigate(running: &mut Running, url: &str) -> Outcome<()> {
+enum Navigated {
+    /// Done, turned into a download, or settled as far as the cap allows.
+    Yes,
+    /// A dialog the page opened (`beforeunload`) holds it until answered.
+    HeldByDialog,
+}
+
+fn held_by_dialog(url: &str) -> String {
+    format!(
+        "Navigation to {url} waits for the page's dialog: accept it with browser_handle_dialog \
+         to leave the page, or dismiss it to stay"
+    )
+}
+
+async fn navigate(running: &mut Running, url: &str) -> Outcome<Navigated> {
     let session_id = running.tab()?.session.clone();
     running.events(|events| {
         events.console.clear();
@@ -694,17 +739,21 @@ async fn navigate(running: &mut Running, url: &str) -> Outcome<()> {
         .await?;
     let Some(navigation) = navigation else {
         // A dialog (beforeunload) holds the navigation: the answer shows it.
-        return Ok(());
+        return Ok(Navigated::HeldByDialog);
     };
     if navigation["isDownload"].as_bool() == Some(true) {
         // No document comes: the answer says where the file went, once the browser said it began.
         download_began(running).await;
-        return Ok(());
+        return Ok(Navigated::Yes);
     }
     if let Some(error) = navigation["errorText"].as_str().filter(|e| !e.is_empty()) {
         // Chromium aborts a navigation that turned into a download, and says so a moment later.
         if error.contains("ERR_ABORTED") && download_began(running).await {
-            return Ok(());
+            return Ok(Navigated::Yes);
+        }
+        // The renderer died under it: the answer says the page crashed.
+        if running.events(|events| events.crashed)? {
+            return Ok(Navigated::Yes);
         }
         return Err(Failure(format!("Navigation to {url} failed: {error}")));
     }
@@ -716,11 +765,12 @@ async fn navigate(running: &mut Running, url: &str) -> Outcome<()> {
             })
             .await?;
     }
-    running.settle_loaded(running.marks()?).await
+    running.settle_loaded(running.marks()?).await?;
+    Ok(Navigated::Yes)
 }
 
 /// Whether a download not yet said in an answer begins within a second (the navigation to `url`
-/// turned into one; its URL may differ after redirects).
+/// turned into one; its URL may differ after redirects); false at once when the page crashed.
 async fn download_began(running: &Running) -> bool {
     let events = Arc::clone(&running.cdp().events);
     let deadline = Instant::now() + Duration::from_secs(1);
@@ -730,6 +780,7 @@ async fn download_began(running: &Running) -> bool {
             return true;
         }
         if running.cdp().is_closed()
+            || running.events(|events| events.crashed).unwrap_or(true)
             || tokio::time::timeout_at(deadline, changes.changed())
                 .await
                 .is_err()

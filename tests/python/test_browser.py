@@ -175,6 +175,21 @@ def test_dialogs_never_hang_and_are_answered(browser, site):
     assert "Page Two" in ok(browser.browser_tab_select(2))
 
 
+def test_a_beforeunload_dialog_holds_navigate_until_answered(browser, site):
+    page = ok(browser.browser_navigate(f"{site}/beforeunload.html"))
+    ok(browser.browser_type("Draft", ref(page, "textbox", "Draft"), "words"))
+    started = time.monotonic()
+    held = ok(browser.browser_navigate(f"{site}/page2.html"))
+    assert time.monotonic() - started < 5
+    assert "waits for the page's dialog" in held and '"beforeunload" dialog' in held, held
+    assert "Navigated to" not in held
+    stayed = ok(browser.browser_handle_dialog(accept=False))
+    assert "- Page Title: Draft" in stayed, stayed
+    assert '"beforeunload" dialog' in ok(browser.browser_navigate(f"{site}/page2.html"))
+    left = ok(browser.browser_handle_dialog(accept=True))
+    assert "- Page Title: Page Two" in left, left
+
+
 def test_tabs(browser, site):
     ok(browser.browser_navigate(f"{site}/form.html"))
     opened = ok(browser.browser_tab_new(f"{site}/page2.html"))
@@ -291,6 +306,22 @@ def test_a_crashed_browser_is_relaunched_and_said_so(browser, boxd, site):
     assert "The browser had exited" not in ok(browser.browser_snapshot())
     assert "Closed the browser" in ok(browser.browser_close())
     assert "No browser was open" in ok(browser.browser_close())
+
+
+def test_a_crashed_page_is_said_and_the_next_navigation_brings_the_tab_back(browser, site):
+    page = ok(browser.browser_navigate(f"{site}/form.html"))
+    show = ref(page, "button", "Show")
+    started = time.monotonic()
+    # Chromium's debug address crashes the tab's renderer, as running out of memory would.
+    crashed = text(browser.browser_navigate("chrome://crash"))
+    assert "### Page crashed" in crashed, crashed
+    # Tools that need the page say so at once instead of waiting on a renderer that is gone.
+    for refused in (failed(browser.browser_snapshot()), failed(browser.browser_click("Show", show))):
+        assert "crashed" in refused and "browser_navigate" in refused, refused
+    back = ok(browser.browser_navigate(f"{site}/page2.html"))
+    assert "- Page Title: Page Two" in back and "crashed" not in back
+    assert "Page Two" in ok(browser.browser_snapshot())
+    assert time.monotonic() - started < 10
 
 
 def test_a_missing_browser_is_an_error_answer_not_a_500(tmp_path, site):
@@ -422,6 +453,15 @@ def test_navigation_settles_by_observation_not_a_fixed_quiet_window(browser, sit
     # for together with that look, is dropped and taken again once the page is quiet.
     changed = ok(browser.browser_navigate(f"{site}/load-change.html"))
     assert "Changed after load" in changed, changed
+
+
+def test_a_child_frame_still_loading_does_not_hold_an_action(browser, site):
+    page = ok(browser.browser_navigate(f"{site}/late-frame.html"))
+    started = time.monotonic()
+    # The frame's document takes 2 s; the action is done when the page itself is quiet.
+    added = ok(browser.browser_click("Add frame", ref(page, "button", "Add frame")))
+    assert time.monotonic() - started < 1.5
+    assert "Frame added" in added
 
 
 def test_elements_that_only_look_clickable_get_refs_and_long_runs_collapse(browser, site):
