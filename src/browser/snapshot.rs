@@ -167,6 +167,9 @@ pub enum Looks {
     Pointer,
     /// A click handler (`onclick` or a listener) or a `tabindex`.
     Handler,
+    /// Laid out, but neither it nor anything in it has any size: nothing of it shows, and it is
+    /// left out of the snapshot (a 0x0 input behind a styled label, a tracking iframe).
+    Invisible,
 }
 
 /// A list of the DOM snapshot; a missing or malformed one reads as empty, so nothing is marked.
@@ -231,11 +234,27 @@ pub fn clickable(dom: &Value) -> HashMap<i64, Looks> {
             let entry = boxes.entry(node).or_insert((cursor, false));
             entry.1 |= sized;
         }
+        // Node indexes with something of size in them: the sized boxes and their ancestors. Each
+        // node is marked once, so the walk is linear in the document's size.
+        let mut showing: std::collections::HashSet<i64> = std::collections::HashSet::new();
+        for (&node, &(_, sized)) in &boxes {
+            let mut at = node;
+            while sized && showing.insert(at) {
+                match usize::try_from(at).ok().and_then(|i| parents.get(i)) {
+                    Some(&parent) if parent >= 0 => at = parent,
+                    _ => break,
+                }
+            }
+        }
         for (index, backend) in backends.iter().enumerate() {
             let Ok(node) = i64::try_from(index) else {
                 break;
             };
             if types.get(index) != Some(&1) {
+                continue;
+            }
+            if boxes.contains_key(&node) && !showing.contains(&node) {
+                found.insert(*backend, Looks::Invisible);
                 continue;
             }
             let Some((cursor, true)) = boxes.get(&node).copied() else {
@@ -331,8 +350,11 @@ fn build(tree: &Tree, context: &mut Context, frame: usize, id: &str, depth: usiz
     let looks = node
         .backend
         .and_then(|backend| context.clickable.get(&backend))
-        .copied()
-        .filter(|_| node.liftable && node.role != "RootWebArea");
+        .copied();
+    if looks == Some(Looks::Invisible) {
+        return Vec::new();
+    }
+    let looks = looks.filter(|_| node.liftable && node.role != "RootWebArea");
     let flattened = looks.is_none()
         && (node.ignored
             || matches!(
@@ -818,27 +840,32 @@ mod tests {
             "strings": ["", "pointer", "auto", "DIV", "SPAN", "tabindex", "0", "BODY", "-1"],
             "documents": [{
                 "nodes": {
-                    "parentIndex": [-1, 0, 1, 0, 0, 0],
-                    "nodeType": [1, 1, 1, 1, 1, 1],
-                    "nodeName": [7, 3, 4, 3, 3, 3],
-                    "backendNodeId": [10, 11, 12, 13, 14, 15],
-                    "attributes": [[], [], [], [5, 6], [], [5, 8]],
+                    "parentIndex": [-1, 0, 1, 0, 0, 0, 0, 6, 0],
+                    "nodeType": [1, 1, 1, 1, 1, 1, 1, 3, 1],
+                    "nodeName": [7, 3, 4, 3, 3, 3, 3, 0, 3],
+                    "backendNodeId": [10, 11, 12, 13, 14, 15, 16, 17, 18],
+                    "attributes": [[], [], [], [5, 6], [], [5, 8], [], [], []],
                     "isClickable": {"index": [0, 4]}
                 },
                 "layout": {
-                    "nodeIndex": [0, 1, 2, 3, 4, 5],
-                    "styles": [[2], [1], [1], [2], [2], [2]],
+                    "nodeIndex": [0, 1, 2, 3, 4, 5, 6, 7],
+                    "styles": [[2], [1], [1], [2], [2], [2], [2], [2]],
                     "bounds": [[0, 0, 9, 9], [0, 0, 9, 9], [0, 0, 9, 9], [0, 0, 9, 9], [0, 0, 0, 9],
-                               [0, 0, 9, 9]]
+                               [0, 0, 9, 9], [0, 0, 0, 0], [0, 0, 5, 5]]
                 }
             }]
         });
         let found = clickable(&dom);
-        // The body is left out; the span only inherits its pointer; the zero-width one and the
-        // tabindex=-1 one do not count.
+        // The body is left out; the span only inherits its pointer; the tabindex=-1 one does not
+        // count. The zero-width clickable one shows nothing; the zero-size one holding sized text
+        // shows it, and the one without a box (an option of a closed select) is not judged.
         assert_eq!(
             found,
-            HashMap::from([(11, Looks::Pointer), (13, Looks::Handler)])
+            HashMap::from([
+                (11, Looks::Pointer),
+                (13, Looks::Handler),
+                (14, Looks::Invisible)
+            ])
         );
     }
 }

@@ -475,6 +475,8 @@ def test_elements_that_only_look_clickable_get_refs_and_long_runs_collapse(brows
     box = re.search(r'^- generic \[ref=(e\d+)\]$', page, re.M)
     assert box, page
     assert "Hidden action" not in page and "Aria-hidden action" not in page
+    # Laid out without any size: nothing shows, nothing to act on.
+    assert "Zero-size field" not in page and "Zero-size frame" not in page and "Page Two" not in page
     assert "Icon clicked" in ok(browser.browser_click("icon", icon.group(1)))
     assert "Card opened" in ok(browser.browser_click("card", card.group(1)))
     assert "Box focused" in ok(browser.browser_click("box", box.group(1)))
