@@ -7,6 +7,7 @@ use std::sync::Arc;
 use super::launch::Options;
 use super::tools::Browser;
 use crate::family::{BoxFuture, Family, Setup};
+use crate::filesystem::AllowedDirs;
 use crate::tools::Tool;
 
 /// The workspace directory downloads are saved in.
@@ -56,7 +57,11 @@ pub fn family(setup: &Setup) -> Result<Arc<dyn Family>, String> {
     // The browser starts with the first call that needs it; its files are read now, while nothing
     // waits for them.
     super::warm::start(super::launch::program(&options));
+    // Uploads come from the workspace or a directory the filesystem tools may use (`--allow-dir`).
+    let mut dirs = vec![setup.workspace.root().to_path_buf()];
+    dirs.extend(args.allow_dirs.iter().cloned());
+    let uploads = AllowedDirs::new(&dirs).map_err(|err| format!("--allow-dir: {err}"))?;
     Ok(Arc::new(BrowserFamily {
-        browser: Arc::new(Browser::new(options, setup.workspace.clone())),
+        browser: Arc::new(Browser::new(options, setup.workspace.clone(), uploads)),
     }))
 }

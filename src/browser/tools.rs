@@ -19,6 +19,7 @@ use super::keys;
 use super::launch::Options;
 use super::session::{CALL, Failure, NO_PAGE, Outcome, Running, SETTLE_CAP, SLOW_CALL, Session};
 use crate::error::ApiResult;
+use crate::filesystem::AllowedDirs;
 use crate::tools::{CallToolResult, ContentItem, Tool};
 use crate::workspace::Workspace;
 
@@ -56,13 +57,16 @@ impl<T> Drop for AbortOnDrop<T> {
 pub struct Browser {
     session: tokio::sync::Mutex<Session>,
     workspace: Workspace,
+    /// Where `browser_file_upload` may take files from.
+    uploads: AllowedDirs,
 }
 
 impl Browser {
-    pub fn new(options: Options, workspace: Workspace) -> Browser {
+    pub fn new(options: Options, workspace: Workspace, uploads: AllowedDirs) -> Browser {
         Browser {
             session: tokio::sync::Mutex::new(Session::new(options)),
             workspace,
+            uploads,
         }
     }
 
@@ -626,14 +630,15 @@ impl Browser {
         if paths.len() > MAX_UPLOADS {
             return Err(Failure(format!("at most {MAX_UPLOADS} files at once")));
         }
-        let workspace = self.workspace.clone();
+        let uploads = self.uploads.clone();
         let files = tokio::task::spawn_blocking(move || {
             paths
                 .iter()
                 .map(|path| {
-                    let resolved = workspace.resolve(path).map_err(|err| {
+                    let resolved = uploads.check(path).map_err(|err| {
                         Failure(format!(
-                            "cannot upload {path:?}: {err}. Upload files of the workspace."
+                            "cannot upload {path:?}: {err} Upload files of the workspace or of \
+                             a directory given with --allow-dir."
                         ))
                     })?;
                     if !resolved.real.is_file() {

@@ -283,6 +283,26 @@ def test_upload_stays_in_the_workspace_and_drag(browser, boxd, site):
     assert "Dropped: payload" in dropped
 
 
+def test_upload_takes_an_allowed_directory_and_no_link_out(tmp_path, site):
+    workspace, shared = tmp_path / "workspace", tmp_path / "shared"
+    workspace.mkdir()
+    shared.mkdir()
+    (shared / "data.csv").write_text("a,b\n")
+    (workspace / "escape.txt").symlink_to("/etc/passwd")
+    server = Boxd(workspace, "--tools", "browser", "--browser-headless", "--allow-dir", str(shared))
+    try:
+        with server.client() as client:
+            browser = BrowserSandbox.__new__(BrowserSandbox)
+            browser.call_tool = client.call_tool
+            page = ok(browser.browser_navigate(f"{site}/form.html"))
+            ok(browser.browser_click("Upload", ref(page, "button", "Upload")))
+            refused = failed(browser.browser_file_upload([str(workspace / "escape.txt")]))
+            assert "cannot upload" in refused and "--allow-dir" in refused, refused
+            assert "Files: data.csv" in ok(browser.browser_file_upload([str(shared / "data.csv")]))
+    finally:
+        server.stop()
+
+
 def test_a_crashed_browser_is_relaunched_and_said_so(browser, boxd, site):
     ok(browser.browser_navigate(f"{site}/page2.html"))
     marker = f"--user-data-dir=/tmp/boxd-browser-{boxd.proc.pid}-"
