@@ -410,11 +410,17 @@ def scripted_session(call, site):
     return after_click, page_state(text(final))
 
 
-def test_same_page_outcomes_as_the_reference_playwright_mcp(browser, site, tmp_path):
+def test_same_page_outcomes_as_the_reference_playwright_mcp(browser, boxd, site, tmp_path):
+    # `make test` installs both (scripts/setup.sh): in CI a missing reference is a failure, not a skip.
+    missing = None
     if not REFERENCE.exists():
-        pytest.skip(f"the reference @playwright/mcp 0.0.25 is not installed at {REFERENCE} (run bench/setup.sh)")
-    if shutil.which("node") is None:
-        pytest.skip("node is not installed, the reference @playwright/mcp cannot run")
+        missing = f"the reference @playwright/mcp 0.0.25 is not installed at {REFERENCE} (run scripts/setup.sh)"
+    elif shutil.which("node") is None:
+        missing = "node is not installed, the reference @playwright/mcp cannot run"
+    if missing:
+        if os.environ.get("CI"):
+            pytest.fail(missing)
+        pytest.skip(missing)
     config = tmp_path / "playwright-mcp.json"
     config.write_text(json.dumps({"browser": {"browserName": "chromium", "isolated": True, "launchOptions": {
         "executablePath": shutil.which("chromium"), "headless": True, "chromiumSandbox": False}}}))
@@ -425,9 +431,18 @@ def test_same_page_outcomes_as_the_reference_playwright_mcp(browser, site, tmp_p
             client.add_mcp_servers({"mcpServers": {"playwright": {
                 "command": "node", "args": [str(REFERENCE), "--config", str(config)],
                 "env": {"PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD": "1"}}}})
+            reference_tools = client.list_tools()["playwright"]
             reference = scripted_session(client.call_tool, site)
     finally:
         host.stop()
+    with boxd.client() as client:
+        our_tools = client.list_tools()["playwright"]
+    # The 23 tools the SDK calls, under upstream's names and descriptions (0.0.25 also lists
+    # browser_install and browser_generate_playwright_test, which have no use without Playwright).
+    assert len(our_tools) == 23 and set(our_tools) <= set(reference_tools)
+    describe = lambda tool: tool["json_schema"]["function"]["description"]
+    assert {name: describe(tool) for name, tool in our_tools.items()} == \
+        {name: describe(reference_tools[name]) for name in our_tools}
     ours = scripted_session(browser.call_tool, site)
 
     assert reference == ours
