@@ -95,9 +95,41 @@ pub(super) fn program(options: &Options) -> String {
     options.executable.clone()
 }
 
+/// Profiles are named `boxd-browser-PID-N` in the temporary directory.
+const PROFILE_PREFIX: &str = "boxd-browser-";
+/// Entries of the temporary directory looked at for stale profiles, at most.
+const MAX_SWEPT_ENTRIES: usize = 10_000;
+
+/// Removes the profiles a boxd that is gone left behind (killed before it could remove them): those
+/// whose PID names no live process. A PID reused since is taken as alive and its profile kept.
+fn sweep_stale_profiles(temp: &Path) {
+    let Ok(entries) = std::fs::read_dir(temp) else {
+        return;
+    };
+    for entry in entries.flatten().take(MAX_SWEPT_ENTRIES) {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|name| name.strip_prefix(PROFILE_PREFIX))
+            .and_then(|rest| rest.split_once('-'))
+            .and_then(|(pid, _)| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
+            tracing::info!(profile = %entry.path().display(), "removing a stale browser profile");
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
 pub async fn launch(options: &Options) -> Result<Process, String> {
-    let profile = std::env::temp_dir().join(format!(
-        "boxd-browser-{}-{}",
+    let temp = std::env::temp_dir();
+    let sweep = temp.clone();
+    // Not waited for: nothing of this launch depends on it.
+    tokio::task::spawn_blocking(move || sweep_stale_profiles(&sweep));
+    let profile = temp.join(format!(
+        "{PROFILE_PREFIX}{}-{}",
         std::process::id(),
         PROFILES.fetch_add(1, Ordering::Relaxed)
     ));

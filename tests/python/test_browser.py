@@ -10,6 +10,7 @@ import pathlib
 import re
 import shutil
 import signal
+import tempfile
 import threading
 import time
 
@@ -326,6 +327,18 @@ def test_a_crashed_browser_is_relaunched_and_said_so(browser, boxd, site):
     assert "The browser had exited" not in ok(browser.browser_snapshot())
     assert "Closed the browser" in ok(browser.browser_close())
     assert "No browser was open" in ok(browser.browser_close())
+    assert not [profile for profile in pathlib.Path(tempfile.gettempdir()).glob(f"boxd-browser-{boxd.proc.pid}-*")]
+
+
+def test_profiles_a_killed_boxd_left_behind_are_removed(browser, site):
+    # No process has this PID (it is above Linux's largest): a boxd that was killed with its browser.
+    stale = pathlib.Path(tempfile.gettempdir()) / "boxd-browser-999999999-0"
+    (stale / "Default").mkdir(parents=True, exist_ok=True)
+    ok(browser.browser_navigate(f"{site}/page2.html"))
+    deadline = time.monotonic() + 5
+    while stale.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not stale.exists()
 
 
 def test_a_crashed_page_is_said_and_the_next_navigation_brings_the_tab_back(browser, site):
