@@ -15,6 +15,7 @@ import os
 import pathlib
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -143,22 +144,57 @@ def main():
     # boxd runs Debian's chromium-headless-shell when it is installed (as Playwright runs its own
     # headless shell); the reference is given /usr/bin/chromium as upstream's image does, or this.
     parser.add_argument("--reference-chromium", default=CHROMIUM)
+    # As the browser image runs it: both sides headed, on /usr/bin/chromium, on an Xvfb display.
+    parser.add_argument("--headed", action="store_true")
     args = parser.parse_args()
+    xvfb = start_xvfb() if args.headed else None
+    try:
+        run(args)
+    finally:
+        if xvfb:
+            xvfb.terminate()
+            xvfb.wait(timeout=10)
+
+
+def start_xvfb():
+    """Xvfb on the first free display from :90; DISPLAY is set for both servers."""
+    for number in range(90, 110):
+        if os.path.exists(f"/tmp/.X11-unix/X{number}") or os.path.exists(f"/tmp/.X{number}-lock"):
+            continue
+        process = subprocess.Popen(["Xvfb", f":{number}", "-screen", "0", "1280x1024x24", "-nolisten", "tcp"],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and process.poll() is None:
+            if os.path.exists(f"/tmp/.X11-unix/X{number}"):
+                os.environ["DISPLAY"] = f":{number}"
+                return process
+            time.sleep(0.05)
+        process.kill()
+    sys.exit("no Xvfb display could be started")
+
+
+def run(args):
     if not REFERENCE.exists():
         sys.exit(f"missing {REFERENCE}: run bench/setup.sh")
     if not os.path.exists(args.reference_chromium):
         sys.exit(f"missing {args.reference_chromium}: apt-get install chromium")
     shell = shutil.which("chromium-headless-shell")
-    print(f"boxd's browser: {shell or 'chromium (no chromium-headless-shell on PATH)'}; "
-          f"the reference's: {args.reference_chromium}")
+    if args.headed:
+        print(f"headed on {os.environ['DISPLAY']}: both sides on {args.reference_chromium}")
+    else:
+        print(f"boxd's browser: {shell or 'chromium (no chromium-headless-shell on PATH)'}; "
+              f"the reference's: {args.reference_chromium}")
     pages, site = serve_pages()
     config_dir = tempfile.mkdtemp(prefix="bench-browser-config-")
     config = pathlib.Path(config_dir) / "playwright-mcp.json"
     config.write_text(json.dumps({"browser": {"browserName": "chromium", "isolated": True, "launchOptions": {
-        "executablePath": args.reference_chromium, "headless": True,
+        "executablePath": args.reference_chromium, "headless": not args.headed,
         # As root (containers), Chromium refuses to start with its sandbox; boxd passes --no-sandbox likewise.
         "chromiumSandbox": False}}}))
-    native = Boxd(args.boxd, "--tools", "browser", "--browser-headless")
+    if args.headed:
+        native = Boxd(args.boxd, "--tools", "browser", "--browser-executable", args.reference_chromium)
+    else:
+        native = Boxd(args.boxd, "--tools", "browser", "--browser-headless")
     host = Boxd(args.boxd, "--tools", "mcp")
     results = {"memory": {}}
     try:
@@ -175,7 +211,7 @@ def main():
             process.stop()
         pages.shutdown()
     OUT.mkdir(exist_ok=True)
-    (OUT / "browser.json").write_text(json.dumps(results, indent=2))
+    (OUT / ("browser-headed.json" if args.headed else "browser.json")).write_text(json.dumps(results, indent=2))
     print(f"{'browser action':<18} {'reference p50/p95 ms':>22} {'boxd p50/p95 ms':>18} {'ratio p50':>10}")
     ref_first, box_first = results["reference"]["first_navigate"]["ms"], results["boxd"]["first_navigate"]["ms"]
     print(f"{'first navigate':<18} {ref_first:>21.1f} {box_first:>18.1f} {box_first / ref_first:>10.3f}")
