@@ -771,6 +771,7 @@ impl Running {
             dom_content_loaded: events.dom_content_loaded,
             stopped_loading: events.stopped_loading,
             loads: events.loads,
+            loading: events.loading,
         })
     }
 
@@ -837,7 +838,12 @@ impl Running {
     /// Waits for what an action set off: a navigation it started to commit (its DOMContentLoaded),
     /// then the DOM to be quiet for [`QUIET`]; all within [`SETTLE_CAP`], and never past a dialog.
     pub async fn settle(&self, before: Marks) -> Outcome<()> {
-        let deadline = Instant::now() + SETTLE_CAP;
+        self.settle_until(before, Instant::now() + SETTLE_CAP).await
+    }
+
+    /// [`Running::settle`] within a deadline given by the caller (a navigation's whole wait shares
+    /// one cap).
+    async fn settle_until(&self, before: Marks, deadline: Instant) -> Outcome<()> {
         let session = self.tab()?.session.clone();
         for _ in 0..3 {
             let now = self.marks()?;
@@ -846,7 +852,9 @@ impl Running {
             if blocked || self.cdp().is_closed() {
                 return Ok(());
             }
-            let navigating = loading || now.navigation_requested != before.navigation_requested;
+            // A load under way before the action (an image that never arrives) is not one it started.
+            let navigating = (loading && !before.loading)
+                || now.navigation_requested != before.navigation_requested;
             if navigating {
                 let committed = self
                     .wait_until(deadline, |events| {
@@ -880,7 +888,7 @@ impl Running {
                 Ok(Some(answer)) if answer.get("exceptionDetails").is_some() => continue,
                 Ok(_) => {
                     let after = self.marks()?;
-                    let started = self.events(|e| e.loading)?
+                    let started = (after.loading && !now.loading)
                         || after.navigation_requested != now.navigation_requested;
                     if !started {
                         return Ok(());
@@ -895,13 +903,13 @@ impl Running {
 }
 
 impl Running {
-    /// Settles a page whose load event has fired (or whose wait for it hit the cap): done as soon as
+    /// Settles a page whose load event has fired (or whose wait for it hit the cap) by `deadline`,
+    /// the cap its navigation started (waits never stack past it): done as soon as
     /// no request is in flight and the DOM has not changed since `load` (or not for [`QUIET`]); a
     /// page that keeps changing, or starts another navigation, is waited for as [`Running::settle`]
     /// waits. No quiet window is waited out when nothing is pending: a static page settles in one
     /// round trip.
-    pub async fn settle_loaded(&mut self, before: Marks) -> Outcome<()> {
-        let deadline = Instant::now() + SETTLE_CAP;
+    pub async fn settle_loaded(&mut self, before: Marks, deadline: Instant) -> Outcome<()> {
         let session = self.tab()?.session.clone();
         let requests_pending = !self.events(|events| events.in_flight.is_empty())?;
         if requests_pending {
@@ -918,7 +926,7 @@ impl Running {
             return Ok(());
         }
         if navigating {
-            return self.settle(before).await;
+            return self.settle_until(before, deadline).await;
         }
         let remaining = deadline.saturating_duration_since(Instant::now());
         if remaining.is_zero() {
@@ -957,16 +965,16 @@ impl Running {
             Ok(Some(answer)) if answer.get("exceptionDetails").is_none() => {}
             // The document went away under the check (a navigation), or the check failed: the
             // ordinary settle tells when the page is done.
-            Ok(Some(_)) => return self.settle(before).await,
+            Ok(Some(_)) => return self.settle_until(before, deadline).await,
             Ok(None) => return Ok(()),
-            Err(_) if !self.cdp().is_closed() => return self.settle(before).await,
+            Err(_) if !self.cdp().is_closed() => return self.settle_until(before, deadline).await,
             Err(failure) => return Err(failure),
         }
         let started = self.events(|events| {
             events.loading || events.navigation_requested != before.navigation_requested
         })?;
         if started {
-            return self.settle(before).await;
+            return self.settle_until(before, deadline).await;
         }
         if at_once && let Some((location, parts)) = ahead {
             self.ahead = Some(Ahead {
@@ -995,6 +1003,8 @@ pub struct Marks {
     pub dom_content_loaded: u64,
     pub stopped_loading: u64,
     pub loads: u64,
+    /// The main frame was loading (a page whose load never fired still is).
+    pub loading: bool,
 }
 
 async fn attach(

@@ -762,15 +762,15 @@ async fn navigate(running: &mut Running, url: &str) -> Outcome<Navigated> {
         }
         return Err(Failure(format!("Navigation to {url} failed: {error}")));
     }
+    // One cap for the load and the settling after it: a page whose load never fires is usable once
+    // it committed, and its hanging requests are not waited for a second time.
+    let deadline = Instant::now() + SETTLE_CAP;
     if navigation.get("loaderId").is_some() {
-        // The load event, capped: a page whose load never fires is usable once it committed.
         running
-            .wait_until(Instant::now() + SETTLE_CAP, |events| {
-                events.loads != before.loads
-            })
+            .wait_until(deadline, |events| events.loads != before.loads)
             .await?;
     }
-    running.settle_loaded(running.marks()?).await?;
+    running.settle_loaded(running.marks()?, deadline).await?;
     Ok(Navigated::Yes)
 }
 
@@ -835,12 +835,13 @@ async fn history(running: &mut Running, back: bool) -> Outcome<String> {
         })
         .await?;
     if moved.is_some() {
+        let deadline = Instant::now() + SETTLE_CAP;
         running
-            .wait_until(Instant::now() + SETTLE_CAP, |events| {
+            .wait_until(deadline, |events| {
                 events.loads != before.loads || events.documents != before.documents
             })
             .await?;
-        running.settle_loaded(running.marks()?).await?;
+        running.settle_loaded(running.marks()?, deadline).await?;
     }
     Ok(format!("Went {}", if back { "back" } else { "forward" }))
 }
