@@ -204,7 +204,11 @@ async fn write_all(
     let _ = closed.send(true);
 }
 
-async fn read_all(mut reader: impl AsyncBufRead + Unpin, cdp: Cdp, closed: Arc<watch::Sender<bool>>) {
+async fn read_all(
+    mut reader: impl AsyncBufRead + Unpin,
+    cdp: Cdp,
+    closed: Arc<watch::Sender<bool>>,
+) {
     let Cdp {
         pending, events, ..
     } = &cdp;

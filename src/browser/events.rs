@@ -235,7 +235,9 @@ impl Events {
             return None;
         }
         let child = params.get("sessionId").and_then(Value::as_str)?;
-        let frame = params.pointer("/targetInfo/targetId").and_then(Value::as_str)?;
+        let frame = params
+            .pointer("/targetInfo/targetId")
+            .and_then(Value::as_str)?;
         let mut children = self.children();
         if children.len() >= MAX_CHILD_FRAMES {
             return None;
@@ -345,7 +347,9 @@ impl Events {
             if method == "Page.fileChooserOpened"
                 && let Some(node) = params.get("backendNodeId").and_then(Value::as_i64)
             {
-                self.with(&tab, |tab| tab.file_chooser = Some((session.to_owned(), node)));
+                self.with(&tab, |tab| {
+                    tab.file_chooser = Some((session.to_owned(), node))
+                });
                 self.changed
                     .send_modify(|count| *count = count.wrapping_add(1));
             }
@@ -551,9 +555,7 @@ mod tests {
     #[test]
     fn frame_sessions_are_tracked_per_tab_and_their_events_are_not_the_tabs() {
         let events = Events::default();
-        let iframe = |session: &str, frame: &str| {
-            json!({"sessionId": session, "targetInfo": {"type": "iframe", "targetId": frame}})
-        };
+        let iframe = |session: &str, frame: &str| json!({"sessionId": session, "targetInfo": {"type": "iframe", "targetId": frame}});
         assert_eq!(
             events.handle(Some("T"), "Target.attachedToTarget", &iframe("C", "F1")),
             Some("C".into())
@@ -565,7 +567,10 @@ mod tests {
         );
         // Workers and other targets are not frames.
         let worker = json!({"sessionId": "W", "targetInfo": {"type": "worker", "targetId": "W1"}});
-        assert_eq!(events.handle(Some("T"), "Target.attachedToTarget", &worker), None);
+        assert_eq!(
+            events.handle(Some("T"), "Target.attachedToTarget", &worker),
+            None
+        );
         let frames = events.child_frames("T");
         let sessions: Vec<&str> = frames.iter().map(|(session, _)| session.as_str()).collect();
         assert_eq!(sessions, ["C", "D"]);
@@ -579,9 +584,17 @@ mod tests {
         );
         // The frame's own document and load do not move the tab's counters, nor make a tab of it.
         events.handle(Some("T"), "Page.loadEventFired", &json!({}));
-        events.handle(Some("C"), "Page.frameNavigated", &json!({"frame": {"id": "F1"}}));
+        events.handle(
+            Some("C"),
+            "Page.frameNavigated",
+            &json!({"frame": {"id": "F1"}}),
+        );
         events.handle(Some("C"), "Page.loadEventFired", &json!({}));
-        events.handle(Some("C"), "Runtime.consoleAPICalled", &json!({"type": "log"}));
+        events.handle(
+            Some("C"),
+            "Runtime.consoleAPICalled",
+            &json!({"type": "log"}),
+        );
         events.with("T", |tab| {
             assert_eq!((tab.documents, tab.loads), (0, 1));
             assert!(tab.console.is_empty());
@@ -598,7 +611,11 @@ mod tests {
             Some(("D".into(), 7))
         );
         // A frame that goes away takes the frames in it along.
-        events.handle(Some("T"), "Target.detachedFromTarget", &json!({"sessionId": "C"}));
+        events.handle(
+            Some("T"),
+            "Target.detachedFromTarget",
+            &json!({"sessionId": "C"}),
+        );
         assert!(events.child_frames("T").is_empty());
         events.handle(Some("T"), "Target.attachedToTarget", &iframe("E", "F3"));
         events.forget("T");

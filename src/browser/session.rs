@@ -119,7 +119,11 @@ impl Refs {
     /// The scope of the renderer reached by `session`, added (hosted by `host`) if new. A session
     /// reaches one frame's renderer for its whole life, so its host never changes.
     fn scope(&mut self, session: &str, host: Option<NodeKey>) -> usize {
-        if let Some(known) = self.scopes.iter().position(|scope| scope.session == session) {
+        if let Some(known) = self
+            .scopes
+            .iter()
+            .position(|scope| scope.session == session)
+        {
             return known;
         }
         self.scopes.push(Scope {
@@ -853,7 +857,10 @@ impl Running {
     /// A failed call to a frame's renderer: a protocol error there means the frame went away (its
     /// session with it), which a new snapshot shows.
     pub fn in_frame(&self, session: &str, err: CdpError) -> Failure {
-        let tab = self.tab().map(|tab| tab.session.as_str()).unwrap_or_default();
+        let tab = self
+            .tab()
+            .map(|tab| tab.session.as_str())
+            .unwrap_or_default();
         match err {
             CdpError::Protocol(_) if session != tab => Failure(FRAME_GONE.into()),
             err => err.into(),
@@ -866,7 +873,11 @@ impl Running {
         let cdp = self.cdp();
         // Best effort: the iframes hosting it first (outermost first), then the node in its frame; a
         // node without a layout box cannot be scrolled to, and is refused just below.
-        let hosts = node.hosts.iter().rev().map(|(session, owner)| (session, *owner));
+        let hosts = node
+            .hosts
+            .iter()
+            .rev()
+            .map(|(session, owner)| (session, *owner));
         for (session, backend) in hosts.chain([(&node.session, node.backend)]) {
             let _ = cdp
                 .call(
@@ -906,10 +917,29 @@ impl Running {
             };
             if right - left >= 1.0 && bottom - top >= 1.0 {
                 let (x, y) = self.frame_offset(node).await?;
+                if !node.hosts.is_empty() {
+                    self.frame_drawn().await?;
+                }
                 return Ok((x + (left + right) / 2.0, y + (top + bottom) / 2.0));
             }
         }
         Err(invisible())
+    }
+
+    /// Waits (boundedly) for the page to draw a frame. Input for a frame in another process is sent
+    /// to it by where the page last drew it: after a relayout (an element's screenshot resizes the
+    /// page for its capture and back), a click sent at once can land on the page's `<iframe>`
+    /// element instead.
+    async fn frame_drawn(&self) -> Outcome<()> {
+        let session = self.tab()?.session.clone();
+        self.evaluate_promise(
+            &session,
+            "new Promise(resolve => { requestAnimationFrame(() => requestAnimationFrame(resolve)); \
+             setTimeout(resolve, 200); })",
+            CALL,
+        )
+        .await?;
+        Ok(())
     }
 
     /// Where the frame of a node in another process sits in the page's viewport: the corners of the

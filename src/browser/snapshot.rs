@@ -368,7 +368,9 @@ fn build(tree: &Tree, context: &mut Context, place: Place, id: &str, depth: usiz
     }
     // Numbered before its children, so refs read in document order.
     let own_ref = match node.backend {
-        Some(backend) if !flattened => Some((context.reference)((place.scope, backend), place.frame)),
+        Some(backend) if !flattened => {
+            Some((context.reference)((place.scope, backend), place.frame))
+        }
         _ => None,
     };
     let mut children = Vec::new();
@@ -383,7 +385,13 @@ fn build(tree: &Tree, context: &mut Context, place: Place, id: &str, depth: usiz
         // Removed from the map so a frame is walked once, whatever its tree claims.
         let frame = context.next_frame;
         context.next_frame += 1;
-        children.extend(build(&inner, context, Place { frame, scope }, root, depth + 1));
+        children.extend(build(
+            &inner,
+            context,
+            Place { frame, scope },
+            root,
+            depth + 1,
+        ));
     }
     let children = collapse(merge_text(children));
     if flattened {
@@ -710,8 +718,20 @@ mod tests {
             node("3", "generic", "", &[], 3),
         ];
         let frames = HashMap::from([
-            ((0, 3), Frame { scope: 0, nodes: inner }),
-            ((0, 4), Frame { scope: 1, nodes: other }),
+            (
+                (0, 3),
+                Frame {
+                    scope: 0,
+                    nodes: inner,
+                },
+            ),
+            (
+                (0, 4),
+                Frame {
+                    scope: 1,
+                    nodes: other,
+                },
+            ),
         ]);
         let clickable = HashMap::from([((1, 3), Looks::Pointer)]);
         let snapshot = render(
