@@ -61,20 +61,21 @@ impl Cdp {
         let (closed_tx, closed) = watch::channel(false);
         let closed_tx = Arc::new(closed_tx);
         let events = Arc::new(Events::default());
+        let next_id = Arc::new(AtomicU64::new(1));
         tokio::spawn(write_all(writer, queue, Arc::clone(&closed_tx)));
-        tokio::spawn(read_all(
-            BufReader::with_capacity(READ_BUFFER, reader),
-            Arc::clone(&pending),
-            Arc::clone(&events),
-            closed_tx,
-        ));
-        Cdp {
+        let cdp = Cdp {
             outgoing,
             pending,
-            next_id: Arc::new(AtomicU64::new(1)),
+            next_id,
             closed,
             events,
-        }
+        };
+        tokio::spawn(read_all(
+            BufReader::with_capacity(READ_BUFFER, reader),
+            cdp.clone(),
+            closed_tx,
+        ));
+        cdp
     }
 
     pub fn is_closed(&self) -> bool {
@@ -138,6 +139,39 @@ impl Cdp {
         );
         answer
     }
+
+    /// Sets up an out-of-process frame's session as it is attached: frames in it are attached too,
+    /// and a file chooser it opens is reported. Sent without waiting for the answers (the reader
+    /// must not wait on the browser); a failure only leaves that frame's part of the page unseen.
+    fn set_up_frame(&self, session: String) {
+        let requests = [
+            ("Target.setAutoAttach", events::auto_attach()),
+            ("Page.enable", json!({})),
+            (
+                "Page.setInterceptFileChooserDialog",
+                json!({"enabled": true}),
+            ),
+        ];
+        let messages: Vec<Vec<u8>> = requests
+            .into_iter()
+            .map(|(method, params)| {
+                let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+                let message =
+                    json!({"id": id, "method": method, "params": params, "sessionId": session});
+                let mut bytes = message.to_string().into_bytes();
+                bytes.push(0);
+                bytes
+            })
+            .collect();
+        let outgoing = self.outgoing.clone();
+        tokio::spawn(async move {
+            for bytes in messages {
+                if outgoing.send(bytes).await.is_err() {
+                    break;
+                }
+            }
+        });
+    }
 }
 
 struct Forget<'a> {
@@ -172,10 +206,12 @@ async fn write_all(
 
 async fn read_all(
     mut reader: impl AsyncBufRead + Unpin,
-    pending: Pending,
-    events: Arc<Events>,
+    cdp: Cdp,
     closed: Arc<watch::Sender<bool>>,
 ) {
+    let Cdp {
+        pending, events, ..
+    } = &cdp;
     loop {
         let message = match read_message(&mut reader, MAX_MESSAGE).await {
             Ok(Some(message)) => message,
@@ -196,7 +232,7 @@ async fn read_all(
                     .unwrap_or_else(|| "unknown protocol error".into())),
                 None => Ok(message.result.map_or_else(Box::default, RawValue::to_owned)),
             };
-            if let Some(waiter) = lock(&pending).remove(&id) {
+            if let Some(waiter) = lock(pending).remove(&id) {
                 let _ = waiter.send(answer);
             }
         } else if let Some(method) = message.method.as_deref()
@@ -207,12 +243,14 @@ async fn read_all(
                 .params
                 .and_then(|params| serde_json::from_str(params.get()).ok())
                 .unwrap_or(Value::Null);
-            events.handle(message.session.as_deref(), method, &params);
+            if let Some(frame) = events.handle(message.session.as_deref(), method, &params) {
+                cdp.set_up_frame(frame);
+            }
         }
     }
     let _ = closed.send(true);
     // Waiters see their sender dropped: `Closed`.
-    lock(&pending).clear();
+    lock(pending).clear();
     events.closed();
 }
 

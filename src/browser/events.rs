@@ -38,7 +38,30 @@ pub const HANDLED: &[&str] = &[
     "Inspector.targetCrashed",
     "Inspector.targetReloadedAfterCrash",
     "Input.dragIntercepted",
+    "Target.attachedToTarget",
+    "Target.detachedFromTarget",
 ];
+
+/// Out-of-process frames remembered at most (across tabs); more are left unattached to snapshots.
+pub const MAX_CHILD_FRAMES: usize = 256;
+
+/// The `Target.setAutoAttach` parameters of every tab session and every frame session: frames
+/// Chromium runs in another renderer process (site isolation) are attached as sessions of their own,
+/// running at once (nothing waits for a debugger).
+pub fn auto_attach() -> Value {
+    serde_json::json!({"autoAttach": true, "waitForDebuggerOnStart": false, "flatten": true,
+                       "filter": [{"type": "iframe"}]})
+}
+
+/// A frame Chromium runs in another renderer process (an out-of-process iframe), attached as its own
+/// session: its frame id (its target id), the session of its parent frame's renderer and the session
+/// of the tab it is in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChildFrame {
+    pub frame: String,
+    pub parent: String,
+    pub tab: String,
+}
 
 /// A download the browser started (`Browser.downloadWillBegin`), saved under its guid in the downloads
 /// directory until boxd gives it its name.
@@ -81,8 +104,9 @@ pub struct TabEvents {
     pub console: VecDeque<String>,
     pub requests: VecDeque<Request>,
     pub dialog: Option<Dialog>,
-    /// The `<input type=file>` (backend node id) whose chooser the page opened.
-    pub file_chooser: Option<i64>,
+    /// The `<input type=file>` whose chooser the page opened: the session of its renderer (the tab's,
+    /// or an out-of-process frame's) and its backend node id there.
+    pub file_chooser: Option<(String, i64)>,
     /// The main frame started loading a document and has not stopped.
     pub loading: bool,
     /// Moves when the main frame commits a new document (refs of the old one are void).
@@ -107,6 +131,9 @@ pub struct TabEvents {
 
 pub struct Events {
     tabs: Mutex<HashMap<String, TabEvents>>,
+    /// Out-of-process frames by their session. Their own events never reach a tab's [`TabEvents`]
+    /// (their documents and loads are not the tab's), except a file chooser they open.
+    children: Mutex<HashMap<String, ChildFrame>>,
     /// Downloads are the browser's, not a tab's: a tab may close while its download runs.
     downloads: Mutex<VecDeque<Download>>,
     changed: watch::Sender<u64>,
@@ -116,6 +143,7 @@ impl Default for Events {
     fn default() -> Self {
         Events {
             tabs: Mutex::default(),
+            children: Mutex::default(),
             downloads: Mutex::default(),
             changed: watch::channel(0).0,
         }
@@ -184,6 +212,72 @@ impl Events {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .remove(session);
+        self.children().retain(|_, child| child.tab != session);
+    }
+
+    fn children(&self) -> std::sync::MutexGuard<'_, HashMap<String, ChildFrame>> {
+        self.children
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The out-of-process frames of the tab attached as `tab`, by their session.
+    pub fn child_frames(&self, tab: &str) -> Vec<(String, ChildFrame)> {
+        let mut frames: Vec<(String, ChildFrame)> = self
+            .children()
+            .iter()
+            .filter(|(_, child)| child.tab == tab)
+            .map(|(session, child)| (session.clone(), child.clone()))
+            .collect();
+        // A stable order (the map's is not), so a page's frames are walked alike every time.
+        frames.sort_by(|a, b| a.1.frame.cmp(&b.1.frame));
+        frames
+    }
+
+    /// Remembers a frame session attached under `session` (a tab's or another frame's); the new
+    /// session when it is one, to be set up by the caller.
+    fn attached(&self, session: &str, params: &Value) -> Option<String> {
+        if params.pointer("/targetInfo/type").and_then(Value::as_str) != Some("iframe") {
+            return None;
+        }
+        let child = params.get("sessionId").and_then(Value::as_str)?;
+        let frame = params
+            .pointer("/targetInfo/targetId")
+            .and_then(Value::as_str)?;
+        let mut children = self.children();
+        if children.len() >= MAX_CHILD_FRAMES {
+            return None;
+        }
+        let tab = children
+            .get(session)
+            .map_or_else(|| session.to_owned(), |parent| parent.tab.clone());
+        children.insert(
+            child.to_owned(),
+            ChildFrame {
+                frame: frame.to_owned(),
+                parent: session.to_owned(),
+                tab,
+            },
+        );
+        Some(child.to_owned())
+    }
+
+    /// Forgets a frame session that went away, and the frames attached under it.
+    fn detached(&self, params: &Value) {
+        let Some(gone) = params.get("sessionId").and_then(Value::as_str) else {
+            return;
+        };
+        let mut children = self.children();
+        let mut gone = vec![gone.to_owned()];
+        while let Some(session) = gone.pop() {
+            children.remove(&session);
+            gone.extend(
+                children
+                    .iter()
+                    .filter(|(_, child)| child.parent == session)
+                    .map(|(session, _)| session.clone()),
+            );
+        }
     }
 
     pub fn closed(&self) {
@@ -227,14 +321,46 @@ impl Events {
         })
     }
 
-    pub fn handle(&self, session: Option<&str>, method: &str, params: &Value) {
+    /// Keeps what an event says. A frame session attached by it is returned: the caller sets it up
+    /// (see [`auto_attach`]).
+    pub fn handle(&self, session: Option<&str>, method: &str, params: &Value) -> Option<String> {
         let Some(session) = session else {
             if self.browser_event(method, params) {
                 self.changed
                     .send_modify(|count| *count = count.wrapping_add(1));
             }
-            return;
+            return None;
         };
+        match method {
+            "Target.attachedToTarget" => {
+                let attached = self.attached(session, params);
+                self.changed
+                    .send_modify(|count| *count = count.wrapping_add(1));
+                return attached;
+            }
+            "Target.detachedFromTarget" => {
+                self.detached(params);
+                self.changed
+                    .send_modify(|count| *count = count.wrapping_add(1));
+                return None;
+            }
+            _ => {}
+        }
+        let frame_tab = self.children().get(session).map(|child| child.tab.clone());
+        if let Some(tab) = frame_tab {
+            // A frame's own loads, console and requests are not the tab's; only the file chooser
+            // it opens is the tab's modal state.
+            if method == "Page.fileChooserOpened"
+                && let Some(node) = params.get("backendNodeId").and_then(Value::as_i64)
+            {
+                self.with(&tab, |tab| {
+                    tab.file_chooser = Some((session.to_owned(), node))
+                });
+                self.changed
+                    .send_modify(|count| *count = count.wrapping_add(1));
+            }
+            return None;
+        }
         let is_main_frame = || params.pointer("/frame/parentId").is_none();
         let relevant = self.with(session, |tab| {
             let of_main_frame = || {
@@ -324,7 +450,10 @@ impl Events {
                 }
                 "Page.javascriptDialogClosed" => tab.dialog = None,
                 "Page.fileChooserOpened" => {
-                    tab.file_chooser = params.get("backendNodeId").and_then(Value::as_i64);
+                    tab.file_chooser = params
+                        .get("backendNodeId")
+                        .and_then(Value::as_i64)
+                        .map(|node| (session.to_owned(), node));
                 }
                 "Page.frameRequestedNavigation" | "Page.frameScheduledNavigation"
                     if of_main_frame() =>
@@ -364,6 +493,7 @@ impl Events {
             self.changed
                 .send_modify(|count| *count = count.wrapping_add(1));
         }
+        None
     }
 }
 
@@ -461,6 +591,11 @@ mod tests {
             let (session, params) = match *method {
                 "Browser.downloadWillBegin" => (None, json!({"guid": "g"})),
                 "Browser.downloadProgress" => (None, json!({"guid": "g", "state": "completed"})),
+                "Target.attachedToTarget" => (
+                    Some("T"),
+                    json!({"sessionId": "F", "targetInfo": {"type": "iframe", "targetId": "X"}}),
+                ),
+                "Target.detachedFromTarget" => (Some("T"), json!({"sessionId": "F"})),
                 _ => (Some("T"), json!({})),
             };
             events.handle(session, method, &params);
@@ -470,5 +605,75 @@ mod tests {
                 "{method} is let through but not kept"
             );
         }
+    }
+
+    #[test]
+    fn frame_sessions_are_tracked_per_tab_and_their_events_are_not_the_tabs() {
+        let events = Events::default();
+        let iframe = |session: &str, frame: &str| json!({"sessionId": session, "targetInfo": {"type": "iframe", "targetId": frame}});
+        assert_eq!(
+            events.handle(Some("T"), "Target.attachedToTarget", &iframe("C", "F1")),
+            Some("C".into())
+        );
+        // A frame in the frame: attached under the frame's session, still the tab's.
+        assert_eq!(
+            events.handle(Some("C"), "Target.attachedToTarget", &iframe("D", "F2")),
+            Some("D".into())
+        );
+        // Workers and other targets are not frames.
+        let worker = json!({"sessionId": "W", "targetInfo": {"type": "worker", "targetId": "W1"}});
+        assert_eq!(
+            events.handle(Some("T"), "Target.attachedToTarget", &worker),
+            None
+        );
+        let frames = events.child_frames("T");
+        let sessions: Vec<&str> = frames.iter().map(|(session, _)| session.as_str()).collect();
+        assert_eq!(sessions, ["C", "D"]);
+        assert_eq!(
+            frames[1].1,
+            ChildFrame {
+                frame: "F2".into(),
+                parent: "C".into(),
+                tab: "T".into()
+            }
+        );
+        // The frame's own document and load do not move the tab's counters, nor make a tab of it.
+        events.handle(Some("T"), "Page.loadEventFired", &json!({}));
+        events.handle(
+            Some("C"),
+            "Page.frameNavigated",
+            &json!({"frame": {"id": "F1"}}),
+        );
+        events.handle(Some("C"), "Page.loadEventFired", &json!({}));
+        events.handle(
+            Some("C"),
+            "Runtime.consoleAPICalled",
+            &json!({"type": "log"}),
+        );
+        events.with("T", |tab| {
+            assert_eq!((tab.documents, tab.loads), (0, 1));
+            assert!(tab.console.is_empty());
+        });
+        assert!(!events.tabs.lock().unwrap().contains_key("C"));
+        // Its file chooser is the tab's modal state, naming the frame's session.
+        events.handle(
+            Some("D"),
+            "Page.fileChooserOpened",
+            &json!({"backendNodeId": 7}),
+        );
+        assert_eq!(
+            events.with("T", |tab| tab.file_chooser.clone()),
+            Some(("D".into(), 7))
+        );
+        // A frame that goes away takes the frames in it along.
+        events.handle(
+            Some("T"),
+            "Target.detachedFromTarget",
+            &json!({"sessionId": "C"}),
+        );
+        assert!(events.child_frames("T").is_empty());
+        events.handle(Some("T"), "Target.attachedToTarget", &iframe("E", "F3"));
+        events.forget("T");
+        assert!(events.child_frames("T").is_empty());
     }
 }

@@ -9,10 +9,10 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use super::cdp::{Cdp, CdpError};
-use super::events::TabEvents;
+use super::events::{self, TabEvents};
 use super::frames::{FramePump, Pacer};
 use super::launch::{self, Options, Process};
-use super::snapshot::{self, MAX_SNAPSHOT_CHARS};
+use super::snapshot::{self, MAX_SNAPSHOT_CHARS, NodeKey};
 
 /// An ordinary protocol call's bound.
 pub const CALL: Duration = Duration::from_secs(10);
@@ -36,8 +36,15 @@ const WATCH_MUTATIONS: &str = "(() => { const key = Symbol.for('boxd.settle'); \
 /// Refs kept per tab before the oldest document's are forgotten (a page that churns nodes forever
 /// would otherwise grow the map without bound).
 const MAX_REFS: usize = 200_000;
+/// Renderer sessions refs are kept for before all of them are forgotten (a page whose frames keep
+/// moving to new processes would otherwise grow the list without bound).
+const MAX_SCOPES: usize = 1024;
 /// Child frames a snapshot walks at most (a page of endless nested iframes costs two calls per frame).
 pub const MAX_FRAMES: usize = 16;
+
+/// A ref's frame (in another process) went away between the snapshot and the action.
+pub const FRAME_GONE: &str = "The frame of that element is no longer in the page (it was removed or \
+    navigated). Take a new snapshot (browser_snapshot) and use a ref from it.";
 
 pub const NO_PAGE: &str =
     "No open pages available. Use the \"browser_navigate\" tool to navigate to a page first.";
@@ -62,28 +69,73 @@ impl From<CdpError> for Failure {
     }
 }
 
+/// A renderer refs were handed out in: the session reaching it and, for a frame in another process,
+/// the `<iframe>` hosting it (the scope of its parent's renderer and the iframe's backend node id
+/// there).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Scope {
+    session: String,
+    host: Option<NodeKey>,
+}
+
+/// The tab's refs: each number names a node by its scope (an index of `scopes`) and its backend node
+/// id there, since backend node ids are per renderer process.
 #[derive(Default)]
 pub struct Refs {
-    by_node: HashMap<i64, u64>,
-    by_ref: HashMap<u64, i64>,
+    by_node: HashMap<NodeKey, u64>,
+    by_ref: HashMap<u64, NodeKey>,
+    scopes: Vec<Scope>,
     next: u64,
     document: u64,
+}
+
+/// A ref's DOM node, and how to reach it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Located {
+    /// The session of the renderer holding it: the tab's own for the page and its same-process
+    /// frames, a frame's own for a frame in another process.
+    pub session: String,
+    pub backend: i64,
+    /// The `<iframe>` elements hosting its frame when that runs in another process, innermost
+    /// first, each as (the session of its renderer, its backend node id there).
+    pub hosts: Vec<(String, i64)>,
 }
 
 impl Refs {
     /// Refs name nodes of one document: a new document voids them (its node ids may repeat).
     /// Numbers keep growing, so an old ref can never name a node of the new document.
     fn sync(&mut self, document: u64) {
-        if self.document != document || self.by_node.len() > MAX_REFS {
+        if self.document != document
+            || self.by_node.len() > MAX_REFS
+            || self.scopes.len() > MAX_SCOPES
+        {
             self.by_node.clear();
             self.by_ref.clear();
+            self.scopes.clear();
             self.document = document;
         }
     }
 
-    /// Numbers are shared by all frames of the tab (backend node ids are unique across the
-    /// same-origin frames of one renderer), so the `fN` prefix only tells the reader where a node is.
-    fn assign(&mut self, node: i64, frame: usize) -> String {
+    /// The scope of the renderer reached by `session`, added (hosted by `host`) if new. A session
+    /// reaches one frame's renderer for its whole life, so its host never changes.
+    fn scope(&mut self, session: &str, host: Option<NodeKey>) -> usize {
+        if let Some(known) = self
+            .scopes
+            .iter()
+            .position(|scope| scope.session == session)
+        {
+            return known;
+        }
+        self.scopes.push(Scope {
+            session: session.to_owned(),
+            host,
+        });
+        self.scopes.len() - 1
+    }
+
+    /// Numbers are shared by all frames of the tab, so the `fN` prefix only tells the reader where a
+    /// node is.
+    fn assign(&mut self, node: NodeKey, frame: usize) -> String {
         let number = match self.by_node.get(&node) {
             Some(number) => *number,
             None => {
@@ -97,6 +149,28 @@ impl Refs {
             0 => format!("e{number}"),
             frame => format!("f{frame}e{number}"),
         }
+    }
+
+    /// The node ref number `number` names, with the iframes hosting its renderer.
+    fn locate(&self, number: u64) -> Option<Located> {
+        let (scope, backend) = *self.by_ref.get(&number)?;
+        let own = self.scopes.get(scope)?;
+        let mut hosts = Vec::new();
+        let mut host = own.host;
+        while let Some((parent, owner)) = host {
+            // Hosts point to earlier scopes; the bound only guards against a malformed chain.
+            if hosts.len() >= self.scopes.len() {
+                return None;
+            }
+            let parent = self.scopes.get(parent)?;
+            hosts.push((parent.session.clone(), owner));
+            host = parent.host;
+        }
+        Some(Located {
+            session: own.session.clone(),
+            backend,
+            hosts,
+        })
     }
 }
 
@@ -469,15 +543,19 @@ impl Running {
         )
         .await;
         let mut tree = tree?;
+        let mut frames = frames?;
         // Without it the snapshot only lacks the refs of elements that merely look clickable.
-        let clickable = match dom {
-            Ok(dom) => snapshot::clickable(&dom),
+        match dom {
+            Ok(dom) => frames.clickable.extend(
+                snapshot::clickable(&dom)
+                    .into_iter()
+                    .map(|(node, looks)| ((0, node), looks)),
+            ),
             Err(CdpError::Protocol(message)) => {
                 tracing::debug!("no DOM snapshot for clickable elements: {message}");
-                HashMap::new()
             }
             Err(err) => return Err(err.into()),
-        };
+        }
         let nodes = match tree["nodes"].take() {
             Value::Array(nodes) => nodes,
             _ => Vec::new(),
@@ -485,19 +563,32 @@ impl Running {
         Ok(SnapshotParts {
             document,
             nodes,
-            clickable,
-            frames: frames?,
+            scopes: frames.scopes,
+            clickable: frames.clickable,
+            frames: frames.frames,
         })
     }
 
     fn render_snapshot(&mut self, parts: SnapshotParts) -> Outcome<String> {
         let tab = self.tab_mut()?;
         tab.refs.sync(parts.document);
+        // The snapshot's scopes as the tab's refs number them (a host's scope comes before the
+        // scopes it hosts).
+        let mut scopes: Vec<usize> = Vec::with_capacity(parts.scopes.len());
+        for (session, host) in &parts.scopes {
+            let host = host.and_then(|(parent, owner)| Some((*scopes.get(parent)?, owner)));
+            scopes.push(tab.refs.scope(session, host));
+        }
         let rendered = snapshot::render(
             &parts.nodes,
             &parts.frames,
             &parts.clickable,
-            &mut |node, frame| tab.refs.assign(node, frame),
+            &mut |(scope, backend), frame| {
+                // Every scope of the trees is in the list; an unknown one gets a ref that never
+                // resolves rather than another renderer's node.
+                let scope = scopes.get(scope).copied().unwrap_or(usize::MAX);
+                tab.refs.assign((scope, backend), frame)
+            },
         );
         let mut text = format!("- Page Snapshot\n```yaml\n{}\n```", rendered.yaml);
         if rendered.cut_lines > 0 {
@@ -513,71 +604,145 @@ impl Running {
         Ok(text)
     }
 
-    /// The accessibility trees of the page's child frames that live in its renderer (same-origin
-    /// ones), by the backend node id of the `<iframe>` hosting each. A frame Chromium runs in another
-    /// process (cross-origin) answers with an error here and is left out: its `iframe` line stays empty.
-    async fn child_frames(&self, session: &str) -> Outcome<HashMap<i64, Vec<Value>>> {
-        let tree = self
-            .cdp()
-            .call(Some(session), "Page.getFrameTree", json!({}), CALL)
-            .await?;
-        let mut pending: Vec<&Value> = tree
-            .pointer("/frameTree/childFrames")
-            .and_then(Value::as_array)
-            .map(|children| children.iter().collect())
-            .unwrap_or_default();
-        let mut frames = HashMap::new();
+    /// The accessibility trees of the page's child frames, by the node of the `<iframe>` hosting
+    /// each: frames in the page's renderer are asked for through the tab's session, frames Chromium
+    /// runs in another process (site isolation) through their own sessions (attached as they appear,
+    /// see [`events::auto_attach`]), and so on down. At most [`MAX_FRAMES`]; a frame that goes away
+    /// meanwhile is left empty.
+    async fn child_frames(&self, session: &str) -> Outcome<ChildTrees> {
+        let cdp = self.cdp();
+        let others = cdp.events.child_frames(session);
+        let mut walk = ChildTrees {
+            scopes: vec![(session.to_owned(), None)],
+            frames: HashMap::new(),
+            clickable: HashMap::new(),
+        };
+        let mut trees = vec![
+            cdp.call(Some(session), "Page.getFrameTree", json!({}), CALL)
+                .await?,
+        ];
         let mut visited = 0;
-        while let Some(child) = pending.pop() {
-            if visited >= MAX_FRAMES {
-                break;
-            }
-            visited += 1;
-            if let Some(grandchildren) = child.get("childFrames").and_then(Value::as_array) {
-                pending.extend(grandchildren);
-            }
-            let Some(id) = child.pointer("/frame/id").and_then(Value::as_str) else {
-                continue;
-            };
-            let owner = match self
-                .cdp()
-                .call(
-                    Some(session),
-                    "DOM.getFrameOwner",
-                    json!({"frameId": id}),
-                    CALL,
-                )
-                .await
-            {
-                Ok(owner) => owner.get("backendNodeId").and_then(Value::as_i64),
-                Err(CdpError::Protocol(_)) => None,
-                Err(err) => return Err(err.into()),
-            };
-            let Some(owner) = owner else { continue };
-            match self
-                .cdp()
-                .call(
-                    Some(session),
-                    "Accessibility.getFullAXTree",
-                    json!({"frameId": id}),
-                    SLOW_CALL,
-                )
-                .await
-            {
-                Ok(mut tree) => {
-                    if let Value::Array(nodes) = tree["nodes"].take() {
-                        frames.insert(owner, nodes);
-                    }
+        let mut scope = 0;
+        while scope < walk.scopes.len() && visited < MAX_FRAMES {
+            let here = walk.scopes[scope].0.clone();
+            // The frames of this renderer, below its own frame.
+            let tree = trees.get_mut(scope).map(Value::take).unwrap_or_default();
+            let mut pending: Vec<&Value> = tree
+                .pointer("/frameTree/childFrames")
+                .and_then(Value::as_array)
+                .map(|children| children.iter().collect())
+                .unwrap_or_default();
+            while let Some(child) = pending.pop() {
+                if visited >= MAX_FRAMES {
+                    break;
                 }
-                Err(CdpError::Protocol(_)) => {}
-                Err(err) => return Err(err.into()),
+                visited += 1;
+                if let Some(grandchildren) = child.get("childFrames").and_then(Value::as_array) {
+                    pending.extend(grandchildren);
+                }
+                let Some(id) = child.pointer("/frame/id").and_then(Value::as_str) else {
+                    continue;
+                };
+                let Some(owner) = self.frame_owner(&here, id).await? else {
+                    continue;
+                };
+                match cdp
+                    .call(
+                        Some(&here),
+                        "Accessibility.getFullAXTree",
+                        json!({"frameId": id}),
+                        SLOW_CALL,
+                    )
+                    .await
+                {
+                    Ok(mut tree) => {
+                        if let Value::Array(nodes) = tree["nodes"].take() {
+                            walk.frames
+                                .insert((scope, owner), snapshot::Frame { scope, nodes });
+                        }
+                    }
+                    Err(CdpError::Protocol(_)) => {}
+                    Err(err) => return Err(err.into()),
+                }
             }
+            // The frames in other processes that this renderer hosts: each is a scope of its own.
+            for (child, frame) in others.iter().filter(|(_, frame)| frame.parent == here) {
+                if visited >= MAX_FRAMES {
+                    break;
+                }
+                visited += 1;
+                let Some(owner) = self.frame_owner(&here, &frame.frame).await? else {
+                    continue;
+                };
+                let (tree, dom, frames) = futures_util::future::join3(
+                    cdp.call(
+                        Some(child),
+                        "Accessibility.getFullAXTree",
+                        json!({}),
+                        SLOW_CALL,
+                    ),
+                    cdp.call(
+                        Some(child),
+                        "DOMSnapshot.captureSnapshot",
+                        json!({"computedStyles": ["cursor"]}),
+                        SLOW_CALL,
+                    ),
+                    cdp.call(Some(child), "Page.getFrameTree", json!({}), CALL),
+                )
+                .await;
+                // A frame gone meanwhile answers with a protocol error: it is left empty.
+                let protocol_error = |err: CdpError| match err {
+                    CdpError::Protocol(_) => Ok(Value::Null),
+                    err => Err(Failure::from(err)),
+                };
+                let mut tree = tree.or_else(protocol_error)?;
+                let dom = dom.or_else(protocol_error)?;
+                let frames = frames.or_else(protocol_error)?;
+                let Value::Array(nodes) = tree["nodes"].take() else {
+                    continue;
+                };
+                let inner = walk.scopes.len();
+                walk.scopes.push((child.clone(), Some((scope, owner))));
+                walk.frames.insert(
+                    (scope, owner),
+                    snapshot::Frame {
+                        scope: inner,
+                        nodes,
+                    },
+                );
+                walk.clickable.extend(
+                    snapshot::clickable(&dom)
+                        .into_iter()
+                        .map(|(node, looks)| ((inner, node), looks)),
+                );
+                trees.push(frames);
+            }
+            scope += 1;
         }
-        Ok(frames)
+        Ok(walk)
     }
 
-    /// The backend node a ref names, or an error saying to take a new snapshot.
-    pub fn node_of(&mut self, reference: &str) -> Outcome<i64> {
+    /// The backend node id of the `<iframe>` hosting frame `frame`, asked of the session of its
+    /// parent's renderer; `None` when the frame is gone.
+    async fn frame_owner(&self, session: &str, frame: &str) -> Outcome<Option<i64>> {
+        match self
+            .cdp()
+            .call(
+                Some(session),
+                "DOM.getFrameOwner",
+                json!({"frameId": frame}),
+                CALL,
+            )
+            .await
+        {
+            Ok(owner) => Ok(owner.get("backendNodeId").and_then(Value::as_i64)),
+            Err(CdpError::Protocol(_)) => Ok(None),
+            Err(err) => Err(err.into()),
+        }
+    }
+
+    /// The node a ref names, or an error saying to take a new snapshot.
+    pub fn node_of(&mut self, reference: &str) -> Outcome<Located> {
         let document = self.events(|events| events.documents)?;
         let tab = self.tab_mut()?;
         tab.refs.sync(document);
@@ -600,7 +765,7 @@ impl Running {
                      snapshot (browser_snapshot) and use a ref from it."
                 ))
             })?;
-        tab.refs.by_ref.get(&number).copied().ok_or_else(|| {
+        tab.refs.locate(number).ok_or_else(|| {
             Failure(format!(
                 "Ref {reference} not found in the current page. It is from an earlier page or was \
                  never handed out; take a new snapshot (browser_snapshot) and use a ref from it."
@@ -608,10 +773,11 @@ impl Running {
         })
     }
 
-    /// The JS object of a ref's element, checked to be still in the document.
-    pub async fn element(&mut self, reference: &str) -> Outcome<(i64, String)> {
+    /// The JS object of a ref's element (in its renderer's session), checked to be still in the
+    /// document.
+    pub async fn element(&mut self, reference: &str) -> Outcome<(Located, String)> {
         let node = self.node_of(reference)?;
-        let session = self.tab()?.session.clone();
+        let session = node.session.clone();
         let gone = || {
             Failure(format!(
                 "The element of ref {reference} is no longer in the page (it was removed or \
@@ -623,7 +789,7 @@ impl Running {
             .call(
                 Some(&session),
                 "DOM.resolveNode",
-                json!({"backendNodeId": node}),
+                json!({"backendNodeId": node.backend}),
                 CALL,
             )
             .await
@@ -639,6 +805,7 @@ impl Running {
             .to_owned();
         let connected = self
             .call_on(
+                &session,
                 &object,
                 "function() { return this.isConnected; }",
                 json!([]),
@@ -650,9 +817,15 @@ impl Running {
         Ok((node, object))
     }
 
-    /// Calls `function` with `this` = the object and `arguments` (JSON values); its value.
-    pub async fn call_on(&self, object: &str, function: &str, arguments: Value) -> Outcome<Value> {
-        let session = &self.tab()?.session;
+    /// Calls `function` with `this` = the object (of the renderer of `session`) and `arguments`
+    /// (JSON values); its value.
+    pub async fn call_on(
+        &self,
+        session: &str,
+        object: &str,
+        function: &str,
+        arguments: Value,
+    ) -> Outcome<Value> {
         let arguments: Vec<Value> = arguments
             .as_array()
             .map(|list| list.iter().map(|value| json!({"value": value})).collect())
@@ -666,7 +839,8 @@ impl Running {
                        "returnByValue": true, "awaitPromise": true}),
                 CALL,
             )
-            .await?;
+            .await
+            .map_err(|err| self.in_frame(session, err))?;
         if let Some(details) = answer.get("exceptionDetails") {
             return Err(Failure(format!(
                 "The page threw: {}",
@@ -682,19 +856,40 @@ impl Running {
             .unwrap_or(Value::Null))
     }
 
-    /// The centre of a node's first box on screen (after scrolling it into view), in CSS pixels.
-    pub async fn center(&self, node: i64, reference: &str) -> Outcome<(f64, f64)> {
-        let session = &self.tab()?.session;
+    /// A failed call to a frame's renderer: a protocol error there means the frame went away (its
+    /// session with it), which a new snapshot shows.
+    pub fn in_frame(&self, session: &str, err: CdpError) -> Failure {
+        let tab = self
+            .tab()
+            .map(|tab| tab.session.as_str())
+            .unwrap_or_default();
+        match err {
+            CdpError::Protocol(_) if session != tab => Failure(FRAME_GONE.into()),
+            err => err.into(),
+        }
+    }
+
+    /// The centre of a node's first box on screen (after scrolling it into view), in CSS pixels of
+    /// the page's viewport.
+    pub async fn center(&self, node: &Located, reference: &str) -> Outcome<(f64, f64)> {
         let cdp = self.cdp();
-        // Best effort: a node without a layout box cannot be scrolled to, and is refused just below.
-        let _ = cdp
-            .call(
-                Some(session),
-                "DOM.scrollIntoViewIfNeeded",
-                json!({"backendNodeId": node}),
-                CALL,
-            )
-            .await;
+        // Best effort: the iframes hosting it first (outermost first), then the node in its frame; a
+        // node without a layout box cannot be scrolled to, and is refused just below.
+        let hosts = node
+            .hosts
+            .iter()
+            .rev()
+            .map(|(session, owner)| (session, *owner));
+        for (session, backend) in hosts.chain([(&node.session, node.backend)]) {
+            let _ = cdp
+                .call(
+                    Some(session),
+                    "DOM.scrollIntoViewIfNeeded",
+                    json!({"backendNodeId": backend}),
+                    CALL,
+                )
+                .await;
+        }
         let invisible = || {
             Failure(format!(
                 "The element of ref {reference} is not visible (it has no box on the page). Take a \
@@ -703,9 +898,9 @@ impl Running {
         };
         let quads = match cdp
             .call(
-                Some(session),
+                Some(&node.session),
                 "DOM.getContentQuads",
-                json!({"backendNodeId": node}),
+                json!({"backendNodeId": node.backend}),
                 CALL,
             )
             .await
@@ -719,24 +914,62 @@ impl Running {
             .map(Vec::as_slice)
             .unwrap_or_default();
         for quad in quads {
-            let points: Vec<f64> = quad
-                .as_array()
-                .map(|list| list.iter().filter_map(Value::as_f64).collect())
-                .unwrap_or_default();
-            if points.len() != 8 {
+            let Some((left, top, right, bottom)) = bounds(quad) else {
                 continue;
-            }
-            let xs = [points[0], points[2], points[4], points[6]];
-            let ys = [points[1], points[3], points[5], points[7]];
-            let width = xs.iter().cloned().fold(f64::MIN, f64::max)
-                - xs.iter().cloned().fold(f64::MAX, f64::min);
-            let height = ys.iter().cloned().fold(f64::MIN, f64::max)
-                - ys.iter().cloned().fold(f64::MAX, f64::min);
-            if width >= 1.0 && height >= 1.0 {
-                return Ok((xs.iter().sum::<f64>() / 4.0, ys.iter().sum::<f64>() / 4.0));
+            };
+            if right - left >= 1.0 && bottom - top >= 1.0 {
+                let (x, y) = self.frame_offset(node).await?;
+                if !node.hosts.is_empty() {
+                    self.frame_drawn().await?;
+                }
+                return Ok((x + (left + right) / 2.0, y + (top + bottom) / 2.0));
             }
         }
         Err(invisible())
+    }
+
+    /// Waits (boundedly) for the page to draw a frame. Input for a frame in another process is sent
+    /// to it by where the page last drew it: after a relayout (an element's screenshot resizes the
+    /// page for its capture and back), a click sent at once can land on the page's `<iframe>`
+    /// element instead.
+    async fn frame_drawn(&self) -> Outcome<()> {
+        let session = self.tab()?.session.clone();
+        self.evaluate_promise(
+            &session,
+            "new Promise(resolve => { requestAnimationFrame(() => requestAnimationFrame(resolve)); \
+             setTimeout(resolve, 200); })",
+            CALL,
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Where the frame of a node in another process sits in the page's viewport: the corners of the
+    /// content boxes of the iframes hosting it, added up ((0, 0) for a node of the tab's renderer).
+    /// Box coordinates of a frame's renderer are relative to that frame's viewport.
+    pub async fn frame_offset(&self, node: &Located) -> Outcome<(f64, f64)> {
+        let mut offset = (0.0, 0.0);
+        for (session, owner) in &node.hosts {
+            let model = self
+                .cdp()
+                .call(
+                    Some(session),
+                    "DOM.getBoxModel",
+                    json!({"backendNodeId": owner}),
+                    CALL,
+                )
+                .await
+                .map_err(|err| match err {
+                    CdpError::Protocol(_) => Failure(FRAME_GONE.into()),
+                    err => err.into(),
+                })?;
+            let (left, top, ..) = model
+                .pointer("/model/content")
+                .and_then(bounds)
+                .ok_or_else(|| Failure(FRAME_GONE.into()))?;
+            offset = (offset.0 + left, offset.1 + top);
+        }
+        Ok(offset)
     }
 
     pub async fn mouse(&self, kind: &str, (x, y): (f64, f64), buttons: i64) -> Outcome<()> {
@@ -988,12 +1221,40 @@ impl Running {
     }
 }
 
+/// A quad's (or box's) bounds: left, top, right, bottom; `None` unless it has its 8 numbers.
+pub fn bounds(quad: &Value) -> Option<(f64, f64, f64, f64)> {
+    let points: Vec<f64> = quad.as_array()?.iter().filter_map(Value::as_f64).collect();
+    if points.len() != 8 {
+        return None;
+    }
+    let xs = [points[0], points[2], points[4], points[6]];
+    let ys = [points[1], points[3], points[5], points[7]];
+    Some((
+        xs.iter().copied().fold(f64::MAX, f64::min),
+        ys.iter().copied().fold(f64::MAX, f64::min),
+        xs.iter().copied().fold(f64::MIN, f64::max),
+        ys.iter().copied().fold(f64::MIN, f64::max),
+    ))
+}
+
+/// The renderer sessions of a snapshot's trees, by scope: the tab's first, then those of frames in
+/// other processes, each with the `<iframe>` hosting it (its parent's scope and node id there).
+type Scopes = Vec<(String, Option<NodeKey>)>;
+
+/// The trees of a page's child frames, and what the walk met on the way.
+struct ChildTrees {
+    scopes: Scopes,
+    frames: HashMap<NodeKey, snapshot::Frame>,
+    clickable: HashMap<NodeKey, snapshot::Looks>,
+}
+
 struct SnapshotParts {
     /// The document the node ids belong to.
     document: u64,
     nodes: Vec<Value>,
-    clickable: HashMap<i64, snapshot::Looks>,
-    frames: HashMap<i64, Vec<Value>>,
+    scopes: Scopes,
+    clickable: HashMap<NodeKey, snapshot::Looks>,
+    frames: HashMap<NodeKey, snapshot::Frame>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1037,6 +1298,8 @@ async fn attach(
         ),
         ("Page.enable", json!({})),
         ("Runtime.enable", json!({})),
+        // Frames in other processes come as sessions of their own (not waited for here).
+        ("Target.setAutoAttach", events::auto_attach()),
         ("Network.enable", json!({})),
         (
             "Page.setInterceptFileChooserDialog",
@@ -1070,12 +1333,62 @@ mod tests {
     fn refs_are_stable_within_a_document_and_never_reused_after() {
         let mut refs = Refs::default();
         refs.sync(1);
-        assert_eq!(refs.assign(40, 0), "e1");
-        assert_eq!(refs.assign(41, 2), "f2e2");
-        assert_eq!(refs.assign(40, 0), "e1");
+        let page = refs.scope("TAB", None);
+        assert_eq!(refs.assign((page, 40), 0), "e1");
+        assert_eq!(refs.assign((page, 41), 2), "f2e2");
+        assert_eq!(refs.assign((page, 40), 0), "e1");
         refs.sync(2);
         assert!(refs.by_ref.is_empty());
+        assert!(refs.scopes.is_empty());
         // The same node id in the new document gets a new number: e1 stays void.
-        assert_eq!(refs.assign(40, 0), "e3");
+        let page = refs.scope("TAB", None);
+        assert_eq!(refs.assign((page, 40), 0), "e3");
+        assert_eq!(refs.locate(1), None);
+    }
+
+    #[test]
+    fn refs_of_frames_in_other_processes_name_their_session_and_hosting_iframes() {
+        let mut refs = Refs::default();
+        refs.sync(1);
+        let page = refs.scope("TAB", None);
+        // A frame in another process hosted by the page's <iframe> 12, and one in it hosted by 5.
+        let frame = refs.scope("FRAME", Some((page, 12)));
+        let nested = refs.scope("NESTED", Some((frame, 5)));
+        assert_eq!(refs.scope("FRAME", Some((page, 99))), frame);
+        // Backend node ids repeat across processes: the same id is three different nodes.
+        assert_eq!(refs.assign((page, 7), 0), "e1");
+        assert_eq!(refs.assign((frame, 7), 1), "f1e2");
+        assert_eq!(refs.assign((nested, 7), 2), "f2e3");
+        // Stable across snapshots of the same document.
+        assert_eq!(refs.assign((frame, 7), 1), "f1e2");
+        assert_eq!(
+            refs.locate(1),
+            Some(Located {
+                session: "TAB".into(),
+                backend: 7,
+                hosts: vec![]
+            })
+        );
+        assert_eq!(
+            refs.locate(2),
+            Some(Located {
+                session: "FRAME".into(),
+                backend: 7,
+                hosts: vec![("TAB".into(), 12)]
+            })
+        );
+        assert_eq!(
+            refs.locate(3),
+            Some(Located {
+                session: "NESTED".into(),
+                backend: 7,
+                hosts: vec![("FRAME".into(), 5), ("TAB".into(), 12)]
+            })
+        );
+        // A new document voids them all; numbers keep growing.
+        refs.sync(2);
+        assert_eq!(refs.locate(2), None);
+        let page = refs.scope("TAB", None);
+        assert_eq!(refs.assign((page, 7), 0), "e4");
     }
 }

@@ -3,9 +3,10 @@
 //! node: `- role "name" [states] [ref=eN]`, children nested under it, text as `- text: ...`, a link's
 //! target as `- /url: ...`. Ignored (hidden, presentational) nodes are dropped and their visible
 //! children lifted; the output is capped at [`MAX_SNAPSHOT_CHARS`] with a notice of what was cut.
-//! A same-origin iframe's own tree (fetched per frame, as Chromium keeps it apart) is nested under its
-//! `iframe` line, its refs prefixed with the frame's number in document order (`f1e3`) as
-//! @playwright/mcp writes them.
+//! An iframe's own tree (fetched per frame, as Chromium keeps it apart) is nested under its `iframe`
+//! line, its refs prefixed with the frame's number in document order (`f1e3`) as @playwright/mcp
+//! writes them. Backend node ids are per renderer process: a node is named by the scope (the
+//! renderer's session, numbered by the caller) and its backend node id there, a [`NodeKey`].
 
 use std::collections::HashMap;
 
@@ -150,14 +151,33 @@ fn tree(nodes: &[Value]) -> Tree<'_> {
     }
 }
 
-/// What `build` carries down: the child frames' trees by the backend node id of their `<iframe>`,
-/// the number the next frame met gets, the elements that look clickable, and the ref maker
-/// (backend node id, frame number -> ref).
+/// A DOM node of the snapshot: the scope (renderer session; 0 the tab's own) it lives in and its
+/// backend node id there.
+pub type NodeKey = (usize, i64);
+
+/// A child frame's accessibility tree and the scope its node ids belong to (its parent's for a frame
+/// in the same process, its own for one in another process).
+#[derive(Debug, Clone)]
+pub struct Frame {
+    pub scope: usize,
+    pub nodes: Vec<Value>,
+}
+
+/// Where `build` is: the frame's number (0: the page) and the scope of its node ids.
+#[derive(Debug, Clone, Copy)]
+struct Place {
+    frame: usize,
+    scope: usize,
+}
+
+/// What `build` carries down: the child frames' trees (with their scope) by the node of their
+/// `<iframe>`, the number the next frame met gets, the elements that look clickable, and the ref
+/// maker (node, frame number -> ref).
 struct Context<'a, 'r> {
-    frames: HashMap<i64, Tree<'a>>,
+    frames: HashMap<NodeKey, (usize, Tree<'a>)>,
     next_frame: usize,
-    clickable: &'r HashMap<i64, Looks>,
-    reference: &'r mut dyn FnMut(i64, usize) -> String,
+    clickable: &'r HashMap<NodeKey, Looks>,
+    reference: &'r mut dyn FnMut(NodeKey, usize) -> String,
 }
 
 /// How an element shows it can be clicked although its role may not say so.
@@ -295,29 +315,28 @@ pub fn clickable(dom: &Value) -> HashMap<i64, Looks> {
     found
 }
 
-/// Renders the tree of `nodes` (the answer of `Accessibility.getFullAXTree`), with the trees of child
-/// frames (by the backend node id of the element that hosts each) nested where they are hosted;
-/// `clickable` names the elements (by backend node id) that look clickable, which are shown with a
-/// ref whatever their role; `reference` gives the ref of a DOM node (by backend node id) in a frame
-/// (0: the page itself).
+/// Renders the tree of `nodes` (the answer of `Accessibility.getFullAXTree`, scope 0), with the trees
+/// of child frames (by the node of the element that hosts each) nested where they are hosted;
+/// `clickable` names the elements that look clickable, which are shown with a ref whatever their
+/// role; `reference` gives the ref of a DOM node in a frame (0: the page itself).
 pub fn render(
     nodes: &[Value],
-    frames: &HashMap<i64, Vec<Value>>,
-    clickable: &HashMap<i64, Looks>,
-    reference: &mut dyn FnMut(i64, usize) -> String,
+    frames: &HashMap<NodeKey, Frame>,
+    clickable: &HashMap<NodeKey, Looks>,
+    reference: &mut dyn FnMut(NodeKey, usize) -> String,
 ) -> Snapshot {
     let main = tree(nodes);
     let mut context = Context {
         frames: frames
             .iter()
-            .map(|(owner, nodes)| (*owner, tree(nodes)))
+            .map(|(owner, frame)| (*owner, (frame.scope, tree(&frame.nodes))))
             .collect(),
         next_frame: 1,
         clickable,
         reference,
     };
     let items = match main.root {
-        Some(root) => build(&main, &mut context, 0, root, 0),
+        Some(root) => build(&main, &mut context, Place { frame: 0, scope: 0 }, root, 0),
         None => Vec::new(),
     };
     let mut lines = Vec::new();
@@ -340,7 +359,7 @@ pub fn render(
     }
 }
 
-fn build(tree: &Tree, context: &mut Context, frame: usize, id: &str, depth: usize) -> Vec<Item> {
+fn build(tree: &Tree, context: &mut Context, place: Place, id: &str, depth: usize) -> Vec<Item> {
     let Some(node) = tree.nodes.get(id) else {
         return Vec::new();
     };
@@ -349,7 +368,7 @@ fn build(tree: &Tree, context: &mut Context, frame: usize, id: &str, depth: usiz
     }
     let looks = node
         .backend
-        .and_then(|backend| context.clickable.get(&backend))
+        .and_then(|backend| context.clickable.get(&(place.scope, backend)))
         .copied();
     if looks == Some(Looks::Invisible) {
         return Vec::new();
@@ -375,22 +394,30 @@ fn build(tree: &Tree, context: &mut Context, frame: usize, id: &str, depth: usiz
     }
     // Numbered before its children, so refs read in document order.
     let own_ref = match node.backend {
-        Some(backend) if !flattened => Some((context.reference)(backend, frame)),
+        Some(backend) if !flattened => {
+            Some((context.reference)((place.scope, backend), place.frame))
+        }
         _ => None,
     };
     let mut children = Vec::new();
     for child in &node.children {
-        children.extend(build(tree, context, frame, child, depth + 1));
+        children.extend(build(tree, context, place, child, depth + 1));
     }
     if node.role == "Iframe"
         && let Some(backend) = node.backend
-        && let Some(inner) = context.frames.remove(&backend)
+        && let Some((scope, inner)) = context.frames.remove(&(place.scope, backend))
         && let Some(root) = inner.root
     {
         // Removed from the map so a frame is walked once, whatever its tree claims.
-        let number = context.next_frame;
+        let frame = context.next_frame;
         context.next_frame += 1;
-        children.extend(build(&inner, context, number, root, depth + 1));
+        children.extend(build(
+            &inner,
+            context,
+            Place { frame, scope },
+            root,
+            depth + 1,
+        ));
     }
     let children = collapse(merge_text(children));
     if flattened {
@@ -690,7 +717,7 @@ mod tests {
             &nodes,
             &HashMap::new(),
             &HashMap::new(),
-            &mut |backend, _| {
+            &mut |(_, backend), _| {
                 refs.push(backend);
                 format!("e{backend}")
             },
@@ -722,14 +749,37 @@ mod tests {
             node("1", "RootWebArea", "Inner", &["2"], 10),
             node("2", "button", "Inner", &[], 11),
         ];
-        let frames = HashMap::from([(3, inner)]);
+        // A frame in another process: its node ids (the same numbers) are of its own scope, and
+        // so are the elements that look clickable in it.
+        let other = vec![
+            node("1", "RootWebArea", "Other", &["2", "3"], 1),
+            node("2", "button", "Other", &[], 2),
+            node("3", "generic", "", &[], 3),
+        ];
+        let frames = HashMap::from([
+            (
+                (0, 3),
+                Frame {
+                    scope: 0,
+                    nodes: inner,
+                },
+            ),
+            (
+                (0, 4),
+                Frame {
+                    scope: 1,
+                    nodes: other,
+                },
+            ),
+        ]);
+        let clickable = HashMap::from([((1, 3), Looks::Pointer)]);
         let snapshot = render(
             &nodes,
             &frames,
-            &HashMap::new(),
-            &mut |backend, frame| match frame {
+            &clickable,
+            &mut |(scope, backend), frame| match frame {
                 0 => format!("e{backend}"),
-                frame => format!("f{frame}e{backend}"),
+                frame => format!("f{frame}e{backend}s{scope}"),
             },
         );
         assert_eq!(
@@ -737,8 +787,10 @@ mod tests {
             [
                 "- button \"Outer\" [ref=e2]",
                 "- iframe \"Inner frame\" [ref=e3]:",
-                "  - button \"Inner\" [ref=f1e11]",
-                "- iframe \"Cross-origin\" [ref=e4]",
+                "  - button \"Inner\" [ref=f1e11s0]",
+                "- iframe \"Cross-origin\" [ref=e4]:",
+                "  - button \"Other\" [ref=f2e2s1]",
+                "  - generic [ref=f2e3s1] [cursor=pointer]",
             ]
             .join("\n")
         );
@@ -763,7 +815,7 @@ mod tests {
             &nodes,
             &HashMap::new(),
             &HashMap::new(),
-            &mut |backend, _| format!("e{backend}"),
+            &mut |(_, backend), _| format!("e{backend}"),
         );
         assert_eq!(
             snapshot.yaml,
@@ -795,7 +847,7 @@ mod tests {
             &nodes,
             &HashMap::new(),
             &HashMap::new(),
-            &mut |backend, _| format!("e{backend}"),
+            &mut |(_, backend), _| format!("e{backend}"),
         );
         assert!(snapshot.yaml.len() <= MAX_SNAPSHOT_CHARS);
         assert_eq!(snapshot.total_lines, count);
@@ -822,7 +874,7 @@ mod tests {
             &nodes,
             &HashMap::new(),
             &HashMap::new(),
-            &mut |backend, _| format!("e{backend}"),
+            &mut |(_, backend), _| format!("e{backend}"),
         );
         let lines: Vec<&str> = snapshot.yaml.lines().collect();
         assert_eq!(lines[MAX_REPEATED - 1], "- listitem \"Row 9\" [ref=e109]");

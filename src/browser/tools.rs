@@ -214,7 +214,7 @@ impl Browser {
             "browser_click" => {
                 let reference = string(args, "ref")?;
                 let (node, _) = running.element(reference).await?;
-                let point = running.center(node, reference).await?;
+                let point = running.center(&node, reference).await?;
                 let before = running.marks()?;
                 running
                     .racing(async {
@@ -229,7 +229,7 @@ impl Browser {
             "browser_hover" => {
                 let reference = string(args, "ref")?;
                 let (node, _) = running.element(reference).await?;
-                let point = running.center(node, reference).await?;
+                let point = running.center(&node, reference).await?;
                 let before = running.marks()?;
                 running
                     .racing(running.mouse("mouseMoved", point, 0))
@@ -384,17 +384,20 @@ impl Browser {
         };
         if let Some(reference) = reference {
             let (node, _) = running.element(reference).await?;
-            let _ = running.center(node, reference).await?;
+            let _ = running.center(&node, reference).await?;
             let session_id = running.tab()?.session.clone();
             let model = running
                 .cdp()
                 .call(
-                    Some(&session_id),
+                    Some(&node.session),
                     "DOM.getBoxModel",
-                    json!({"backendNodeId": node}),
+                    json!({"backendNodeId": node.backend}),
                     CALL,
                 )
-                .await?;
+                .await
+                .map_err(|err| running.in_frame(&node.session, err))?;
+            // A node of a frame in another process has its box in that frame's viewport.
+            let (frame_x, frame_y) = running.frame_offset(&node).await?;
             let metrics = running
                 .cdp()
                 .call(Some(&session_id), "Page.getLayoutMetrics", json!({}), CALL)
@@ -415,6 +418,7 @@ impl Browser {
             let top = ys.iter().cloned().fold(f64::MAX, f64::min);
             let width = xs.iter().cloned().fold(f64::MIN, f64::max) - left;
             let height = ys.iter().cloned().fold(f64::MIN, f64::max) - top;
+            let (left, top) = (left + frame_x, top + frame_y);
             let scroll_x = metrics
                 .pointer("/cssVisualViewport/pageX")
                 .and_then(Value::as_f64)
@@ -610,7 +614,8 @@ impl Browser {
     }
 
     async fn upload(&self, running: &mut Running, args: &Value) -> Outcome<String> {
-        let Some(input) = running.events(|events| events.file_chooser)? else {
+        let Some((input_session, input)) = running.events(|events| events.file_chooser.clone())?
+        else {
             return Err(Failure(
                 "No file chooser visible: click the file input first (browser_click), then call \
                  browser_file_upload."
@@ -650,17 +655,18 @@ impl Browser {
         })
         .await
         .map_err(|err| Failure(format!("resolving the paths failed: {err}")))??;
-        let session_id = running.tab()?.session.clone();
         let before = running.marks()?;
+        // The input's own renderer: the tab's, or that of the frame (in another process) it is in.
         running
             .cdp()
             .call(
-                Some(&session_id),
+                Some(&input_session),
                 "DOM.setFileInputFiles",
                 json!({"files": files, "backendNodeId": input}),
                 CALL,
             )
-            .await?;
+            .await
+            .map_err(|err| running.in_frame(&input_session, err))?;
         running.events(|events| events.file_chooser = None)?;
         running.settle(before).await?;
         Ok(format!("Chose {} file(s) in the file chooser", files.len()))
@@ -872,9 +878,9 @@ async fn type_text(running: &mut Running, args: &Value) -> Outcome<String> {
     }
     let submit = args.get("submit").and_then(Value::as_bool).unwrap_or(false);
     let slowly = args.get("slowly").and_then(Value::as_bool).unwrap_or(false);
-    let (_, object) = running.element(reference).await?;
+    let (node, object) = running.element(reference).await?;
     let refused = running
-        .call_on(&object, FOCUS_FOR_TYPING, json!([!slowly]))
+        .call_on(&node.session, &object, FOCUS_FOR_TYPING, json!([!slowly]))
         .await?;
     if let Some(reason) = refused.as_str().filter(|reason| !reason.is_empty()) {
         return Err(Failure(format!(
@@ -943,10 +949,10 @@ async fn select_option(running: &mut Running, args: &Value) -> Outcome<String> {
         .and_then(Value::as_array)
         .map(|list| list.iter().filter_map(Value::as_str).collect())
         .ok_or_else(|| Failure("values must be a list of option values".into()))?;
-    let (_, object) = running.element(reference).await?;
+    let (node, object) = running.element(reference).await?;
     let before = running.marks()?;
     let outcome = running
-        .racing(running.call_on(&object, SELECT_OPTIONS, json!([values])))
+        .racing(running.call_on(&node.session, &object, SELECT_OPTIONS, json!([values])))
         .await?
         .unwrap_or(Value::Null);
     if let Some(error) = outcome.get("error").and_then(Value::as_str) {
@@ -967,8 +973,8 @@ async fn drag(running: &mut Running, args: &Value) -> Outcome<String> {
     let end_ref = string(args, "endRef")?;
     let (start_node, _) = running.element(start_ref).await?;
     let (end_node, _) = running.element(end_ref).await?;
-    let start = running.center(start_node, start_ref).await?;
-    let end = running.center(end_node, end_ref).await?;
+    let start = running.center(&start_node, start_ref).await?;
+    let end = running.center(&end_node, end_ref).await?;
     let session_id = running.tab()?.session.clone();
     let cdp = running.cdp().clone();
     let before = running.marks()?;

@@ -484,6 +484,68 @@ def test_same_origin_iframe_content_is_in_the_snapshot_and_its_refs_act(browser,
     assert "refs look like e12" in failed(browser.browser_click("nothing", "fe3"))
 
 
+@pytest.mark.parametrize("executable", ["/usr/bin/chromium", "chromium"])
+def test_cross_origin_iframe_content_is_in_the_snapshot_and_its_refs_act(tmp_path, site, executable):
+    # Chromium (with site isolation) runs a frame of another site in another renderer process, reached
+    # through a session of its own; the headless shell (the default "chromium" when headless) keeps it
+    # in the page's process. Both show and act alike.
+    if executable.startswith("/") and not os.path.exists(executable):
+        pytest.skip(f"{executable} is not installed")
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    (workspace / "notes.txt").write_text("hello")
+    server = Boxd(workspace, "--tools", "browser", "--browser-headless", "--browser-executable", executable)
+    try:
+        with server.client() as client:
+            browser = BrowserSandbox.__new__(BrowserSandbox)
+            browser.call_tool = client.call_tool
+            page = ok(browser.browser_navigate(f"{site}/frames-cross.html"))
+            assert re.search(r'^- iframe "Cross frame" \[ref=e\d+\]:$', page, re.M), page
+            field = re.search(r'^  - textbox "Cross field" \[ref=(f1e\d+)\]$', page, re.M)
+            button = re.search(r'^  - button "Cross" \[ref=(f1e\d+)\]$', page, re.M)
+            pick = re.search(r'^  - combobox "Cross pick" \[ref=(f1e\d+)\]', page, re.M)
+            upload = re.search(r'^  - button "Cross upload" \[ref=(f1e\d+)\]', page, re.M)
+            assert field and button and pick and upload, page
+            assert "Cross idle" in page and "Outer idle" in page
+            # The frame in the frame (back on the page's site) is nested under its own iframe line.
+            assert re.search(r'^  - iframe "Nested frame" \[ref=f1e\d+\]:\n(    .*\n)*    - button "Inner" '
+                             r'\[ref=f2e\d+\]', page, re.M), page
+            nested = re.search(r'^    - button "Inner" \[ref=(f2e\d+)\]$', page, re.M).group(1)
+
+            ok(browser.browser_type("Cross field", field.group(1), "hi"))
+            after = ok(browser.browser_click("Cross button", button.group(1)))
+            assert "Cross says: hi" in after
+            # Refs stay valid across actions while their element exists.
+            assert f'- button "Cross" [ref={button.group(1)}]' in after
+            assert "Cross picked: b" in ok(browser.browser_select_option("Cross pick", pick.group(1), ["b"]))
+            ok(browser.browser_hover("Cross button", button.group(1)))
+            shot = browser.browser_take_screenshot(element="Cross button", ref=button.group(1))
+            assert shot["isError"] is False, shot
+            chooser = ok(browser.browser_click("Cross upload", upload.group(1)))
+            assert "[File chooser]" in chooser
+            assert "Cross files: notes.txt" in ok(browser.browser_file_upload([str(workspace / "notes.txt")]))
+            # The nested frame's own refs act, and the page's own refs still act beside the frames'.
+            assert "Inner idle" in after
+            ok(browser.browser_type("Inner field", re.search(
+                r'^    - textbox "Inner field" \[ref=(f2e\d+)\]$', after, re.M).group(1), "deep"))
+            assert "Inner says: deep" in ok(browser.browser_click("Inner button", nested))
+            assert "Outer clicked" in ok(browser.browser_click("Outer", ref(after, "button", "Outer")))
+            # The frame goes to another page (back on the page's site): its old refs get "take a new
+            # snapshot", never a 500 or a hang, and the new page shows under the same iframe line.
+            leave = re.search(r'^  - link "Leave" \[ref=(f1e\d+)\]', after, re.M).group(1)
+            ok(browser.browser_click("Leave", leave))
+            for _ in range(20):
+                moved = ok(browser.browser_snapshot())
+                if re.search(r'^  - heading "Second page"', moved, re.M):
+                    break
+                time.sleep(0.1)
+            assert re.search(r'^- iframe "Cross frame" \[ref=e\d+\]:\n  - heading "Second page"', moved, re.M), moved
+            stale = failed(browser.browser_click("Cross button", button.group(1)))
+            assert "new snapshot" in stale, stale
+    finally:
+        server.stop()
+
+
 def test_navigation_settles_by_observation_not_a_fixed_quiet_window(browser, site):
     # A request the page sends after its load event is waited for: its answer is in the snapshot.
     started = time.monotonic()
