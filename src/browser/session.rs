@@ -471,8 +471,9 @@ impl Running {
     }
 
     /// The modal state lines (an open dialog, a file chooser), empty when there is none.
+    /// A dialog another tab shows is listed too: its page is blocked until it is answered there.
     pub fn modal_lines(&self) -> Outcome<Vec<String>> {
-        self.events(|events| {
+        let mut lines = self.events(|events| {
             let mut lines = Vec::new();
             if let Some(dialog) = &events.dialog {
                 lines.push(format!(
@@ -487,7 +488,26 @@ impl Running {
                 );
             }
             lines
-        })
+        })?;
+        for (index, tab) in self.tabs.iter().enumerate() {
+            if index == self.current {
+                continue;
+            }
+            if let Some(dialog) = self
+                .cdp()
+                .events
+                .with(&tab.session, |events| events.dialog.clone())
+            {
+                lines.push(format!(
+                    "- [\"{}\" dialog with message {}] in tab {}: select it (browser_tab_select) \
+                     to handle it with the \"browser_handle_dialog\" tool",
+                    dialog.kind,
+                    serde_json::to_string(&dialog.message).unwrap_or_default(),
+                    index + 1
+                ));
+            }
+        }
+        Ok(lines)
     }
 
     /// The current page's URL and title, and (when `with_snapshot`) its accessibility snapshot as

@@ -310,11 +310,16 @@ impl Browser {
             }
             "browser_handle_dialog" => {
                 let Some(dialog) = running.events(|events| events.dialog.clone())? else {
-                    return Err(Failure(
-                        "No dialog visible: browser_handle_dialog answers a dialog the page opened \
-                         (alert, confirm, prompt, beforeunload)."
-                            .into(),
-                    ));
+                    let mut refusal =
+                        "No dialog visible: browser_handle_dialog answers a dialog the \
+                                       page opened (alert, confirm, prompt, beforeunload)."
+                            .to_owned();
+                    let elsewhere = running.modal_lines()?;
+                    if !elsewhere.is_empty() {
+                        refusal.push_str("\n### Modal state\n");
+                        refusal.push_str(&elsewhere.join("\n"));
+                    }
+                    return Err(Failure(refusal));
                 };
                 let accept = args.get("accept").and_then(Value::as_bool).ok_or_else(|| {
                     Failure(

@@ -169,7 +169,10 @@ def test_dialogs_never_hang_and_are_answered(browser, site):
     # A dialog left open in one tab holds up no other tab: boxd sends the blocked tab no frames.
     assert '"alert" dialog' in ok(browser.browser_navigate(f"{site}/alert-on-load.html"))
     started = time.monotonic()
-    ok(browser.browser_tab_new(f"{site}/page2.html"))
+    opened = ok(browser.browser_tab_new(f"{site}/page2.html"))
+    # The other tab's dialog is said, and where to answer it.
+    assert '"alert" dialog with message "loaded"] in tab 1' in opened, opened
+    assert "in tab 1" in failed(browser.browser_handle_dialog(accept=True))
     for _ in range(3):
         shot = browser.browser_take_screenshot()
         assert shot["isError"] is False, shot
