@@ -38,8 +38,8 @@ REPORT = b"name,value\nanswer,42\n"
 
 class QuietHandler(http.server.SimpleHTTPRequestHandler):
     """The pages of tests/browser, plus `slow?ms=N` (a text answered after N ms, at most 2 s; `hang?ms=N`
-    at most 8 s) and
-    `attachment` (a CSV file sent as a download)."""
+    at most 8 s), `stall` (a no-store answer whose body stops after 10 bytes, for 8 s) and `attachment`
+    (a CSV file sent as a download)."""
 
     def log_message(self, *args):
         pass
@@ -53,6 +53,19 @@ class QuietHandler(http.server.SimpleHTTPRequestHandler):
                                    .get("ms", "0")), cap)
             time.sleep(milliseconds / 1000)
             self.answer(b"slow data", "text/plain")
+        elif path == "/stall":
+            # A no-store answer whose body starts and then stalls (for at most 8 s).
+            self.send_response(200)
+            self.send_header("Content-Type", "application/octet-stream")
+            self.send_header("Cache-Control", "no-store")
+            self.send_header("Content-Length", "1000000")
+            self.end_headers()
+            try:
+                self.wfile.write(b"x" * 10)
+                self.wfile.flush()
+                time.sleep(8)
+            except OSError:
+                pass
         elif path == "/attachment":
             self.answer(REPORT, "text/csv", {"Content-Disposition": 'attachment; filename="report.csv"'})
         else:
@@ -580,6 +593,17 @@ def test_a_page_whose_load_never_fires_is_answered_within_one_cap(browser, site)
     # The page works meanwhile, and an action is not held by the load it did not start.
     started = time.monotonic()
     assert "Clicked" in ok(browser.browser_click("Click", ref(page, "button", "Click")))
+    assert time.monotonic() - started < 1.5
+
+
+def test_an_unread_no_store_response_never_wedges_a_call(browser, site):
+    started = time.monotonic()
+    page = ok(browser.browser_navigate(f"{site}/no-store.html"))
+    assert time.monotonic() - started < 4.5
+    assert "Headers: 200" in page, page
+    started = time.monotonic()
+    assert "Clicked" in ok(browser.browser_click("Click", ref(page, "button", "Click")))
+    assert "Unread no-store response" in ok(browser.browser_snapshot())
     assert time.monotonic() - started < 1.5
 
 
