@@ -496,7 +496,7 @@ impl Browser {
         data: Vec<u8>,
     ) -> Outcome<String> {
         let name = match requested {
-            Some(requested) => safe_name(requested, extension),
+            Some(requested) => saved_name(requested, extension),
             None => format!(
                 "page-{}.{extension}",
                 chrono::Utc::now().format("%Y-%m-%dT%H-%M-%S-%3fZ")
@@ -1118,6 +1118,26 @@ fn tab_index(running: &Running, index: Option<&Value>) -> Outcome<usize> {
     Ok(index as usize - 1)
 }
 
+/// The name a screenshot or PDF is saved under in the workspace: the requested one, cleaned, given
+/// the file's extension unless it already ends in one of its kind, so that a name such as `main.py`
+/// never replaces a workspace file with an image (it becomes `main.py.jpeg`).
+fn saved_name(requested: &str, extension: &str) -> String {
+    let mut name = safe_name(requested, extension);
+    let kind: &[&str] = if extension == "pdf" {
+        &["pdf"]
+    } else {
+        &["jpeg", "jpg", "png"]
+    };
+    let own = name
+        .rsplit_once('.')
+        .is_some_and(|(_, last)| kind.iter().any(|ext| last.eq_ignore_ascii_case(ext)));
+    if !own {
+        name.push('.');
+        name.push_str(extension);
+    }
+    name
+}
+
 fn safe_name(requested: &str, extension: &str) -> String {
     let last = requested.rsplit(['/', '\\']).next().unwrap_or_default();
     let mut name: String = last
@@ -1437,6 +1457,10 @@ mod tests {
         assert_eq!(definitions().len(), 23);
         assert_eq!(safe_name("../../etc/passwd", "png"), "passwd.png");
         assert_eq!(safe_name("shot.jpeg", "jpeg"), "shot.jpeg");
+        assert_eq!(saved_name("shot.PNG", "jpeg"), "shot.PNG");
+        assert_eq!(saved_name("main.py", "jpeg"), "main.py.jpeg");
+        assert_eq!(saved_name("report.png", "pdf"), "report.png.pdf");
+        assert_eq!(saved_name("report", "pdf"), "report.pdf");
         assert!(safe_name("..", "pdf").ends_with(".pdf"));
         assert_eq!(safe_name("a b:c", "png"), "a-b-c.png");
         assert!(!safe_name(".hidden", "png").starts_with('.'));

@@ -257,6 +257,12 @@ def test_screenshot_pdf_and_resize(browser, boxd, site):
     pdfs = list(boxd.workspace.glob("page-*.pdf"))
     assert len(pdfs) == 1 and pdfs[0].read_bytes()[:4] == b"%PDF"
 
+    # A name that is not an image's or a PDF's never replaces a workspace file.
+    (boxd.workspace / "main.py").write_text("print('kept')\n")
+    assert "main.py.jpeg" in ok(browser.browser_take_screenshot(filename="main.py"))
+    assert "main.py.pdf" in ok(browser.browser_pdf_save(filename="main.py"))
+    assert (boxd.workspace / "main.py").read_text() == "print('kept')\n"
+
 
 def test_wait_keys_hover_history_console_network(browser, site):
     page = ok(browser.browser_navigate(f"{site}/form.html"))
