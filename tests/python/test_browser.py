@@ -355,6 +355,40 @@ def test_a_crashed_browser_is_relaunched_and_said_so(browser, boxd, site):
     assert not [profile for profile in pathlib.Path(tempfile.gettempdir()).glob(f"boxd-browser-{boxd.proc.pid}-*")]
 
 
+def browser_processes(parent):
+    """The pids of Chromium's processes under `parent`."""
+    children, names = {}, {}
+    for entry in pathlib.Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        names[int(entry.name)] = stat[stat.index("(") + 1:stat.rindex(")")]
+        children.setdefault(int(stat[stat.rindex(")") + 2:].split()[1]), []).append(int(entry.name))
+    found, stack = [], list(children.get(parent, []))
+    for _ in range(10_000):
+        if not stack:
+            break
+        pid = stack.pop()
+        stack.extend(children.get(pid, []))
+        if "chrom" in names.get(pid, ""):
+            found.append(pid)
+    return found
+
+
+def test_chromium_starts_with_the_first_call_and_stops_with_browser_close(browser, boxd, site):
+    assert browser_processes(boxd.proc.pid) == []
+    ok(browser.browser_navigate(f"{site}/page2.html"))
+    assert browser_processes(boxd.proc.pid)
+    ok(browser.browser_close())
+    deadline = time.monotonic() + 5
+    while browser_processes(boxd.proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert browser_processes(boxd.proc.pid) == []
+
+
 def test_profiles_a_killed_boxd_left_behind_are_removed(browser, site):
     # No process has this PID (it is above Linux's largest): a boxd that was killed with its browser.
     stale = pathlib.Path(tempfile.gettempdir()) / "boxd-browser-999999999-0"
