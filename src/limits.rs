@@ -312,9 +312,21 @@ pub fn table(args: &ServeArgs) -> Vec<Limit> {
         ),
         limit(
             "browser",
-            "same-origin iframes walked by one snapshot",
+            "iframes walked by one snapshot (same- and cross-origin)",
             count(crate::browser::MAX_FRAMES),
             "later frames' `iframe` lines stay empty",
+        ),
+        limit(
+            "browser",
+            "out-of-process frames attached at once (all tabs)",
+            count(crate::browser::MAX_CHILD_FRAMES),
+            "later ones are not walked",
+        ),
+        limit(
+            "browser",
+            "the wait of one navigation for `load` and settling together",
+            seconds(crate::browser::SETTLE_CAP),
+            "the answer comes with the page as it is",
         ),
         limit(
             "browser",

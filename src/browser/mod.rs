@@ -15,7 +15,7 @@ mod snapshot;
 mod tools;
 mod warm;
 
-pub use events::MAX_LOG_ENTRIES;
+pub use events::{MAX_CHILD_FRAMES, MAX_LOG_ENTRIES};
 pub use family::family;
 pub use session::{
     CALL as CDP_CALL_TIMEOUT, MAX_FRAMES, SETTLE_CAP, SLOW_CALL as CDP_SLOW_CALL_TIMEOUT,
