@@ -5,13 +5,16 @@ use std::collections::BTreeMap;
 use git2::{Diff, ErrorClass, ErrorCode, Patch};
 
 /// libgit2's error for a work-tree file that is gone when its content is read (ENOENT / ENOTDIR on
-/// open), or whose size changed between the stat and the read.
+/// open), or whose size changed between the stat and the read (a file rewritten in place, caught
+/// truncated, reads short while it is hashed for the status walk).
 pub fn vanished(err: &git2::Error) -> bool {
     matches!(
         (err.code(), err.class()),
         (ErrorCode::NotFound, ErrorClass::Os)
     ) || (err.class() == ErrorClass::Filesystem
         && err.message().contains("changed before we could read"))
+        || (err.class() == ErrorClass::Os
+            && err.message().starts_with("error reading file for hashing"))
 }
 
 /// A single file's diff beyond this is cut with a marker: the JSON answer must stay bounded.
@@ -120,6 +123,19 @@ pub fn render(diff: &Diff<'_>, budget: usize) -> Result<Rendered, git2::Error> {
 #[cfg(test)]
 mod tests {
     use super::render;
+
+    #[test]
+    fn a_file_that_reads_short_while_hashed_counts_as_changed_under_the_walk() {
+        use git2::{Error, ErrorClass, ErrorCode};
+        let short = Error::new(
+            ErrorCode::GenericError,
+            ErrorClass::Os,
+            "error reading file for hashing: ",
+        );
+        assert!(super::vanished(&short));
+        let other = Error::new(ErrorCode::GenericError, ErrorClass::Os, "permission denied");
+        assert!(!super::vanished(&other));
+    }
 
     /// A diff of `files` (name, content) added to an empty repository.
     fn rendered(files: &[(&str, String)], budget: usize) -> super::Rendered {
