@@ -106,13 +106,22 @@ fn readyz(families: &Families, detailed: bool) -> Response {
 pub async fn reject_unread_body(err: ApiError, body: Body) -> Response {
     const DRAIN_LIMIT: usize = 1024 * 1024;
     let drained = axum::body::to_bytes(body, DRAIN_LIMIT).await.is_ok();
-    let mut response = err.into_response();
-    if !drained {
-        response.headers_mut().insert(
-            axum::http::header::CONNECTION,
-            axum::http::HeaderValue::from_static("close"),
-        );
+    let response = err.into_response();
+    if drained {
+        response
+    } else {
+        closing_connection(response)
     }
+}
+
+/// `response` with `Connection: close`: the request's body was left partly unread (a refusal or a
+/// failure mid-upload), so the connection cannot carry another request, and a client told so opens a
+/// new one instead of sending its next request into a connection the server is dropping.
+pub fn closing_connection(mut response: Response) -> Response {
+    response.headers_mut().insert(
+        axum::http::header::CONNECTION,
+        axum::http::HeaderValue::from_static("close"),
+    );
     response
 }
 

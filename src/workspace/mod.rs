@@ -222,8 +222,12 @@ async fn write_file(
         Ok(prepared) => prepared,
         Err(err) => return crate::http::reject_unread_body(err, body).await,
     };
+    let staged = match upload::stage(&parent, body.into_data_stream(), &query.path).await {
+        Ok(staged) => staged,
+        // A write that failed mid-body (a full disk) left the rest of it unread.
+        Err(err) => return crate::http::closing_connection(err.into_response()),
+    };
     let written = async {
-        let staged = upload::stage(&parent, body.into_data_stream(), &query.path).await?;
         blocking(move || {
             staged
                 .persist(&target.real)
@@ -256,15 +260,8 @@ async fn batch_write(
     };
     let (paths, files) = match receive_parts(workspace.real_root(), multipart).await {
         Ok(parts) => parts,
-        Err(err) => {
-            // The rest of the body is unread: no client may reuse this connection.
-            let mut response = err.into_response();
-            response.headers_mut().insert(
-                header::CONNECTION,
-                axum::http::HeaderValue::from_static("close"),
-            );
-            return response;
-        }
+        // The rest of the body is unread: no client may reuse this connection.
+        Err(err) => return crate::http::closing_connection(err.into_response()),
     };
     place_parts(workspace, paths, files).await.into_response()
 }

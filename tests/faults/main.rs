@@ -412,8 +412,15 @@ async fn full_disk_during_an_upload_answers_507_and_keeps_the_old_file() {
 
     let response = put(vec![b'x'; 16 * 1024 * 1024]).await.unwrap();
     let status = response.status().as_u16();
+    // The rest of the body was not read: the client is told not to reuse the connection (reusing it
+    // failed the next request with "connection closed before message completed").
+    let connection = response.headers().get(reqwest::header::CONNECTION).cloned();
     let body = response.text().await.unwrap();
     assert_eq!(status, 507, "{body}");
+    assert_eq!(
+        connection.as_ref().and_then(|v| v.to_str().ok()),
+        Some("close")
+    );
     assert!(body.to_lowercase().contains("space"), "{body}");
     let kept = server
         .get("/workspace/file?path=notes.txt")
