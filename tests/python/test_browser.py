@@ -356,26 +356,27 @@ def test_a_crashed_browser_is_relaunched_and_said_so(browser, boxd, site):
 
 
 def browser_processes(parent):
-    """The pids of Chromium's processes under `parent`."""
-    children, names = {}, {}
-    for entry in pathlib.Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        names[int(entry.name)] = stat[stat.index("(") + 1:stat.rindex(")")]
-        children.setdefault(int(stat[stat.rindex(")") + 2:].split()[1]), []).append(int(entry.name))
-    found, stack = [], list(children.get(parent, []))
+    """The pids of Chromium's processes under `parent` (children of any of its threads)."""
+    found, stack = [], [parent]
     for _ in range(10_000):
         if not stack:
             break
         pid = stack.pop()
-        stack.extend(children.get(pid, []))
-        if "chrom" in names.get(pid, ""):
-            found.append(pid)
+        for children in pathlib.Path(f"/proc/{pid}/task").glob("*/children"):
+            try:
+                pids = [int(child) for child in children.read_text().split()]
+            except OSError:
+                continue
+            stack.extend(pids)
+            found.extend(child for child in pids if "chrom" in read_or_empty(f"/proc/{child}/comm"))
     return found
+
+
+def read_or_empty(path):
+    try:
+        return pathlib.Path(path).read_text()
+    except OSError:
+        return ""
 
 
 def test_chromium_starts_with_the_first_call_and_stops_with_browser_close(browser, boxd, site):
