@@ -314,7 +314,7 @@ pub fn table(args: &ServeArgs) -> Vec<Limit> {
             "browser",
             "iframes walked by one snapshot (same- and cross-origin)",
             count(crate::browser::MAX_FRAMES),
-            "later frames' `iframe` lines stay empty",
+            "later frames' `iframe` lines stay empty, and the answer says so",
         ),
         limit(
             "browser",

@@ -586,6 +586,7 @@ impl Running {
             scopes: frames.scopes,
             clickable: frames.clickable,
             frames: frames.frames,
+            frames_cut: frames.cut,
         })
     }
 
@@ -611,6 +612,13 @@ impl Running {
             },
         );
         let mut text = format!("- Page Snapshot\n```yaml\n{}\n```", rendered.yaml);
+        if parts.frames_cut {
+            text.push_str(&format!(
+                "\n- Frames cut: the page has more than {MAX_FRAMES} frames; the contents of \
+                 {MAX_FRAMES} are shown, the other iframe lines are empty. Navigate to a frame's own \
+                 address to see its content."
+            ));
+        }
         if rendered.cut_lines > 0 {
             text.push_str(&format!(
                 "\n- Snapshot cut: {} of {} lines shown (the first {MAX_SNAPSHOT_CHARS} characters, \
@@ -636,6 +644,7 @@ impl Running {
             scopes: vec![(session.to_owned(), None)],
             frames: HashMap::new(),
             clickable: HashMap::new(),
+            cut: false,
         };
         let mut trees = vec![
             cdp.call(Some(session), "Page.getFrameTree", json!({}), CALL)
@@ -654,6 +663,7 @@ impl Running {
                 .unwrap_or_default();
             while let Some(child) = pending.pop() {
                 if visited >= MAX_FRAMES {
+                    walk.cut = true;
                     break;
                 }
                 visited += 1;
@@ -688,6 +698,7 @@ impl Running {
             // The frames in other processes that this renderer hosts: each is a scope of its own.
             for (child, frame) in others.iter().filter(|(_, frame)| frame.parent == here) {
                 if visited >= MAX_FRAMES {
+                    walk.cut = true;
                     break;
                 }
                 visited += 1;
@@ -1266,6 +1277,8 @@ struct ChildTrees {
     scopes: Scopes,
     frames: HashMap<NodeKey, snapshot::Frame>,
     clickable: HashMap<NodeKey, snapshot::Looks>,
+    /// Frames were left unwalked past [`MAX_FRAMES`]: the answer says so.
+    cut: bool,
 }
 
 struct SnapshotParts {
@@ -1275,6 +1288,8 @@ struct SnapshotParts {
     scopes: Scopes,
     clickable: HashMap<NodeKey, snapshot::Looks>,
     frames: HashMap<NodeKey, snapshot::Frame>,
+    /// More frames than [`MAX_FRAMES`]: the later ones' `iframe` lines are empty.
+    frames_cut: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -541,6 +541,12 @@ def test_same_origin_iframe_content_is_in_the_snapshot_and_its_refs_act(browser,
     assert "refs look like e12" in failed(browser.browser_click("nothing", "fe3"))
 
 
+def test_frames_past_the_bound_are_said_to_be_cut(browser, site):
+    page = ok(browser.browser_navigate(f"{site}/many-frames.html"))
+    assert len(re.findall(r'- button "Button \d+"', page)) == 16, page
+    assert "- Frames cut: the page has more than 16 frames" in page
+
+
 @pytest.mark.parametrize("executable", ["/usr/bin/chromium", "chromium"])
 def test_cross_origin_iframe_content_is_in_the_snapshot_and_its_refs_act(tmp_path, site, executable):
     # Chromium (with site isolation) runs a frame of another site in another renderer process, reached
