@@ -15,13 +15,14 @@ import os
 import pathlib
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 
-from family_bench import OUT, ROOT, Boxd, timed
+from family_bench import OUT, ROOT, Boxd, samples
 
 REFERENCE = OUT / "reference-browser" / "node_modules" / "@playwright" / "mcp" / "cli.js"
 PAGES = ROOT / "tests" / "browser"
@@ -111,27 +112,55 @@ def ref(answer, role, name):
     return match.group(1)
 
 
-def workload(server, site):
-    page = f"{site}/form.html"
-    results = {}
-    started = time.perf_counter()
-    first = tool(server, "browser_navigate", {"url": page})
-    results["first_navigate"] = {"ms": (time.perf_counter() - started) * 1000}
-    if "Test form" not in first:
-        raise RuntimeError(f"unexpected first page:\n{first[:2000]}")
+# Each row is measured in this many alternating rounds of the two servers, so a slow or fast spell of the
+# machine falls on both sides instead of on whichever ran in it.
+ROUNDS = 3
 
-    def navigate_and_snapshot():
+
+def interleaved(servers, call, count, budget_seconds):
+    """p50/p95 per server of `call(server)`, `count` calls each, in alternating rounds."""
+    taken = {name: [] for name in servers}
+    for _ in range(ROUNDS):
+        for name, server in servers.items():
+            taken[name].extend(samples(lambda: call(server), max(1, count // ROUNDS), budget_seconds / ROUNDS))
+    rows = {}
+    for name, values in taken.items():
+        values.sort()
+        rows[name] = {"p50_ms": statistics.median(values) * 1000,
+                      "p95_ms": values[min(len(values) - 1, int(len(values) * 0.95))] * 1000, "n": len(values)}
+    return rows
+
+
+def workload(servers, site):
+    """Every row for both servers (name -> server): results[name][row]."""
+    page = f"{site}/form.html"
+    results = {name: {} for name in servers}
+    for name, server in servers.items():
+        started = time.perf_counter()
+        first = tool(server, "browser_navigate", {"url": page})
+        results[name]["first_navigate"] = {"ms": (time.perf_counter() - started) * 1000}
+        if "Test form" not in first:
+            raise RuntimeError(f"unexpected first page on {name}:\n{first[:2000]}")
+
+    def navigate_and_snapshot(server):
         tool(server, "browser_navigate", {"url": page})
         tool(server, "browser_snapshot", {})
 
-    results["navigate+snapshot"] = timed(navigate_and_snapshot, 30, 60)
-    results["snapshot"] = timed(lambda: tool(server, "browser_snapshot", {}), 30, 60)
-    snapshot = tool(server, "browser_snapshot", {})
-    show, name = ref(snapshot, "button", "Show"), ref(snapshot, "textbox", "Name")
-    results["click"] = timed(lambda: tool(server, "browser_click", {"element": "Show button", "ref": show}), 30, 60)
-    results["type"] = timed(lambda: tool(server, 
-        "browser_type", {"element": "Name field", "ref": name, "text": "hello"}), 30, 60)
-    results["take_screenshot"] = timed(lambda: tool(server, "browser_take_screenshot", {}), 15, 60)
+    def row(label, call, count, budget):
+        for name, figures in interleaved(servers, call, count, budget).items():
+            results[name][label] = figures
+
+    row("navigate+snapshot", navigate_and_snapshot, 30, 60)
+    row("snapshot", lambda server: tool(server, "browser_snapshot", {}), 30, 60)
+    refs = {}
+    for name, server in servers.items():
+        snapshot = tool(server, "browser_snapshot", {})
+        refs[id(server)] = (ref(snapshot, "button", "Show"), ref(snapshot, "textbox", "Name"))
+    row("click", lambda server: tool(server, "browser_click",
+                                     {"element": "Show button", "ref": refs[id(server)][0]}), 30, 60)
+    row("type", lambda server: tool(server, "browser_type",
+                                    {"element": "Name field", "ref": refs[id(server)][1], "text": "hello"}), 30, 60)
+    row("take_screenshot", lambda server: tool(server, "browser_take_screenshot", {}), 15, 60)
     return results
 
 
@@ -203,8 +232,8 @@ def run(args):
             "command": "node", "args": [str(REFERENCE), "--config", str(config)],
             "env": {"PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD": "1"}}}}})
         results["memory"]["reference_before"] = memory(host.proc.pid)
+        results.update(workload({"reference": host, "boxd": native}, site))
         for name, server in (("reference", host), ("boxd", native)):
-            results[name] = workload(server, site)
             results["memory"][f"{name}_after"] = memory(server.proc.pid)
     finally:
         for process in (native, host):
