@@ -91,6 +91,17 @@ pub struct Dialog {
     pub message: String,
 }
 
+impl Dialog {
+    /// How the modal state names it: `"alert" dialog with message "Hello"`.
+    pub fn label(&self) -> String {
+        format!(
+            "\"{}\" dialog with message {}",
+            self.kind,
+            serde_json::to_string(&self.message).unwrap_or_default()
+        )
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Request {
     pub id: String,

@@ -477,9 +477,8 @@ impl Running {
             let mut lines = Vec::new();
             if let Some(dialog) = &events.dialog {
                 lines.push(format!(
-                    "- [\"{}\" dialog with message {}]: can be handled by the \"browser_handle_dialog\" tool",
-                    dialog.kind,
-                    serde_json::to_string(&dialog.message).unwrap_or_default()
+                    "- [{}]: can be handled by the \"browser_handle_dialog\" tool",
+                    dialog.label()
                 ));
             }
             if events.file_chooser.is_some() {
@@ -499,10 +498,9 @@ impl Running {
                 .with(&tab.session, |events| events.dialog.clone())
             {
                 lines.push(format!(
-                    "- [\"{}\" dialog with message {}] in tab {}: select it (browser_tab_select) \
-                     to handle it with the \"browser_handle_dialog\" tool",
-                    dialog.kind,
-                    serde_json::to_string(&dialog.message).unwrap_or_default(),
+                    "- [{}] in tab {}: select it (browser_tab_select) to handle it with the \
+                     \"browser_handle_dialog\" tool",
+                    dialog.label(),
                     index + 1
                 ));
             }

@@ -17,7 +17,9 @@ use super::family::DOWNLOADS;
 use super::frames::FramePump;
 use super::keys;
 use super::launch::Options;
-use super::session::{CALL, Failure, NO_PAGE, Outcome, Running, SETTLE_CAP, SLOW_CALL, Session};
+use super::session::{
+    CALL, Failure, NO_PAGE, Outcome, Running, SETTLE_CAP, SLOW_CALL, Session, bounds,
+};
 use crate::error::ApiResult;
 use crate::filesystem::AllowedDirs;
 use crate::tools::{CallToolResult, ContentItem, Tool};
@@ -407,22 +409,15 @@ impl Browser {
                 .cdp()
                 .call(Some(&session_id), "Page.getLayoutMetrics", json!({}), CALL)
                 .await?;
-            let border: Vec<f64> = model
+            let (left, top, right, bottom) = model
                 .pointer("/model/border")
-                .and_then(Value::as_array)
-                .map(|list| list.iter().filter_map(Value::as_f64).collect())
-                .unwrap_or_default();
-            if border.len() != 8 {
-                return Err(Failure(format!(
-                    "The element of ref {reference} has no box to capture."
-                )));
-            }
-            let xs = [border[0], border[2], border[4], border[6]];
-            let ys = [border[1], border[3], border[5], border[7]];
-            let left = xs.iter().cloned().fold(f64::MAX, f64::min);
-            let top = ys.iter().cloned().fold(f64::MAX, f64::min);
-            let width = xs.iter().cloned().fold(f64::MIN, f64::max) - left;
-            let height = ys.iter().cloned().fold(f64::MIN, f64::max) - top;
+                .and_then(bounds)
+                .ok_or_else(|| {
+                    Failure(format!(
+                        "The element of ref {reference} has no box to capture."
+                    ))
+                })?;
+            let (width, height) = (right - left, bottom - top);
             let (left, top) = (left + frame_x, top + frame_y);
             let scroll_x = metrics
                 .pointer("/cssVisualViewport/pageX")
