@@ -7,7 +7,6 @@ mod family;
 pub use family::family;
 
 mod allowed;
-mod args;
 mod edit;
 mod line_diff;
 mod node_error;
@@ -25,7 +24,7 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-use crate::tools::{CallToolResult, ContentItem, Tool};
+use crate::tools::{BadArguments, CallToolResult, ContentItem, Tool, ToolError, ToolSpec};
 use crate::workspace::OpenError;
 use node_error::{Syscall, describe};
 
@@ -277,38 +276,31 @@ where
     A: DeserializeOwned + Send + 'static,
 {
     let allowed = Arc::clone(allowed);
-    let checked_schema = Arc::new(schema.clone());
-    Tool::new(GROUP, name, description, schema, move |arguments| {
-        let allowed = Arc::clone(&allowed);
-        let schema = Arc::clone(&checked_schema);
-        async move {
-            let outcome = match args::parse::<A>(name, &schema, arguments) {
-                Ok(parsed) => {
-                    let running = tokio::task::spawn_blocking(move || work(&allowed, parsed));
-                    match tokio::time::timeout_at(deadline.after_now().instant(), running).await {
-                        Ok(joined) => {
-                            joined.unwrap_or_else(|err| Err(format!("{name} failed: {err}")))
-                        }
-                        Err(_) => {
-                            tracing::warn!(tool = name, "filesystem tool over its deadline");
-                            Err(format!(
-                                "{name} did not finish within {:?} (the filesystem is too slow or the \
-                                 tree too large); it may still complete in the background",
-                                deadline.0
-                            ))
-                        }
+    ToolSpec::new(GROUP, name, description.to_owned(), schema)
+        .bad_arguments(BadArguments::ZodIssues)
+        .error_prefix("Error: ")
+        .handler(move |arguments: A, _| {
+            let allowed = Arc::clone(&allowed);
+            async move {
+                let running = tokio::task::spawn_blocking(move || work(&allowed, arguments));
+                let outcome = match tokio::time::timeout_at(deadline.after_now().instant(), running)
+                    .await
+                {
+                    Ok(joined) => joined.unwrap_or_else(|err| Err(format!("{name} failed: {err}"))),
+                    Err(_) => {
+                        tracing::warn!(tool = name, "filesystem tool over its deadline");
+                        Err(format!(
+                            "{name} did not finish within {:?} (the filesystem is too slow or the \
+                             tree too large); it may still complete in the background",
+                            deadline.0
+                        ))
                     }
-                }
-                Err(message) => Err(message),
-            };
-            Ok(match outcome {
-                Ok(text) => CallToolResult::new(vec![plain_text(text)], false),
-                Err(message) => {
-                    CallToolResult::new(vec![plain_text(format!("Error: {message}"))], true)
-                }
-            })
-        }
-    })
+                };
+                outcome
+                    .map(|text| CallToolResult::new(vec![plain_text(text)], false))
+                    .map_err(ToolError::Reported)
+            }
+        })
 }
 
 fn plain_text(text: String) -> ContentItem {

@@ -24,8 +24,8 @@ use crate::error::ApiError;
 use crate::family::Health;
 use crate::tools::admission::BUSY_RETRY_AFTER_SECONDS;
 use crate::tools::{
-    CallContext, CallToolResult, ContentItem, GENERIC_GROUP, ProgressSink, Tool, parse_arguments,
-    timeout_argument,
+    BadArguments, CallContext, CallToolResult, ContentItem, GENERIC_GROUP, ProgressSink, Tool,
+    ToolResult, ToolSpec, timeout_argument,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -199,26 +199,24 @@ pub fn tool(bridge: IpythonBridge) -> Tool {
         },
         "required": ["code"]
     });
-    Tool::with_context(
+    ToolSpec::new(
         GENERIC_GROUP,
         "run_ipython_cell",
         "Run an IPython cell.",
         schema,
-        move |arguments: Value, context: CallContext| call(bridge.clone(), arguments, context),
     )
+    .bad_arguments(BadArguments::Unprocessable)
+    .handler(move |request: CellRequest, context: CallContext| {
+        call(bridge.clone(), request, context)
+    })
 }
 
-async fn call(
-    bridge: IpythonBridge,
-    arguments: Value,
-    context: CallContext,
-) -> Result<CallToolResult, ApiError> {
-    let request: CellRequest = parse_arguments("run_ipython_cell", arguments)?;
+async fn call(bridge: IpythonBridge, request: CellRequest, context: CallContext) -> ToolResult {
     if request.code.trim().is_empty() {
-        return Err(ApiError::BadRequest("Code is required.".into()));
+        return Err(ApiError::BadRequest("Code is required.".into()).into());
     }
     let timeout = timeout_argument(request.timeout, bridge.default_timeout)?;
-    bridge.run_cell(request.code, timeout, context).await
+    Ok(bridge.run_cell(request.code, timeout, context).await?)
 }
 
 fn cell_result(answer: CellAnswer, notice: Option<String>, note: Option<String>) -> CallToolResult {

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio::io::AsyncReadExt;
 use tokio::time::{Instant, sleep_until};
 
@@ -21,8 +21,8 @@ use crate::error::ApiError;
 use crate::processes::Utf8Boundary;
 use crate::tools::admission::Admission;
 use crate::tools::{
-    CallContext, CallToolResult, ContentItem, GENERIC_GROUP, ProgressSink, Tool, parse_arguments,
-    timeout_argument,
+    BadArguments, CallContext, CallToolResult, ContentItem, GENERIC_GROUP, ProgressSink, Tool,
+    ToolResult, ToolSpec, timeout_argument,
 };
 use output::CappedOutput;
 
@@ -85,31 +85,32 @@ pub fn tool(workspace: PathBuf, limits: ShellLimits, admission: Admission) -> To
         "required": ["command"]
     });
     let settings = Arc::new((workspace, limits, admission));
-    Tool::with_context(
+    ToolSpec::new(
         GENERIC_GROUP,
         "run_shell_command",
         "Run a shell command.",
         schema,
-        move |arguments: Value, context: CallContext| {
-            call(Arc::clone(&settings), arguments, context.progress)
-        },
     )
+    .bad_arguments(BadArguments::Unprocessable)
+    .handler(move |request: ShellRequest, context: CallContext| {
+        call(Arc::clone(&settings), request, context.progress)
+    })
 }
 
 async fn call(
     settings: Arc<(PathBuf, ShellLimits, Admission)>,
-    arguments: Value,
+    request: ShellRequest,
     progress: Option<ProgressSink>,
-) -> Result<CallToolResult, ApiError> {
-    let request: ShellRequest = parse_arguments("run_shell_command", arguments)?;
+) -> ToolResult {
     let (workspace, limits, admission) = &*settings;
     if request.command.trim().is_empty() {
-        return Err(ApiError::BadRequest("Command is required.".into()));
+        return Err(ApiError::BadRequest("Command is required.".into()).into());
     }
     if request.command.contains('\0') {
         return Err(ApiError::BadRequest(
             "command contains a NUL byte, which no shell command can hold".into(),
-        ));
+        )
+        .into());
     }
     let timeout = timeout_argument(request.timeout, limits.default_timeout)?;
     // Held until the command's outcome is in: its processes are gone or killed by then.

@@ -3,9 +3,14 @@
 
 pub mod admission;
 mod context;
+mod declare;
 mod result;
+mod zod;
 
 pub use context::{CallContext, PROGRESS_CAPACITY, ProgressSink};
+#[cfg(test)]
+use declare::disagreement;
+pub use declare::{BadArguments, ToolError, ToolResult, ToolSpec};
 
 pub use result::{CallToolResult, ContentItem};
 
@@ -36,6 +41,9 @@ pub struct Tool {
     handler: ToolHandler,
     /// The health of the family that admits each call (built-in tools); hosted tools have none.
     admission: Option<Health>,
+    /// The fields of a declared tool's argument struct, to compare with `input_schema`'s properties;
+    /// `None` for hosted tools (their schema is their server's) and structs that cannot be introspected.
+    argument_fields: Option<&'static [&'static str]>,
 }
 
 impl Tool {
@@ -75,7 +83,25 @@ impl Tool {
             input_schema,
             handler: Arc::new(move |args, context| Box::pin(call(args, context))),
             admission: None,
+            argument_fields: None,
         }
+    }
+
+    fn with_argument_fields(mut self, fields: Option<&'static [&'static str]>) -> Self {
+        self.argument_fields = fields;
+        self
+    }
+
+    /// Where a declared tool's argument struct and schema disagree (see [`ToolSpec`]).
+    #[cfg(test)]
+    pub fn schema_disagreement(&self) -> Option<String> {
+        disagreement(&self.input_schema, self.argument_fields?)
+    }
+
+    /// Whether the tool was declared with a typed argument struct that could be introspected.
+    #[cfg(test)]
+    pub fn is_typed(&self) -> bool {
+        self.argument_fields.is_some()
     }
 
     /// Calls are admitted only while `family` serves (else 503 with its reason).
@@ -325,15 +351,6 @@ pub fn positive_seconds(seconds: f64) -> Option<std::time::Duration> {
     std::time::Duration::try_from_secs_f64(seconds)
         .ok()
         .filter(|duration| !duration.is_zero())
-}
-
-/// Reads a tool's arguments into its typed request, naming the problem on failure.
-pub fn parse_arguments<T: serde::de::DeserializeOwned>(
-    tool: &str,
-    arguments: Value,
-) -> ApiResult<T> {
-    serde_json::from_value(arguments)
-        .map_err(|err| ApiError::Unprocessable(format!("invalid arguments for {tool}: {err}")))
 }
 
 #[cfg(test)]

@@ -21,6 +21,13 @@ pub enum ContentItem {
 }
 
 impl ContentItem {
+    pub fn plain_text(text: impl Into<String>) -> Self {
+        ContentItem::Text {
+            text: text.into(),
+            description: None,
+        }
+    }
+
     pub fn described_text(description: &str, text: impl Into<String>) -> Self {
         ContentItem::Text {
             text: text.into(),
