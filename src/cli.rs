@@ -162,9 +162,3 @@ pub struct ServeArgs {
     #[arg(long, env = "BOXD_MAX_OUTPUT", default_value_t = 4 * 1024 * 1024)]
     pub max_output: usize,
 }
-
-/// A flag's seconds as a positive duration, or the start-up error naming the flag.
-pub fn positive_seconds(flag: &str, seconds: f64) -> Result<std::time::Duration, String> {
-    crate::tools::positive_seconds(seconds)
-        .ok_or_else(|| format!("{flag} must be a positive number of seconds, got {seconds}"))
-}

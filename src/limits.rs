@@ -80,7 +80,7 @@ pub fn table(args: &ServeArgs) -> Vec<Limit> {
         limit(
             "requests",
             "any `timeout` argument",
-            seconds(crate::deadline::MAX_TIMEOUT),
+            seconds(crate::core::deadline::MAX_TIMEOUT),
             "400 naming the bound",
         ),
         limit(
@@ -428,15 +428,15 @@ pub fn table(args: &ServeArgs) -> Vec<Limit> {
             "stderr kept from the kernel and hosted servers",
             format!(
                 "the last {} lines of at most {} each",
-                crate::child::STDERR_TAIL_LINES,
-                bytes(as_u64(crate::child::STDERR_LINE_MAX))
+                crate::core::child::STDERR_TAIL_LINES,
+                bytes(as_u64(crate::core::child::STDERR_LINE_MAX))
             ),
             "older lines dropped; longer lines cut and marked",
         ),
         limit(
             "children",
             "OOM score added to every child",
-            format!("+{}", crate::child::CHILD_OOM_SCORE_ADJ),
+            format!("+{}", crate::core::child::CHILD_OOM_SCORE_ADJ),
             "under memory pressure the kernel kills a child before boxd",
         ),
         limit(

@@ -1,12 +1,11 @@
 //! boxd: the one process inside every agent-sandbox container.
 
 mod adb;
+mod api;
 mod browser;
-mod child;
 mod cli;
 mod computer;
-mod deadline;
-mod error;
+mod core;
 mod family;
 mod filesystem;
 mod git;
@@ -15,7 +14,6 @@ mod ipython;
 mod launch;
 mod limits;
 mod mcp;
-mod memory;
 mod processes;
 mod shell;
 mod tools;
@@ -58,10 +56,7 @@ fn family_names() -> impl Iterator<Item = &'static str> {
 
 /// Builds the families `--tools` names (or those on by default), in family-list order, and names the
 /// others.
-fn build_families(
-    setup: &Setup,
-    wanted: &[String],
-) -> Result<Families, String> {
+fn build_families(setup: &Setup, wanted: &[String]) -> Result<Families, String> {
     let mut enabled = Vec::new();
     let mut disabled = Vec::new();
     for (name, by_default, build) in FAMILIES {
@@ -98,17 +93,17 @@ fn main() -> std::process::ExitCode {
         return launch::main(args);
     }
     // Before any thread or child exists: the token was read into `cli`; no child may inherit it.
-    child::withhold_from_children(&["SECRET_TOKEN"]);
-    memory::configure_allocator();
+    core::child::withhold_from_children(&["SECRET_TOKEN"]);
+    core::memory::configure_allocator();
     let instance = match &cli.command {
-        Command::Serve(args) => Some(child::instance_key(
+        Command::Serve(args) => Some(core::child::instance_key(
             &std::path::absolute(&args.workspace).unwrap_or_else(|_| args.workspace.clone()),
             args.port,
         )),
         Command::McpStdio(_) | Command::Limits(_) | Command::Launch(_) => None,
     };
     if let Some(key) = &instance {
-        child::mark_children(key);
+        core::child::mark_children(key);
     }
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -167,8 +162,11 @@ async fn serve(args: ServeArgs, instance: String) -> Result<(), String> {
     if args.max_output == 0 {
         return Err("--max-output must be positive".into());
     }
-    http::events::set_keep_alive(cli::positive_seconds("--keep-alive", args.keep_alive)?);
-    let workspace = workspace::Workspace::open(&args.workspace)
+    api::events::set_keep_alive(core::deadline::flag_seconds(
+        "--keep-alive",
+        args.keep_alive,
+    )?);
+    let workspace = core::confine::Workspace::open(&args.workspace)
         .map_err(|err| format!("cannot open workspace {}: {err}", args.workspace.display()))?;
 
     let tools = Arc::new(ToolRegistry::default());
@@ -186,7 +184,7 @@ async fn serve(args: ServeArgs, instance: String) -> Result<(), String> {
     families
         .register_tools(&tools)
         .map_err(|err| err.to_string())?;
-    child::set_family_environment(families.child_environment());
+    core::child::set_family_environment(families.child_environment());
 
     let stop_requested = stop_signal()?;
     // Idle clients must not be what runs boxd out of descriptors: take all the hard limit allows.
@@ -196,7 +194,7 @@ async fn serve(args: ServeArgs, instance: String) -> Result<(), String> {
         .map_err(|err| format!("cannot listen on {}:{}: {err}", args.host, args.port))?;
     let address: SocketAddr = listener.local_addr().map_err(|err| err.to_string())?;
     // Only once the port is ours: another live boxd of the same instance cannot exist then.
-    let leftovers = tokio::task::spawn_blocking(move || child::stop_leftovers(&instance))
+    let leftovers = tokio::task::spawn_blocking(move || core::child::stop_leftovers(&instance))
         .await
         .unwrap_or(0);
     if leftovers > 0 {
@@ -230,14 +228,14 @@ async fn serve(args: ServeArgs, instance: String) -> Result<(), String> {
     });
     let limits = http::serve::Limits {
         max_connections: http::serve::connection_cap(fd_limit),
-        header_timeout: cli::positive_seconds("--header-timeout", args.header_timeout)?,
+        header_timeout: core::deadline::flag_seconds("--header-timeout", args.header_timeout)?,
     };
     tracing::debug!(
         fd_limit,
         max_connections = limits.max_connections,
         "connection limits"
     );
-    memory::spawn_trimmer();
+    core::memory::spawn_trimmer();
     let server = http::serve::serve(listener, router, limits, async move {
         let _ = graceful_stop.wait_for(|stopped| *stopped).await;
         tracing::info!("stop signal received; finishing in-flight requests");
@@ -292,7 +290,7 @@ mod tests {
         else {
             panic!("serve arguments do not parse: {cli:?}");
         };
-        let opened = workspace::Workspace::open(&args.workspace);
+        let opened = core::confine::Workspace::open(&args.workspace);
         let Ok(opened) = opened else {
             panic!("workspace: {:?}", opened.err());
         };

@@ -14,7 +14,7 @@ use axum::Router;
 use super::Adb;
 use super::device::{Device, Target};
 use super::wire::Server;
-use crate::child::Backoff;
+use crate::core::child::Backoff;
 use crate::family::{BoxFuture, Family, Health, Setup};
 use crate::tools::Tool;
 

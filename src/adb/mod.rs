@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use base64::Engine;
 use serde_json::{Value, json};
 
-use crate::error::ApiError;
+use crate::core::error::ApiError;
 use crate::tools::{CallToolResult, ContentItem, Tool};
 use actions::{Action, Direction};
 use device::{Device, DeviceError};

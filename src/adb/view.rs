@@ -24,8 +24,8 @@ use tokio::time::Instant;
 
 use super::actions::{self, Action};
 use super::{Adb, Failure, PNG_SIGNATURE, SCREENSHOT_TIMEOUT, screen};
-use crate::error::{ApiError, ApiResult};
-use crate::http::extract::{ApiJson, ApiQuery};
+use crate::api::extract::{ApiJson, ApiQuery};
+use crate::core::error::{ApiError, ApiResult};
 
 /// Frames per second of a stream that asks for no rate.
 pub const DEFAULT_VIEW_FPS: u32 = 5;

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use super::launch::Options;
 use super::tools::Browser;
+use crate::core::confine::AllowedDirs;
 use crate::family::{BoxFuture, Family, Setup};
-use crate::filesystem::AllowedDirs;
 use crate::tools::Tool;
 
 /// The workspace directory downloads are saved in.

@@ -11,7 +11,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::cdp::Cdp;
-use crate::child::{self, ChildGroup, Grouping, StderrTail};
+use crate::core::child::{self, ChildGroup, Grouping, StderrTail};
 
 /// How long a starting browser may take to answer its first request.
 const START_TIMEOUT: Duration = Duration::from_secs(20);

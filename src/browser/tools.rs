@@ -20,10 +20,10 @@ use super::launch::Options;
 use super::session::{
     CALL, Failure, NO_PAGE, Outcome, Running, SETTLE_CAP, SLOW_CALL, Session, bounds,
 };
-use crate::error::ApiResult;
-use crate::filesystem::AllowedDirs;
+use crate::core::confine::AllowedDirs;
+use crate::core::confine::Workspace;
+use crate::core::error::ApiResult;
 use crate::tools::{CallToolResult, ContentItem, Tool};
-use crate::workspace::Workspace;
 
 /// Said of a tab whose renderer exited.
 const CRASHED: &str = "The page in this tab crashed (its renderer process exited: out of memory, or a \

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use super::Computer;
 use super::desktop::Desktop;
-use crate::child::Backoff;
+use crate::core::child::Backoff;
 use crate::family::{BoxFuture, Family, Health, Setup};
 use crate::tools::Tool;
 

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::error::ApiError;
+use crate::core::error::ApiError;
 use crate::family::OwnerError;
 use crate::tools::{CallToolResult, ContentItem, Tool};
 use actions::{Action, Button, Geometry, ShotOptions};

@@ -2,11 +2,8 @@
 //! background), its health and its shutdown. `main` builds the enabled ones from the family list and
 //! this module runs them; nothing else knows which families exist.
 
-mod health;
-mod owner;
-
-pub use health::{Health, Status, WAIT_FOR_START};
-pub use owner::{Loss, Owner, OwnerError};
+pub use crate::core::health::{Health, Status, WAIT_FOR_START};
+pub use crate::core::owner::{Loss, Owner, OwnerError};
 
 use std::future::Future;
 use std::pin::Pin;
@@ -178,14 +175,14 @@ async fn admit_route(
 ) -> axum::response::Response {
     match health.admit().await {
         Ok(()) => next.run(request).await,
-        Err(err) => crate::http::reject_unread_body(err, request.into_body()).await,
+        Err(err) => crate::api::reject_unread_body(err, request.into_body()).await,
     }
 }
 
 /// What a family is built from: the command line and the parts every family shares.
 pub struct Setup<'a> {
     pub args: &'a crate::cli::ServeArgs,
-    pub workspace: &'a crate::workspace::Workspace,
+    pub workspace: &'a crate::core::confine::Workspace,
     pub mcp: &'a Arc<crate::mcp::McpHost>,
 }
 

@@ -1,18 +1,17 @@
 //! The filesystem tool family: the eleven tools of `@modelcontextprotocol/server-filesystem@2025.3.28`,
 //! native, under the group name `filesystem`. Names, argument schemas, result texts and error wording are
-//! the reference's; paths are confined for real (see `allowed`), `create_directory` makes missing parents
+//! the reference's; paths are confined for real (see `core::confine::AllowedDirs`), `create_directory` makes missing parents
 //! and `move_file` never overwrites, as the reference's own descriptions promise.
 
 mod family;
 pub use family::family;
 
-mod allowed;
 mod edit;
 mod line_diff;
 mod node_error;
 mod walk;
 
-pub use allowed::AllowedDirs;
+use crate::core::confine::AllowedDirs;
 pub use edit::MATCH_BUDGET;
 pub use walk::{MAX_SEARCH_MATCHES, MAX_WALK_ENTRIES};
 
@@ -24,8 +23,8 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
+use crate::core::entry::OpenError;
 use crate::tools::{BadArguments, CallToolResult, ContentItem, Tool, ToolError, ToolSpec};
-use crate::workspace::OpenError;
 use node_error::{Syscall, describe};
 
 pub const GROUP: &str = "filesystem";
@@ -259,8 +258,8 @@ where
 struct ToolDeadline(std::time::Duration);
 
 impl ToolDeadline {
-    fn after_now(self) -> crate::deadline::Deadline {
-        crate::deadline::Deadline::after(self.0)
+    fn after_now(self) -> crate::core::deadline::Deadline {
+        crate::core::deadline::Deadline::after(self.0)
     }
 }
 
@@ -320,7 +319,7 @@ fn read_text(path: &Path, limit: u64) -> Result<String, String> {
 }
 
 fn read_bytes(path: &Path, limit: u64) -> Result<Vec<u8>, String> {
-    let mut file = crate::workspace::open_for_reading(path).map_err(|err| match err {
+    let mut file = crate::core::entry::open_for_reading(path).map_err(|err| match err {
         OpenError::NotRegular(message) => format!("{}: {message}", path.display()),
         OpenError::Io(err) => describe(&err, Syscall::Open(path)),
     })?;
@@ -370,7 +369,7 @@ fn write_atomically(target: &Path, content: &[u8]) -> Result<(), String> {
         return Err(open_error(std::io::Error::from_raw_os_error(libc::EISDIR)));
     }
     let dir = target.parent().unwrap_or(Path::new("/"));
-    let staged = crate::workspace::stage_bytes(dir, content).map_err(open_error)?;
+    let staged = crate::core::staging::stage_bytes(dir, content).map_err(open_error)?;
     staged.persist(target).map_err(open_error)
 }
 

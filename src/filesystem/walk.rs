@@ -23,7 +23,7 @@ pub fn read_dir_sorted(dir: &Path) -> Result<Vec<DirEntry>, String> {
     let mut entries = Vec::new();
     for entry in listing {
         let entry = entry.map_err(|err| describe(&err, Syscall::Scandir(dir)))?;
-        if crate::workspace::is_staging_name(&entry.file_name()) {
+        if crate::core::staging::is_staging_name(&entry.file_name()) {
             continue;
         }
         let is_dir = entry.file_type().is_ok_and(|kind| kind.is_dir());

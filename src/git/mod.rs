@@ -21,8 +21,8 @@ use axum::{Json, Router};
 use git2::{DiffOptions, ErrorCode, IndexAddOption, Oid, Repository, Signature, Sort};
 use serde::{Deserialize, Serialize};
 
-use crate::error::{ApiError, ApiResult};
-use crate::http::extract::{ApiJson, ApiQuery};
+use crate::api::extract::{ApiJson, ApiQuery};
+use crate::core::error::{ApiError, ApiResult};
 
 /// `git_logs` without `limit` returns this many commits (upstream returned all, each with its full diff).
 pub const DEFAULT_LOG_LIMIT: usize = 100;

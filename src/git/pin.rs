@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 
 use git2::{ErrorCode, Repository, RepositoryOpenFlags};
 
-use crate::error::{ApiError, ApiResult};
+use crate::core::error::{ApiError, ApiResult};
 
 /// A repository config beyond this is refused rather than scanned: git writes a few hundred bytes.
 const MAX_CONFIG_BYTES: u64 = 1024 * 1024;

@@ -15,7 +15,7 @@ use axum::middleware::Next;
 use axum::response::Response;
 use subtle::ConstantTimeEq;
 
-use crate::error::ApiError;
+use crate::core::error::ApiError;
 
 /// A pool secret shorter than this is refused at start: every pod of a pool shares it, so it must not
 /// be guessable (`openssl rand -hex 32` gives 64 characters).
@@ -189,7 +189,8 @@ pub async fn require_bearer(State(auth): State<Auth>, request: Request, next: Ne
     match auth.check_headers(request.headers()) {
         Ok(()) => next.run(request).await,
         Err(detail) => {
-            super::reject_unread_body(ApiError::Forbidden(detail.into()), request.into_body()).await
+            crate::api::reject_unread_body(ApiError::Forbidden(detail.into()), request.into_body())
+                .await
         }
     }
 }

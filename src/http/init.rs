@@ -17,8 +17,8 @@ use axum::{Json, http::HeaderMap};
 use serde::Deserialize;
 
 use super::auth::{Auth, InitCaller};
-use super::extract::ApiJson;
-use crate::error::ApiError;
+use crate::api::extract::ApiJson;
+use crate::core::error::ApiError;
 
 /// `POST /init` bodies are small: a token and some variables.
 pub const MAX_INIT_BODY: usize = 1024 * 1024;
@@ -51,12 +51,12 @@ pub async fn init(State(auth): State<Auth>, headers: HeaderMap, request: Request
                     .into(),
             ),
         };
-        return super::reject_unread_body(refusal, request.into_body()).await;
+        return crate::api::reject_unread_body(refusal, request.into_body()).await;
     };
     match pool.caller(&headers) {
         InitCaller::Claimant => {}
         InitCaller::Refused => {
-            return super::reject_unread_body(
+            return crate::api::reject_unread_body(
                 ApiError::Forbidden(
                     "POST /init needs the pool secret as `Authorization: Bearer <secret>`".into(),
                 ),
@@ -65,7 +65,7 @@ pub async fn init(State(auth): State<Auth>, headers: HeaderMap, request: Request
             .await;
         }
         InitCaller::AlreadyClaimed => {
-            return super::reject_unread_body(already_claimed(), request.into_body()).await;
+            return crate::api::reject_unread_body(already_claimed(), request.into_body()).await;
         }
     }
     let body = match ApiJson::<InitRequest>::from_request(request, &()).await {
@@ -77,7 +77,9 @@ pub async fn init(State(auth): State<Auth>, headers: HeaderMap, request: Request
     }
     let variables = body.env.len();
     let env: Vec<(String, String)> = body.env.into_iter().collect();
-    if !pool.claim(&body.token, || crate::child::set_runtime_environment(env)) {
+    if !pool.claim(&body.token, || {
+        crate::core::child::set_runtime_environment(env)
+    }) {
         return already_claimed().into_response();
     }
     tracing::info!(

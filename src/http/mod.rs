@@ -2,15 +2,12 @@
 //! again under `/fastapi/` (the prefix the Python client appends, which nginx strips in images).
 
 pub mod auth;
-pub mod events;
-pub mod extract;
 pub mod init;
 mod log;
 pub mod serve;
 
 use std::sync::Arc;
 
-use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -18,7 +15,8 @@ use axum::routing::{get, post};
 use axum::{Json, Router, middleware};
 use serde_json::Value;
 
-use crate::error::{ApiError, ApiResult};
+use crate::api::{events, extract};
+use crate::core::error::{ApiError, ApiResult};
 use crate::family::Families;
 use crate::tools::{
     CallContext, CallToolResult, PROGRESS_CAPACITY, ProgressSink, ToolFuture, ToolRegistry,
@@ -97,32 +95,6 @@ fn readyz(families: &Families, detailed: bool) -> Response {
         serde_json::json!({ "ready": ready })
     };
     (status, Json(body)).into_response()
-}
-
-/// Answers `err` to a request whose body was not read. A small body is drained so the client's
-/// keep-alive connection stays usable (otherwise the server drops it and a client reusing it sees
-/// "connection closed without response"); a large one is left unread and the connection is closed
-/// explicitly, so no client reuses it.
-pub async fn reject_unread_body(err: ApiError, body: Body) -> Response {
-    const DRAIN_LIMIT: usize = 1024 * 1024;
-    let drained = axum::body::to_bytes(body, DRAIN_LIMIT).await.is_ok();
-    let response = err.into_response();
-    if drained {
-        response
-    } else {
-        closing_connection(response)
-    }
-}
-
-/// `response` with `Connection: close`: the request's body was left partly unread (a refusal or a
-/// failure mid-upload), so the connection cannot carry another request, and a client told so opens a
-/// new one instead of sending its next request into a connection the server is dropping.
-pub fn closing_connection(mut response: Response) -> Response {
-    response.headers_mut().insert(
-        axum::http::header::CONNECTION,
-        axum::http::HeaderValue::from_static("close"),
-    );
-    response
 }
 
 async fn healthz() -> impl IntoResponse {

@@ -19,7 +19,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
-use crate::error::ApiError;
+use crate::core::error::ApiError;
 
 /// Connections served with every route at once, at most; a lower fd limit lowers it (see
 /// [`connection_cap`]).
@@ -251,7 +251,7 @@ impl Connection {
         let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
             let service = service.clone();
             async move {
-                let _busy = crate::memory::busy();
+                let _busy = crate::core::memory::busy();
                 let request = request.map(Body::new);
                 if restricted && !is_probe(request.uri().path()) {
                     return Ok::<Response, Infallible>(over_cap_response(max_connections));

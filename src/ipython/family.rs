@@ -39,7 +39,7 @@ pub fn family(setup: &Setup) -> Result<Arc<dyn Family>, String> {
     let config = super::KernelConfig {
         python: interpreter_path(&args.python),
         workspace: setup.workspace.real_root().to_path_buf(),
-        default_timeout: crate::cli::positive_seconds("--cell-timeout", args.cell_timeout)?,
+        default_timeout: crate::core::deadline::flag_seconds("--cell-timeout", args.cell_timeout)?,
         interrupt_grace: INTERRUPT_GRACE,
         start_timeout: Duration::from_secs(60),
         max_output_bytes: args.max_output,

@@ -19,8 +19,8 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::child::{self, Backoff, ChildGroup, Grouping, StderrTail};
-use crate::error::ApiError;
+use crate::core::child::{self, Backoff, ChildGroup, Grouping, StderrTail};
+use crate::core::error::ApiError;
 use crate::family::Health;
 use crate::tools::admission::BUSY_RETRY_AFTER_SECONDS;
 use crate::tools::{

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::error::{ApiError, ApiResult};
+use crate::core::error::{ApiError, ApiResult};
 
 /// Handshake bound when a config gives no `timeout`: a server that cannot initialise in this long fails.
 pub const DEFAULT_INITIALIZE_TIMEOUT: Duration = Duration::from_secs(30);

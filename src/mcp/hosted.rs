@@ -20,8 +20,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::config::{ServerSpec, Transport};
 use super::sse::{SseClientTransport, header_map};
-use crate::child::{self, Backoff, ChildGroup, Grouping, StderrTail};
-use crate::error::{ApiError, ApiResult};
+use crate::core::child::{self, Backoff, ChildGroup, Grouping, StderrTail};
+use crate::core::error::{ApiError, ApiResult};
 use crate::tools::{CallToolResult, ContentItem, Tool, ToolRegistry};
 
 /// A call that gets no answer in this long fails (the server may still be working; it is not retried).

@@ -23,8 +23,8 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
-use crate::error::{ApiError, ApiResult};
-use crate::http::extract::ApiJson;
+use crate::api::extract::ApiJson;
+use crate::core::error::{ApiError, ApiResult};
 use crate::tools::{CallContext, CallToolResult, GENERIC_GROUP, ToolRegistry};
 pub use config::{DEFAULT_INITIALIZE_TIMEOUT, MAX_INITIALIZE_TIMEOUT, parse_servers};
 use hosted::HostedServer;

@@ -12,7 +12,7 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::Value;
 
-use crate::error::ApiError;
+use crate::core::error::ApiError;
 use crate::tools::{CallContext, ToolRegistry};
 
 /// JSON-RPC code of a request its client cancelled (as LSP names it; MCP sends no answer for it at all).

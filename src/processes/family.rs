@@ -35,7 +35,10 @@ pub fn family(setup: &Setup) -> Result<Arc<dyn Family>, String> {
         max_running: args.max_processes.max(1),
         max_kept: args.max_processes.saturating_mul(4).max(64),
         buffer_bytes: args.process_buffer.max(4096),
-        retention: crate::cli::positive_seconds("--process-retention", args.process_retention)?,
+        retention: crate::core::deadline::flag_seconds(
+            "--process-retention",
+            args.process_retention,
+        )?,
         kill_grace: Duration::from_secs(2),
         drain: Duration::from_millis(200),
     };

@@ -11,7 +11,8 @@ mod signals;
 mod stdin;
 mod terminal;
 
-pub use output::{StreamName, Utf8Boundary};
+use crate::core::utf8::Utf8Boundary;
+pub use output::StreamName;
 pub use routes::{WEBSOCKET_MESSAGE_MAX, routes};
 pub use stdin::{BODY_MAX as STDIN_BODY_MAX, QUEUE_BYTES as STDIN_QUEUE_BYTES, WAIT as STDIN_WAIT};
 
@@ -28,9 +29,9 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
-use crate::child::{self, Grouping, OwnedGroup};
-use crate::error::{ApiError, ApiResult};
-use crate::workspace::Workspace;
+use crate::core::child::{self, Grouping, OwnedGroup};
+use crate::core::confine::Workspace;
+use crate::core::error::{ApiError, ApiResult};
 use output::{OutputLog, ReadOut};
 use stdin::{Input, Patience, Queued, StdinQueue};
 use terminal::Terminal;
@@ -399,7 +400,7 @@ impl ProcessManager {
         let slot = self.reserve()?;
 
         let spawned = spawn(&command, &cwd.real, &request.env, terminal)
-            .map_err(|err| crate::child::spawn_failure(&command[0], &err))?;
+            .map_err(|err| crate::core::child::spawn_failure(&command[0], &err))?;
         let (changed, _) = watch::channel(0);
         let process = Arc::new(LiveProcess {
             id: new_id(),
@@ -670,7 +671,7 @@ async fn supervise(
             let _ = process.signal(libc::SIGKILL).await;
         });
     }
-    let drain_until = crate::deadline::Deadline::after(limits.drain).instant();
+    let drain_until = crate::core::deadline::Deadline::after(limits.drain).instant();
     for reader in readers {
         let _ = tokio::time::timeout_at(drain_until, reader).await;
     }

@@ -21,9 +21,9 @@ use super::stdin::{self, Patience};
 use super::{
     LiveProcess, ProcessManager, ProcessResult, ProcessStatus, StartRequest, TerminalSize, signals,
 };
-use crate::error::{ApiError, ApiResult};
-use crate::http::events::{self, Event, EventFormat};
-use crate::http::extract::{ApiJson, ApiPath, ApiQuery};
+use crate::api::events::{self, Event, EventFormat};
+use crate::api::extract::{ApiJson, ApiPath, ApiQuery};
+use crate::core::error::{ApiError, ApiResult};
 
 /// Output per event batch: bounds one read of the log while a reader catches up.
 const READ_BATCH: usize = 64 * 1024;

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
 use super::unavailable;
-use crate::error::ApiError;
+use crate::core::error::ApiError;
 
 /// One stdin write (a request body, a WebSocket frame) at most.
 pub const BODY_MAX: usize = 1024 * 1024;

@@ -32,7 +32,10 @@ impl Family for Shell {
 pub fn family(setup: &Setup) -> Result<Arc<dyn Family>, String> {
     let args = setup.args;
     let limits = super::ShellLimits {
-        default_timeout: crate::cli::positive_seconds("--command-timeout", args.command_timeout)?,
+        default_timeout: crate::core::deadline::flag_seconds(
+            "--command-timeout",
+            args.command_timeout,
+        )?,
         max_output_bytes: args.max_output,
         kill_grace: Duration::from_secs(2),
         drain: Duration::from_millis(200),

@@ -15,10 +15,10 @@ use serde_json::json;
 use tokio::io::AsyncReadExt;
 use tokio::time::{Instant, sleep_until};
 
-use crate::child::{self, ChildGroup, Grouping};
-use crate::deadline::Deadline;
-use crate::error::ApiError;
-use crate::processes::Utf8Boundary;
+use crate::core::child::{self, ChildGroup, Grouping};
+use crate::core::deadline::Deadline;
+use crate::core::error::ApiError;
+use crate::core::utf8::Utf8Boundary;
 use crate::tools::admission::Admission;
 use crate::tools::{
     BadArguments, CallContext, CallToolResult, ContentItem, GENERIC_GROUP, ProgressSink, Tool,

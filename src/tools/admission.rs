@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::error::ApiError;
+use crate::core::error::ApiError;
 
 /// What a busy answer asks the client to wait before retrying.
 pub const BUSY_RETRY_AFTER_SECONDS: u64 = 1;

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::deadline::Deadline;
+use crate::core::deadline::Deadline;
 
 /// Progress events buffered for one streaming call before newer ones are dropped.
 pub const PROGRESS_CAPACITY: usize = 64;

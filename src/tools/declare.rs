@@ -11,7 +11,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::{CallContext, CallToolResult, ContentItem, Tool};
-use crate::error::{ApiError, ApiResult};
+use crate::core::error::{ApiError, ApiResult};
 
 /// Why a call did not succeed, and how its caller hears of it.
 #[derive(Debug, thiserror::Error)]

@@ -21,8 +21,8 @@ use std::sync::{Arc, RwLock};
 
 use serde_json::{Value, json};
 
-use crate::error::{ApiError, ApiResult};
-use crate::family::Health;
+use crate::core::error::{ApiError, ApiResult};
+use crate::core::health::Health;
 
 /// Group of the tools every image has. The Python client lists these itself, so `/mcp/list_tools` omits it.
 pub const GENERIC_GROUP: &str = "generic";
@@ -335,22 +335,16 @@ fn object_arguments(arguments: Value) -> ApiResult<Value> {
 }
 
 /// A tool's optional `timeout` argument (seconds), or `default`; anything but a positive number up to
-/// [`crate::deadline::MAX_TIMEOUT`] → 400 naming the bound.
+/// [`crate::core::deadline::MAX_TIMEOUT`] → 400 naming the bound.
 pub fn timeout_argument(
     requested: Option<f64>,
     default: std::time::Duration,
 ) -> ApiResult<std::time::Duration> {
     match requested {
         None => Ok(default),
-        Some(seconds) => crate::deadline::user_timeout(seconds)
+        Some(seconds) => crate::core::deadline::user_timeout(seconds)
             .map_err(|err| ApiError::BadRequest(err.to_string())),
     }
-}
-
-pub fn positive_seconds(seconds: f64) -> Option<std::time::Duration> {
-    std::time::Duration::try_from_secs_f64(seconds)
-        .ok()
-        .filter(|duration| !duration.is_zero())
 }
 
 #[cfg(test)]

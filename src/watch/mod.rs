@@ -23,10 +23,10 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use crate::error::{ApiError, ApiResult};
-use crate::http::events::{self, Event, EventFormat};
-use crate::http::extract::ApiQuery;
-use crate::workspace::Workspace;
+use crate::api::events::{self, Event, EventFormat};
+use crate::api::extract::ApiQuery;
+use crate::core::confine::Workspace;
+use crate::core::error::{ApiError, ApiResult};
 
 /// Events queued for one slow client before the stream reports an overflow and drops some.
 pub const QUEUE: usize = 1024;
@@ -222,7 +222,7 @@ impl EventFilter {
             && let [from, to] = event.paths.as_slice()
             && from
                 .file_name()
-                .is_some_and(crate::workspace::is_staging_name)
+                .is_some_and(crate::core::staging::is_staging_name)
         {
             return Some(json!({"type": "modify", "path": self.relative(to)?}));
         }
@@ -245,7 +245,7 @@ impl EventFilter {
     fn relative(&self, path: &Path) -> Option<String> {
         if path
             .file_name()
-            .is_some_and(crate::workspace::is_staging_name)
+            .is_some_and(crate::core::staging::is_staging_name)
         {
             return None;
         }

@@ -1,18 +1,14 @@
 //! The `/workspace/*` file API: read (streamed, with `Range`), atomic write, batch upload, list, exists,
-//! delete, move, mkdir, all confined to the workspace by [`path::Workspace`].
+//! delete, move, mkdir, all confined to the workspace by [`Workspace`].
 
 mod family;
 pub use family::family;
 
-mod entry;
-mod path;
 mod range;
-mod upload;
 
-pub use entry::EntryInfo;
-pub(crate) use entry::{OpenError, open_for_reading};
-pub use path::{Confined, Confinement, Last, Root, Workspace, WorkspacePath};
-pub(crate) use upload::{is_staging_name, stage_bytes};
+use crate::core::confine::{Workspace, WorkspacePath};
+use crate::core::entry::{EntryInfo, OpenError, open_for_reading};
+use crate::core::staging as upload;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -29,9 +25,9 @@ use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 use tokio_util::io::ReaderStream;
 
-use crate::error::{ApiError, ApiResult};
-use crate::http::extract::{ApiJson, ApiQuery};
-use upload::StagedFile;
+use crate::api::extract::{ApiJson, ApiQuery};
+use crate::core::error::{ApiError, ApiResult};
+use upload::{StagedFile, is_staging_name};
 
 const READ_CHUNK: usize = 256 * 1024;
 /// All `paths` fields of one batch upload together: far more than any real list of target paths.
@@ -220,12 +216,12 @@ async fn write_file(
     .await;
     let (query, target, parent) = match prepared {
         Ok(prepared) => prepared,
-        Err(err) => return crate::http::reject_unread_body(err, body).await,
+        Err(err) => return crate::api::reject_unread_body(err, body).await,
     };
     let staged = match upload::stage(&parent, body.into_data_stream(), &query.path).await {
         Ok(staged) => staged,
         // A write that failed mid-body (a full disk) left the rest of it unread.
-        Err(err) => return crate::http::closing_connection(err.into_response()),
+        Err(err) => return crate::api::closing_connection(err.into_response()),
     };
     let written = async {
         blocking(move || {
@@ -261,7 +257,7 @@ async fn batch_write(
     let (paths, files) = match receive_parts(workspace.real_root(), multipart).await {
         Ok(parts) => parts,
         // The rest of the body is unread: no client may reuse this connection.
-        Err(err) => return crate::http::closing_connection(err.into_response()),
+        Err(err) => return crate::api::closing_connection(err.into_response()),
     };
     place_parts(workspace, paths, files).await.into_response()
 }

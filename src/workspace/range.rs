@@ -1,7 +1,7 @@
 //! The single-range subset of HTTP `Range` (RFC 9110 §14): `bytes=a-b`, `bytes=a-`, `bytes=-n`.
 //! Multiple ranges or other units are answered with the whole file, which the RFC allows.
 
-use crate::error::{ApiError, ApiResult};
+use crate::core::error::{ApiError, ApiResult};
 
 #[derive(Debug, PartialEq, Eq)]
 pub struct ByteRange {

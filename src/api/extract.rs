@@ -6,7 +6,7 @@ use axum::http::StatusCode;
 use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
 
-use crate::error::ApiError;
+use crate::core::error::ApiError;
 
 /// A JSON body. Content-Type is not required (curl users forget it); an empty body reads as `{}` so
 /// routes whose fields all have defaults accept a bare POST. Malformed JSON → 422 with serde's message.

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use tokio::sync::{Notify, oneshot};
 
-use super::Health;
+use super::health::Health;
 
 type Job<R> = Box<dyn FnOnce(&mut R) + Send>;
 

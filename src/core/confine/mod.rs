@@ -8,10 +8,13 @@
 //! `lstat`, for what acts on the name (delete, move, exists: [`Last::Entry`]): so deleting `link -> real/`
 //! removes the link, and a link that points outside (or nowhere) can still be deleted or moved.
 
+mod allowed;
+pub use allowed::AllowedDirs;
+
 use std::io;
 use std::path::{Component, Path, PathBuf};
 
-use crate::error::{ApiError, ApiResult};
+use crate::core::error::{ApiError, ApiResult};
 
 /// Linux's own limit on symlinks followed in one lookup (ELOOP).
 const MAX_SYMLINK_HOPS: usize = 40;

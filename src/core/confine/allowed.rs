@@ -9,7 +9,7 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
-use crate::workspace::{Confined, Confinement, Last, Root};
+use super::{Confined, Confinement, Last, Root};
 
 #[derive(Debug, Clone)]
 pub struct AllowedDirs {

@@ -23,7 +23,7 @@ use std::time::Duration;
 use tokio::process::Command;
 
 use super::group::OwnedGroup;
-use crate::error::ApiError;
+use crate::core::error::ApiError;
 
 /// Added to every child's OOM score (range -1000..=1000): high enough that a child is chosen before
 /// boxd, low enough that the kernel still weighs children by their size among themselves.

@@ -7,7 +7,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
-use crate::error::ApiError;
+use crate::core::error::ApiError;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]

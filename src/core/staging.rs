@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
 
-use crate::error::{ApiError, ApiResult};
+use crate::core::error::{ApiError, ApiResult};
 
 const WRITE_BUFFER: usize = 1024 * 1024;
 /// Chunks in flight between the request body and the writer thread: bounds memory per upload.

@@ -19,6 +19,14 @@ pub enum TimeoutError {
     TooLong(f64),
 }
 
+/// A flag's seconds as a positive duration, or the start-up error naming the flag.
+pub fn flag_seconds(flag: &str, seconds: f64) -> Result<Duration, String> {
+    Duration::try_from_secs_f64(seconds)
+        .ok()
+        .filter(|duration| !duration.is_zero())
+        .ok_or_else(|| format!("{flag} must be a positive number of seconds, got {seconds}"))
+}
+
 /// A requested timeout in seconds: positive, finite and at most [`MAX_TIMEOUT`].
 pub fn user_timeout(seconds: f64) -> Result<Duration, TimeoutError> {
     let duration = Duration::try_from_secs_f64(seconds)

@@ -1,0 +1,14 @@
+//! What every family stands on and no family owns: errors and their statuses, health, ownership of a
+//! shared resource, deadlines, child supervision, path confinement, staged writes, UTF-8 boundaries,
+//! memory. Nothing here imports anything above it.
+
+pub mod child;
+pub mod confine;
+pub mod deadline;
+pub mod entry;
+pub mod error;
+pub mod health;
+pub mod memory;
+pub mod owner;
+pub mod staging;
+pub mod utf8;
