@@ -14,6 +14,7 @@ mod ipython;
 mod launch;
 mod limits;
 mod mcp;
+mod mcp_server;
 mod processes;
 mod shell;
 mod tools;
@@ -126,7 +127,7 @@ fn main() -> std::process::ExitCode {
     };
     let result = match cli.command {
         Command::Serve(args) => runtime.block_on(serve(args, instance.unwrap_or_default())),
-        Command::McpStdio(args) => runtime.block_on(mcp::relay::run(&args.url, &args.token)),
+        Command::McpStdio(args) => runtime.block_on(mcp_server::relay::run(&args.url, &args.token)),
         Command::Limits(_) | Command::Launch(_) => Ok(()),
     };
     // Dropping the runtime would wait without limit for blocking-pool threads; a stop is bounded.
@@ -171,14 +172,10 @@ async fn serve(args: ServeArgs, instance: String) -> Result<(), String> {
 
     let tools = Arc::new(ToolRegistry::default());
     tools.reserve_group(tools::GENERIC_GROUP);
-    let mcp_host = Arc::new(mcp::McpHost::new(
-        Arc::clone(&tools),
-        workspace.real_root().to_path_buf(),
-    ));
     let setup = Setup {
         args: &args,
         workspace: &workspace,
-        mcp: &mcp_host,
+        tools: &tools,
     };
     let families = Arc::new(build_families(&setup, &args.tools)?);
     families
@@ -223,7 +220,7 @@ async fn serve(args: ServeArgs, instance: String) -> Result<(), String> {
     let router = http::router(http::Core {
         tools: Arc::clone(&tools),
         families: Arc::clone(&families),
-        tool_routes: mcp::tool_routes(Arc::clone(&mcp_host)),
+        tool_routes: mcp_server::routes(Arc::clone(&tools)),
         auth,
     });
     let limits = http::serve::Limits {
@@ -295,14 +292,10 @@ mod tests {
             panic!("workspace: {:?}", opened.err());
         };
         let registry = Arc::new(ToolRegistry::default());
-        let mcp_host = Arc::new(mcp::McpHost::new(
-            Arc::clone(&registry),
-            opened.real_root().to_path_buf(),
-        ));
         let setup = Setup {
             args: &args,
             workspace: &opened,
-            mcp: &mcp_host,
+            tools: &registry,
         };
         let built = build_families(&setup, &args.tools);
         let Ok(families) = built else {

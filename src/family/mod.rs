@@ -183,7 +183,8 @@ async fn admit_route(
 pub struct Setup<'a> {
     pub args: &'a crate::cli::ServeArgs,
     pub workspace: &'a crate::core::confine::Workspace,
-    pub mcp: &'a Arc<crate::mcp::McpHost>,
+    /// The registry, for a family that registers tools while it runs (hosted MCP servers).
+    pub tools: &'a Arc<ToolRegistry>,
 }
 
 /// Builds one family from the set-up; an error stops boxd at start with that message.

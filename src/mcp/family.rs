@@ -1,5 +1,6 @@
 //! The `mcp` family: hosting more MCP servers (`/mcp/add_servers`, `--mcp-config`). The tool listing
-//! and call routes and boxd's own `/mcp` server are not part of it: every image has those.
+//! and call routes and boxd's own `/mcp` server are not part of it: every image has those
+//! (`mcp_server`).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -52,7 +53,10 @@ impl Family for Hosting {
 
 pub fn family(setup: &Setup) -> Result<Arc<dyn Family>, String> {
     Ok(Arc::new(Hosting {
-        host: Arc::clone(setup.mcp),
+        host: Arc::new(super::McpHost::new(
+            Arc::clone(setup.tools),
+            setup.workspace.real_root().to_path_buf(),
+        )),
         config: setup.args.mcp_config.clone(),
     }))
 }

@@ -1,47 +1,32 @@
-//! MCP servers hosted by boxd: `/mcp/add_servers`, `/mcp/list_tools`, `/mcp/call_tool`. Each hosted
-//! server's tools live in the shared tool registry under the server's name, so a call goes straight to the
-//! tool's owner (no fan-out) and the same entries serve every other surface.
+//! MCP servers hosted by boxd: `/mcp/add_servers` and `--mcp-config`. Each hosted server's tools live in
+//! the shared tool registry under the server's name, so a call goes straight to the tool's owner (no
+//! fan-out) and the same entries serve every surface (`/mcp/list_tools`, `/mcp/call_tool`, `/mcp`).
 
 mod family;
 pub use family::family;
 
 mod config;
 mod hosted;
-pub mod relay;
-mod serve;
 mod sse;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use axum::Router;
 use axum::extract::State;
-use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::routing::post;
 use futures_util::future::join_all;
 use serde::Deserialize;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::api::extract::ApiJson;
 use crate::core::error::{ApiError, ApiResult};
-use crate::tools::{CallContext, CallToolResult, GENERIC_GROUP, ToolRegistry};
+use crate::tools::ToolRegistry;
 pub use config::{DEFAULT_INITIALIZE_TIMEOUT, MAX_INITIALIZE_TIMEOUT, parse_servers};
 use hosted::HostedServer;
 pub use hosted::{CALL_TIMEOUT, FIRST_RESTART_BACKOFF, MAX_RESTART_BACKOFF};
-
-/// What boxd's MCP servers (the `/mcp` endpoint and the stdio relay) announce: tools, under `name`.
-fn tools_server_info(name: &str) -> rmcp::model::ServerConfig {
-    rmcp::model::ServerConfig::new(
-        rmcp::model::ServerCapabilities::builder()
-            .enable_tools()
-            .build(),
-    )
-    .with_server_info(rmcp::model::Implementation::new(
-        name,
-        env!("CARGO_PKG_VERSION"),
-    ))
-}
 
 pub struct McpHost {
     /// Held only to look at or change the maps, never across a handshake or a stop.
@@ -222,20 +207,6 @@ impl McpHost {
         self.add_servers(&configs, false).await
     }
 
-    /// Upstream's shape: `{SERVER: {TOOL: {"name", "json_schema"}}}` for every group but `generic`.
-    pub fn list_tools(&self) -> Value {
-        let mut groups: BTreeMap<String, Map<String, Value>> = BTreeMap::new();
-        for tool in self.tools.snapshot() {
-            if tool.group != GENERIC_GROUP {
-                groups
-                    .entry(tool.group.clone())
-                    .or_default()
-                    .insert(tool.name.clone(), tool.listing());
-            }
-        }
-        serde_json::to_value(groups).unwrap_or_default()
-    }
-
     /// Stops every hosted server (and its process group). Servers still in their handshake are not waited
     /// on: they give up at once and kill their own child.
     pub async fn shutdown(&self) {
@@ -248,16 +219,6 @@ impl McpHost {
             tracing::info!(count = servers.len(), "hosted MCP servers stopped");
         }
     }
-}
-
-/// What every image serves whatever its families: the tool listing and call routes of upstream's
-/// client, and boxd's own MCP server at `/mcp`, all over the one registry.
-pub fn tool_routes(host: Arc<McpHost>) -> Router {
-    Router::new()
-        .route_service("/mcp", serve::service(Arc::clone(&host.tools)))
-        .route("/mcp/list_tools", get(list_tools))
-        .route("/mcp/call_tool", post(call_tool))
-        .with_state(host)
 }
 
 /// Hosting more MCP servers (arbitrary commands): the `mcp` family's route.
@@ -285,31 +246,4 @@ async fn add_servers(
     host.add_servers(&request.server_configs, request.overwrite)
         .await?;
     Ok("OK")
-}
-
-async fn list_tools(State(host): State<Arc<McpHost>>) -> Json<Value> {
-    Json(host.list_tools())
-}
-
-#[derive(Deserialize)]
-struct CallToolRequest {
-    #[serde(default)]
-    tool_name: String,
-    #[serde(default)]
-    arguments: Value,
-}
-
-async fn call_tool(
-    State(host): State<Arc<McpHost>>,
-    context: CallContext,
-    ApiJson(request): ApiJson<CallToolRequest>,
-) -> ApiResult<Json<CallToolResult>> {
-    if request.tool_name.is_empty() {
-        return Err(ApiError::BadRequest("tool_name is required".into()));
-    }
-    Ok(Json(
-        host.tools
-            .call(&request.tool_name, request.arguments, context)?
-            .await?,
-    ))
 }

@@ -99,7 +99,7 @@ impl ServerHandler for Relay {
 
 fn cancelled() -> ErrorData {
     ErrorData::new(
-        rmcp::model::ErrorCode(super::serve::REQUEST_CANCELLED),
+        rmcp::model::ErrorCode(super::streamable::REQUEST_CANCELLED),
         "cancelled by the client",
         None,
     )
