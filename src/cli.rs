@@ -56,10 +56,6 @@ pub struct ServeArgs {
     #[arg(long, env = "WORKSPACE_DIR", default_value = "/workspace")]
     pub workspace: PathBuf,
 
-    /// MCP servers to host at start-up (upstream's mcp_server_configs.json format).
-    #[arg(long, env = "BOXD_MCP_CONFIG")]
-    pub mcp_config: Option<PathBuf>,
-
     /// Bearer token clients must send. Prefer the env var: argv is visible to other processes.
     /// Unset or empty: a random token is generated and printed once on stderr.
     #[arg(long, env = "SECRET_TOKEN", hide_env_values = true)]
@@ -72,20 +68,9 @@ pub struct ServeArgs {
     #[arg(long, env = "BOXD_POOL_SECRET_FILE")]
     pub pool_secret_file: Option<PathBuf>,
 
-    /// Default seconds before a shell command's process group is killed.
-    #[arg(long, env = "BOXD_COMMAND_TIMEOUT", default_value_t = 300.0)]
-    pub command_timeout: f64,
-
-    /// Python interpreter for the IPython kernel (IPython must be importable there).
-    #[arg(long, env = "BOXD_PYTHON", default_value = "python3")]
-    pub python: String,
-
-    /// Default seconds before an IPython cell is interrupted.
-    #[arg(long, env = "BOXD_CELL_TIMEOUT", default_value_t = 300.0)]
-    pub cell_timeout: f64,
-
     /// Families to enable (comma-separated): their tools and their routes. An image offers only what
-    /// it needs. Default: every family that needs no display or device (all but `computer` and `adb`).
+    /// it needs. Default: every family that needs no display, browser or device (all but `computer`,
+    /// `adb` and `browser`).
     #[arg(
         long,
         env = "BOXD_TOOLS",
@@ -99,18 +84,6 @@ pub struct ServeArgs {
     #[arg(long = "allow-dir", env = "BOXD_ALLOW_DIRS", value_delimiter = ':')]
     pub allow_dirs: Vec<PathBuf>,
 
-    /// Live processes (`/processes`) running at once.
-    #[arg(long, env = "BOXD_MAX_PROCESSES", default_value_t = 64)]
-    pub max_processes: usize,
-
-    /// Output kept per live process, in bytes (the oldest is dropped first).
-    #[arg(long, env = "BOXD_PROCESS_BUFFER", default_value_t = 1024 * 1024)]
-    pub process_buffer: usize,
-
-    /// Seconds an exited live process stays readable (status and output).
-    #[arg(long, env = "BOXD_PROCESS_RETENTION", default_value_t = 600.0)]
-    pub process_retention: f64,
-
     /// Seconds between keep-alives on idle event streams and WebSocket pings: below the read timeout of
     /// any proxy in front (images set it from NGINX_TIMEOUT).
     #[arg(long, env = "BOXD_KEEP_ALIVE", default_value_t = 15.0)]
@@ -121,10 +94,6 @@ pub struct ServeArgs {
     /// own keep-alive expiry (httpx 5 s, aiohttp 15 s), so a client never reuses a closing connection.
     #[arg(long, env = "BOXD_HEADER_TIMEOUT", default_value_t = 30.0)]
     pub header_timeout: f64,
-
-    /// Workspace watch streams open at once.
-    #[arg(long, env = "BOXD_MAX_WATCHES", default_value_t = 16)]
-    pub max_watches: usize,
 
     /// The X display the `computer` family drives (images run Xvfb on `:1`).
     #[arg(long, env = "DISPLAY", default_value = ":1")]
@@ -161,4 +130,19 @@ pub struct ServeArgs {
     /// Cap in bytes on each of a command's stdout and stderr (head and tail are kept).
     #[arg(long, env = "BOXD_MAX_OUTPUT", default_value_t = 4 * 1024 * 1024)]
     pub max_output: usize,
+
+    #[command(flatten)]
+    pub shell: crate::shell::ShellArgs,
+
+    #[command(flatten)]
+    pub ipython: crate::ipython::IpythonArgs,
+
+    #[command(flatten)]
+    pub processes: crate::processes::ProcessesArgs,
+
+    #[command(flatten)]
+    pub watch: crate::watch::WatchArgs,
+
+    #[command(flatten)]
+    pub mcp: crate::mcp::McpArgs,
 }

@@ -2,49 +2,8 @@
 //! is defined where it is enforced and only named here, so the table cannot drift from the code; the
 //! README's "Limits" table is this table (`boxd limits` prints it, and a test compares the two).
 
-use std::time::Duration;
-
 use crate::cli::ServeArgs;
-
-pub struct Limit {
-    pub area: &'static str,
-    pub what: &'static str,
-    pub value: String,
-    pub past_it: &'static str,
-}
-
-fn bytes(count: u64) -> String {
-    const KIB: u64 = 1024;
-    const MIB: u64 = 1024 * 1024;
-    if count >= MIB && count.is_multiple_of(MIB) {
-        format!("{} MiB", count / MIB)
-    } else if count >= KIB && count.is_multiple_of(KIB) {
-        format!("{} KiB", count / KIB)
-    } else {
-        format!("{count} bytes")
-    }
-}
-
-fn seconds(duration: Duration) -> String {
-    let seconds = duration.as_secs_f64();
-    if seconds >= 3600.0 && seconds % 3600.0 == 0.0 {
-        format!("{} h", seconds / 3600.0)
-    } else {
-        format!("{seconds} s")
-    }
-}
-
-fn flag_seconds(seconds: f64, flag: &str) -> String {
-    format!("{seconds} s (`{flag}`)")
-}
-
-fn count(value: usize) -> String {
-    value.to_string()
-}
-
-fn as_u64(value: usize) -> u64 {
-    u64::try_from(value).unwrap_or(u64::MAX)
-}
+use crate::family::limits::{Limit, as_u64, bytes, count, flag_seconds, seconds};
 
 /// The table for the configuration `args` describes.
 pub fn table(args: &ServeArgs) -> Vec<Limit> {
@@ -54,7 +13,7 @@ pub fn table(args: &ServeArgs) -> Vec<Limit> {
         value,
         past_it,
     };
-    vec![
+    let mut rows = vec![
         limit(
             "connections",
             "connections served at once",
@@ -96,192 +55,16 @@ pub fn table(args: &ServeArgs) -> Vec<Limit> {
             "503 + `Retry-After` with the family's state",
         ),
         limit(
-            "shell",
-            "commands running at once",
-            count(crate::shell::MAX_CONCURRENT_COMMANDS),
-            "a call waits up to the next row, then 429 + `Retry-After` and is not run",
-        ),
-        limit(
-            "shell",
-            "wait for a command slot",
-            seconds(crate::shell::COMMAND_ADMISSION_WAIT),
-            "429 + `Retry-After`",
-        ),
-        limit(
-            "shell",
-            "default command timeout",
-            flag_seconds(args.command_timeout, "--command-timeout"),
-            "the process group gets TERM, then KILL; return code 124",
-        ),
-        limit(
             "shell, ipython",
             "output kept per stream (stdout, stderr) of a command or a cell",
             format!("{} (`--max-output`)", bytes(as_u64(args.max_output))),
             "the first and last halves kept, with `[boxd: output truncated, N bytes omitted]` between; nothing on disk",
         ),
-        limit(
-            "ipython",
-            "cells waiting behind the running one",
-            count(crate::ipython::MAX_QUEUED_CELLS),
-            "429 + `Retry-After` at once; the cell is not run",
-        ),
-        limit(
-            "ipython",
-            "wait of a queued cell for its turn",
-            seconds(crate::ipython::CELL_QUEUE_WAIT),
-            "429 + `Retry-After`; the cell is not run",
-        ),
-        limit(
-            "ipython",
-            "default cell timeout",
-            flag_seconds(args.cell_timeout, "--cell-timeout"),
-            "SIGINT (state kept); a cell that ignores it for the next row kills the kernel (state lost, said so)",
-        ),
-        limit(
-            "ipython",
-            "grace of an interrupted cell",
-            seconds(crate::ipython::INTERRUPT_GRACE),
-            "the kernel is killed and restarts",
-        ),
-        limit(
-            "ipython",
-            "images of one cell (base64)",
-            bytes(16 * 1024 * 1024),
-            "later images dropped with a note in stdout (`MAX_IMAGE_BYTES` in the kernel helper)",
-        ),
-        limit(
-            "processes",
-            "live processes running at once",
-            format!("{} (`--max-processes`)", args.max_processes),
-            "429",
-        ),
-        limit(
-            "processes",
-            "output kept per live process",
-            format!(
-                "{} (`--process-buffer`)",
-                bytes(as_u64(args.process_buffer))
-            ),
-            "the oldest output is dropped; reads from an older offset say so",
-        ),
-        limit(
-            "processes",
-            "how long an exited process stays readable",
-            flag_seconds(args.process_retention, "--process-retention"),
-            "404",
-        ),
-        limit(
-            "processes",
-            "one stdin body",
-            bytes(as_u64(crate::processes::STDIN_BODY_MAX)),
-            "413",
-        ),
-        limit(
-            "processes",
-            "stdin queued for a process that does not read",
-            format!(
-                "{}, waited for up to {}",
-                bytes(as_u64(crate::processes::STDIN_QUEUE_BYTES)),
-                seconds(crate::processes::STDIN_WAIT)
-            ),
-            "503 + `Retry-After`",
-        ),
-        limit(
-            "processes",
-            "one WebSocket message",
-            bytes(as_u64(crate::processes::WEBSOCKET_MESSAGE_MAX)),
-            "the socket is closed (message too big)",
-        ),
-        limit(
-            "watch",
-            "watch streams open at once",
-            format!("{} (`--max-watches`)", args.max_watches),
-            "429",
-        ),
-        limit(
-            "watch",
-            "events queued for a slow watcher",
-            count(crate::watch::QUEUE),
-            "an `overflow` event; some events are dropped",
-        ),
-        limit(
-            "workspace",
-            "`paths` field of a batch upload",
-            bytes(as_u64(crate::workspace::MAX_BATCH_PATHS_BYTES)),
-            "413",
-        ),
-        limit(
-            "filesystem",
-            "a file read by `read_file`, `read_multiple_files`, `edit_file`",
-            bytes(crate::filesystem::MAX_READ_BYTES),
-            "an error result naming the size",
-        ),
-        limit(
-            "filesystem",
-            "entries one `directory_tree` or `search_files` walks",
-            count(crate::filesystem::MAX_WALK_ENTRIES),
-            "an error result (tree) or a note that the search stopped there",
-        ),
-        limit(
-            "filesystem",
-            "matches of one `search_files`",
-            count(crate::filesystem::MAX_SEARCH_MATCHES),
-            "the list is cut, and says so",
-        ),
-        limit(
-            "filesystem",
-            "work of one whitespace-tolerant `edit_file` match (line comparisons)",
-            count(usize::try_from(crate::filesystem::MATCH_BUDGET).unwrap_or(usize::MAX)),
-            "an error result",
-        ),
-        limit(
-            "filesystem",
-            "one filesystem tool call",
-            seconds(crate::filesystem::TOOL_DEADLINE),
-            "an error result",
-        ),
-        limit(
-            "git",
-            "`git_logs` commits",
-            format!(
-                "{} by default, at most {}",
-                crate::git::DEFAULT_LOG_LIMIT,
-                crate::git::MAX_LOG_LIMIT
-            ),
-            "400 naming the bound",
-        ),
-        limit(
-            "git",
-            "diff text of one answer",
-            bytes(as_u64(crate::git::MAX_RESPONSE_DIFF_BYTES)),
-            "the rest is left out, with a note",
-        ),
-        limit(
-            "mcp",
-            "a hosted server's handshake",
-            format!(
-                "{} by default, at most {}",
-                seconds(crate::mcp::DEFAULT_INITIALIZE_TIMEOUT),
-                seconds(crate::mcp::MAX_INITIALIZE_TIMEOUT)
-            ),
-            "the server is reported failed (502 from `add_servers`); a larger setting is a 400",
-        ),
-        limit(
-            "mcp",
-            "one call to a hosted server",
-            seconds(crate::mcp::CALL_TIMEOUT),
-            "504; not retried",
-        ),
-        limit(
-            "mcp",
-            "wait before restarting a hosted server whose restart failed",
-            format!(
-                "{} doubling to {}",
-                seconds(crate::mcp::FIRST_RESTART_BACKOFF),
-                seconds(crate::mcp::MAX_RESTART_BACKOFF)
-            ),
-            "calls meanwhile get 503 + `Retry-After` with the failure",
-        ),
+    ];
+    for family in crate::FAMILIES {
+        rows.extend((family.limits)(args));
+    }
+    rows.extend([
         limit(
             "computer",
             "actions waiting for the desktop",
@@ -455,7 +238,8 @@ pub fn table(args: &ServeArgs) -> Vec<Limit> {
             ),
             "boxd goes on stopping without it",
         ),
-    ]
+    ]);
+    rows
 }
 
 /// The table as Markdown, as the README carries it.

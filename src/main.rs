@@ -30,46 +30,93 @@ use tokio::net::TcpListener;
 use tracing_subscriber::EnvFilter;
 
 use cli::{Cli, Command, ServeArgs};
-use family::{Builder, Families, Setup};
+use family::{Families, Setup};
 use http::auth;
 use tools::ToolRegistry;
 
-/// Every family, in start order (they stop in reverse): its `--tools` name, whether it is on when
-/// `--tools` is not given (families that need a display or a device are not), and its builder. Adding
-/// a family is a module with a `family(&Setup)` builder and one line here.
-const FAMILIES: &[(&str, bool, Builder)] = &[
-    ("shell", true, shell::family),
-    ("ipython", true, ipython::family),
-    ("filesystem", true, filesystem::family),
-    ("workspace", true, workspace::family),
-    ("git", true, git::family),
-    ("processes", true, processes::family),
-    ("watch", true, watch::family),
-    ("mcp", true, mcp::family),
-    ("computer", false, computer::family),
-    ("adb", false, adb::family),
-    ("browser", false, browser::family),
+/// One line of the family list.
+struct FamilyEntry {
+    /// The `--tools` name, also the family's key in `/readyz`.
+    name: &'static str,
+    /// On when `--tools` is not given; families that need a display, a browser or a device are not.
+    on_by_default: bool,
+    build: fn(&Setup, &ServeArgs) -> family::Built,
+    /// Its rows of `boxd limits`.
+    limits: fn(&ServeArgs) -> Vec<family::limits::Limit>,
+}
+
+/// The entry of the family whose module is `$module`: it has `family(&Setup, &Flags)` and
+/// `limits(&Flags)`, its flags being the `ServeArgs` field of the same name (`flags`), or
+/// `family(&Setup)` and `limits()` when it has none.
+macro_rules! family {
+    ($module:ident, on_by_default: $on:expr) => {
+        FamilyEntry {
+            name: stringify!($module),
+            on_by_default: $on,
+            build: |setup, _| $module::family(setup),
+            limits: |_| $module::limits(),
+        }
+    };
+    ($module:ident, on_by_default: $on:expr, flags) => {
+        FamilyEntry {
+            name: stringify!($module),
+            on_by_default: $on,
+            build: |setup, args| $module::family(setup, &args.$module),
+            limits: |args| $module::limits(&args.$module),
+        }
+    };
+}
+
+/// Every family, in start order (they stop in reverse). Adding a family is a module, one line here
+/// and, if it has flags, its `#[command(flatten)]` field in `cli::ServeArgs`.
+const FAMILIES: &[FamilyEntry] = &[
+    family!(shell, on_by_default: true, flags),
+    family!(ipython, on_by_default: true, flags),
+    family!(filesystem, on_by_default: true),
+    family!(workspace, on_by_default: true),
+    family!(git, on_by_default: true),
+    family!(processes, on_by_default: true, flags),
+    family!(watch, on_by_default: true, flags),
+    family!(mcp, on_by_default: true, flags),
+    FamilyEntry {
+        name: "computer",
+        on_by_default: false,
+        build: |setup, _| computer::family(setup),
+        limits: |_| Vec::new(),
+    },
+    FamilyEntry {
+        name: "adb",
+        on_by_default: false,
+        build: |setup, _| adb::family(setup),
+        limits: |_| Vec::new(),
+    },
+    FamilyEntry {
+        name: "browser",
+        on_by_default: false,
+        build: |setup, _| browser::family(setup),
+        limits: |_| Vec::new(),
+    },
 ];
 
 fn family_names() -> impl Iterator<Item = &'static str> {
-    FAMILIES.iter().map(|(name, _, _)| *name)
+    FAMILIES.iter().map(|entry| entry.name)
 }
 
 /// Builds the families `--tools` names (or those on by default), in family-list order, and names the
 /// others.
-fn build_families(setup: &Setup, wanted: &[String]) -> Result<Families, String> {
+fn build_families(setup: &Setup, args: &ServeArgs) -> Result<Families, String> {
     let mut enabled = Vec::new();
     let mut disabled = Vec::new();
-    for (name, by_default, build) in FAMILIES {
-        let on = if wanted.is_empty() {
-            *by_default
+    for entry in FAMILIES {
+        let on = if args.tools.is_empty() {
+            entry.on_by_default
         } else {
-            wanted.iter().any(|wanted| wanted == name)
+            args.tools.iter().any(|wanted| wanted == entry.name)
         };
         if on {
-            enabled.push(build(setup)?);
+            enabled.push((entry.build)(setup, args)?);
         } else {
-            disabled.push(*name);
+            disabled.push(entry.name);
         }
     }
     Ok(Families::new(enabled, disabled))
@@ -174,10 +221,12 @@ async fn serve(args: ServeArgs, instance: String) -> Result<(), String> {
     tools.reserve_group(tools::GENERIC_GROUP);
     let setup = Setup {
         args: &args,
+        allowed_dirs: &args.allow_dirs,
+        max_output: args.max_output,
         workspace: &workspace,
         tools: &tools,
     };
-    let families = Arc::new(build_families(&setup, &args.tools)?);
+    let families = Arc::new(build_families(&setup, &args)?);
     families
         .register_tools(&tools)
         .map_err(|err| err.to_string())?;
@@ -294,10 +343,12 @@ mod tests {
         let registry = Arc::new(ToolRegistry::default());
         let setup = Setup {
             args: &args,
+            allowed_dirs: &args.allow_dirs,
+            max_output: args.max_output,
             workspace: &opened,
             tools: &registry,
         };
-        let built = build_families(&setup, &args.tools);
+        let built = build_families(&setup, &args);
         let Ok(families) = built else {
             panic!("families: {:?}", built.err().unwrap_or_default());
         };

@@ -2,6 +2,8 @@
 //! background), its health and its shutdown. `main` builds the enabled ones from the family list and
 //! this module runs them; nothing else knows which families exist.
 
+pub mod limits;
+
 pub use crate::core::health::{Health, Status, WAIT_FOR_START};
 pub use crate::core::owner::{Loss, Owner, OwnerError};
 
@@ -179,16 +181,21 @@ async fn admit_route(
     }
 }
 
-/// What a family is built from: the command line and the parts every family shares.
+/// What a family is built from besides its own flags: the parts every family shares.
 pub struct Setup<'a> {
+    /// Until `computer`, `adb` and `browser` take flags of their own.
     pub args: &'a crate::cli::ServeArgs,
+    /// More directories than the workspace that tools may use (`--allow-dir`).
+    pub allowed_dirs: &'a [std::path::PathBuf],
+    /// Cap in bytes on each of a command's or a cell's stdout and stderr (`--max-output`).
+    pub max_output: usize,
     pub workspace: &'a crate::core::confine::Workspace,
     /// The registry, for a family that registers tools while it runs (hosted MCP servers).
     pub tools: &'a Arc<ToolRegistry>,
 }
 
-/// Builds one family from the set-up; an error stops boxd at start with that message.
-pub type Builder = fn(&Setup) -> Result<Arc<dyn Family>, String>;
+/// A family as its builder makes it, or why it cannot be built (boxd stops at start with that message).
+pub type Built = Result<Arc<dyn Family>, String>;
 
 /// A family with routes and nothing to start or stop (workspace files, git, watch).
 pub struct RoutesOnly {

@@ -4,7 +4,7 @@
 //! and `move_file` never overwrites, as the reference's own descriptions promise.
 
 mod family;
-pub use family::family;
+pub use family::{family, limits};
 
 mod edit;
 mod line_diff;
@@ -12,8 +12,6 @@ mod node_error;
 mod walk;
 
 use crate::core::confine::AllowedDirs;
-pub use edit::MATCH_BUDGET;
-pub use walk::{MAX_SEARCH_MATCHES, MAX_WALK_ENTRIES};
 
 use std::io::Read;
 use std::path::Path;

@@ -3,7 +3,7 @@
 //! and `git` itself take the same index lock.
 
 mod family;
-pub use family::family;
+pub use family::{family, limits};
 
 mod diff_text;
 mod pack;

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::family::limits::{Limit, bytes, count, flag_seconds, seconds};
 use crate::family::{BoxFuture, Family, Health, Setup};
 use crate::tools::Tool;
 
@@ -34,15 +35,25 @@ impl Family for Ipython {
     }
 }
 
-pub fn family(setup: &Setup) -> Result<Arc<dyn Family>, String> {
-    let args = setup.args;
+/// The `ipython` family's flags.
+#[derive(Debug, clap::Args)]
+pub struct IpythonArgs {
+    /// Python interpreter for the IPython kernel (IPython must be importable there).
+    #[arg(long, env = "BOXD_PYTHON", default_value = "python3")]
+    pub python: String,
+    /// Default seconds before an IPython cell is interrupted.
+    #[arg(long, env = "BOXD_CELL_TIMEOUT", default_value_t = 300.0)]
+    pub cell_timeout: f64,
+}
+
+pub fn family(setup: &Setup, args: &IpythonArgs) -> Result<Arc<dyn Family>, String> {
     let config = super::KernelConfig {
         python: interpreter_path(&args.python),
         workspace: setup.workspace.real_root().to_path_buf(),
         default_timeout: crate::core::deadline::flag_seconds("--cell-timeout", args.cell_timeout)?,
         interrupt_grace: INTERRUPT_GRACE,
         start_timeout: Duration::from_secs(60),
-        max_output_bytes: args.max_output,
+        max_output_bytes: setup.max_output,
     };
     let bridge = super::IpythonBridge::new(config.default_timeout);
     Ok(Arc::new(Ipython {
@@ -63,4 +74,40 @@ fn interpreter_path(python: &str) -> String {
         return cwd.join(path).to_string_lossy().into_owned();
     }
     python.to_owned()
+}
+
+/// The bounds the `ipython` family keeps, for `boxd limits`.
+pub fn limits(args: &IpythonArgs) -> Vec<Limit> {
+    vec![
+        Limit::new(
+            "ipython",
+            "cells waiting behind the running one",
+            count(super::MAX_QUEUED_CELLS),
+            "429 + `Retry-After` at once; the cell is not run",
+        ),
+        Limit::new(
+            "ipython",
+            "wait of a queued cell for its turn",
+            seconds(super::CELL_QUEUE_WAIT),
+            "429 + `Retry-After`; the cell is not run",
+        ),
+        Limit::new(
+            "ipython",
+            "default cell timeout",
+            flag_seconds(args.cell_timeout, "--cell-timeout"),
+            "SIGINT (state kept); a cell that ignores it for the next row kills the kernel (state lost, said so)",
+        ),
+        Limit::new(
+            "ipython",
+            "grace of an interrupted cell",
+            seconds(INTERRUPT_GRACE),
+            "the kernel is killed and restarts",
+        ),
+        Limit::new(
+            "ipython",
+            "images of one cell (base64)",
+            bytes(16 * 1024 * 1024),
+            "later images dropped with a note in stdout (`MAX_IMAGE_BYTES` in the kernel helper)",
+        ),
+    ]
 }

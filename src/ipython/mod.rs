@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-pub use family::{INTERRUPT_GRACE, family};
+pub use family::{IpythonArgs, family, limits};
 
 use serde::Deserialize;
 use serde_json::{Value, json};

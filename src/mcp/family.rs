@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use axum::Router;
 
+use crate::family::limits::{Limit, seconds};
 use crate::family::{BoxFuture, Family, Health, Setup};
 
 struct Hosting {
@@ -51,12 +52,52 @@ impl Family for Hosting {
     }
 }
 
-pub fn family(setup: &Setup) -> Result<Arc<dyn Family>, String> {
+/// The `mcp` family's flags.
+#[derive(Debug, clap::Args)]
+pub struct McpArgs {
+    /// MCP servers to host at start-up (upstream's mcp_server_configs.json format).
+    #[arg(long, env = "BOXD_MCP_CONFIG")]
+    pub mcp_config: Option<PathBuf>,
+}
+
+pub fn family(setup: &Setup, args: &McpArgs) -> Result<Arc<dyn Family>, String> {
     Ok(Arc::new(Hosting {
         host: Arc::new(super::McpHost::new(
             Arc::clone(setup.tools),
             setup.workspace.real_root().to_path_buf(),
         )),
-        config: setup.args.mcp_config.clone(),
+        config: args.mcp_config.clone(),
     }))
+}
+
+/// The bounds the `mcp` family keeps, for `boxd limits`.
+pub fn limits(_: &McpArgs) -> Vec<Limit> {
+    vec![
+        Limit::new(
+            "mcp",
+            "a hosted server's handshake",
+            format!(
+                "{} by default, at most {}",
+                seconds(super::config::DEFAULT_INITIALIZE_TIMEOUT),
+                seconds(super::config::MAX_INITIALIZE_TIMEOUT)
+            ),
+            "the server is reported failed (502 from `add_servers`); a larger setting is a 400",
+        ),
+        Limit::new(
+            "mcp",
+            "one call to a hosted server",
+            seconds(super::hosted::CALL_TIMEOUT),
+            "504; not retried",
+        ),
+        Limit::new(
+            "mcp",
+            "wait before restarting a hosted server whose restart failed",
+            format!(
+                "{} doubling to {}",
+                seconds(super::hosted::FIRST_RESTART_BACKOFF),
+                seconds(super::hosted::MAX_RESTART_BACKOFF)
+            ),
+            "calls meanwhile get 503 + `Retry-After` with the failure",
+        ),
+    ]
 }

@@ -3,7 +3,7 @@
 //! fan-out) and the same entries serve every surface (`/mcp/list_tools`, `/mcp/call_tool`, `/mcp`).
 
 mod family;
-pub use family::family;
+pub use family::{McpArgs, family, limits};
 
 mod config;
 mod hosted;
@@ -24,9 +24,8 @@ use tokio_util::sync::CancellationToken;
 use crate::api::extract::ApiJson;
 use crate::core::error::{ApiError, ApiResult};
 use crate::tools::ToolRegistry;
-pub use config::{DEFAULT_INITIALIZE_TIMEOUT, MAX_INITIALIZE_TIMEOUT, parse_servers};
+use config::parse_servers;
 use hosted::HostedServer;
-pub use hosted::{CALL_TIMEOUT, FIRST_RESTART_BACKOFF, MAX_RESTART_BACKOFF};
 
 pub struct McpHost {
     /// Held only to look at or change the maps, never across a handshake or a stop.

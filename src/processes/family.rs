@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use axum::Router;
 
+use crate::family::limits::{Limit, as_u64, bytes, flag_seconds, seconds};
 use crate::family::{BoxFuture, Family, Setup};
 
 struct Processes {
@@ -29,8 +30,21 @@ impl Family for Processes {
     }
 }
 
-pub fn family(setup: &Setup) -> Result<Arc<dyn Family>, String> {
-    let args = setup.args;
+/// The `processes` family's flags.
+#[derive(Debug, clap::Args)]
+pub struct ProcessesArgs {
+    /// Live processes (`/processes`) running at once.
+    #[arg(long, env = "BOXD_MAX_PROCESSES", default_value_t = 64)]
+    pub max_processes: usize,
+    /// Output kept per live process, in bytes (the oldest is dropped first).
+    #[arg(long, env = "BOXD_PROCESS_BUFFER", default_value_t = 1024 * 1024)]
+    pub process_buffer: usize,
+    /// Seconds an exited live process stays readable (status and output).
+    #[arg(long, env = "BOXD_PROCESS_RETENTION", default_value_t = 600.0)]
+    pub process_retention: f64,
+}
+
+pub fn family(setup: &Setup, args: &ProcessesArgs) -> Result<Arc<dyn Family>, String> {
     let limits = super::ProcessLimits {
         max_running: args.max_processes.max(1),
         max_kept: args.max_processes.saturating_mul(4).max(64),
@@ -45,4 +59,53 @@ pub fn family(setup: &Setup) -> Result<Arc<dyn Family>, String> {
     Ok(Arc::new(Processes {
         manager: super::ProcessManager::new(Arc::new(setup.workspace.clone()), limits),
     }))
+}
+
+/// The bounds the `processes` family keeps, for `boxd limits`.
+pub fn limits(args: &ProcessesArgs) -> Vec<Limit> {
+    vec![
+        Limit::new(
+            "processes",
+            "live processes running at once",
+            format!("{} (`--max-processes`)", args.max_processes),
+            "429",
+        ),
+        Limit::new(
+            "processes",
+            "output kept per live process",
+            format!(
+                "{} (`--process-buffer`)",
+                bytes(as_u64(args.process_buffer))
+            ),
+            "the oldest output is dropped; reads from an older offset say so",
+        ),
+        Limit::new(
+            "processes",
+            "how long an exited process stays readable",
+            flag_seconds(args.process_retention, "--process-retention"),
+            "404",
+        ),
+        Limit::new(
+            "processes",
+            "one stdin body",
+            bytes(as_u64(super::stdin::BODY_MAX)),
+            "413",
+        ),
+        Limit::new(
+            "processes",
+            "stdin queued for a process that does not read",
+            format!(
+                "{}, waited for up to {}",
+                bytes(as_u64(super::stdin::QUEUE_BYTES)),
+                seconds(super::stdin::WAIT)
+            ),
+            "503 + `Retry-After`",
+        ),
+        Limit::new(
+            "processes",
+            "one WebSocket message",
+            bytes(as_u64(super::routes::WEBSOCKET_MESSAGE_MAX)),
+            "the socket is closed (message too big)",
+        ),
+    ]
 }

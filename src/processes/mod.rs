@@ -3,7 +3,7 @@
 //! follow, fall behind, disconnect and re-attach; its exit status is kept for late readers until reaped.
 
 mod family;
-pub use family::family;
+pub use family::{ProcessesArgs, family, limits};
 
 mod output;
 mod routes;
@@ -13,8 +13,7 @@ mod terminal;
 
 use crate::core::utf8::Utf8Boundary;
 pub use output::StreamName;
-pub use routes::{WEBSOCKET_MESSAGE_MAX, routes};
-pub use stdin::{BODY_MAX as STDIN_BODY_MAX, QUEUE_BYTES as STDIN_QUEUE_BYTES, WAIT as STDIN_WAIT};
+use routes::routes;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::family::limits::{Limit, count, flag_seconds, seconds};
 use crate::family::{Family, Setup};
 use crate::tools::Tool;
 use crate::tools::admission::Admission;
@@ -29,14 +30,21 @@ impl Family for Shell {
     }
 }
 
-pub fn family(setup: &Setup) -> Result<Arc<dyn Family>, String> {
-    let args = setup.args;
+/// The `shell` family's flags.
+#[derive(Debug, clap::Args)]
+pub struct ShellArgs {
+    /// Default seconds before a shell command's process group is killed.
+    #[arg(long, env = "BOXD_COMMAND_TIMEOUT", default_value_t = 300.0)]
+    pub command_timeout: f64,
+}
+
+pub fn family(setup: &Setup, args: &ShellArgs) -> Result<Arc<dyn Family>, String> {
     let limits = super::ShellLimits {
         default_timeout: crate::core::deadline::flag_seconds(
             "--command-timeout",
             args.command_timeout,
         )?,
-        max_output_bytes: args.max_output,
+        max_output_bytes: setup.max_output,
         kill_grace: Duration::from_secs(2),
         drain: Duration::from_millis(200),
     };
@@ -51,4 +59,28 @@ pub fn family(setup: &Setup) -> Result<Arc<dyn Family>, String> {
             ),
         ),
     }))
+}
+
+/// The bounds the `shell` family keeps, for `boxd limits`.
+pub fn limits(args: &ShellArgs) -> Vec<Limit> {
+    vec![
+        Limit::new(
+            "shell",
+            "commands running at once",
+            count(MAX_CONCURRENT_COMMANDS),
+            "a call waits up to the next row, then 429 + `Retry-After` and is not run",
+        ),
+        Limit::new(
+            "shell",
+            "wait for a command slot",
+            seconds(COMMAND_ADMISSION_WAIT),
+            "429 + `Retry-After`",
+        ),
+        Limit::new(
+            "shell",
+            "default command timeout",
+            flag_seconds(args.command_timeout, "--command-timeout"),
+            "the process group gets TERM, then KILL; return code 124",
+        ),
+    ]
 }

@@ -2,7 +2,7 @@
 //! the whole group and output caps that keep the process safe from a flood.
 
 mod family;
-pub use family::{COMMAND_ADMISSION_WAIT, MAX_CONCURRENT_COMMANDS, family};
+pub use family::{ShellArgs, family, limits};
 
 mod output;
 

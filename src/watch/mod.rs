@@ -3,7 +3,7 @@
 //! unless asked for. Confined like the file routes; the number of open watches is capped.
 
 mod family;
-pub use family::family;
+pub use family::{WatchArgs, family, limits};
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

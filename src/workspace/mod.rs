@@ -2,7 +2,7 @@
 //! delete, move, mkdir, all confined to the workspace by [`Workspace`].
 
 mod family;
-pub use family::family;
+pub use family::{family, limits};
 
 mod range;
 
