@@ -33,7 +33,7 @@ const MAX_COMMIT_DIFF_BYTES: usize = diff_text::MAX_FILE_DIFF_BYTES;
 /// All diff text of one answer (`generate_diff`, or every commit of a `git_logs` page together).
 pub const MAX_RESPONSE_DIFF_BYTES: usize = 32 * 1024 * 1024;
 
-/// Times one operation is run when files keep changing under it (see `Failure::Changed`).
+/// Times one operation is run when files keep changing under it (see `AttemptError::Changed`).
 const ATTEMPTS: usize = 5;
 
 /// The names `upload::stage` gives a file on its way into place (`src/workspace/upload.rs`): an upload
@@ -97,7 +97,7 @@ impl From<git2::Error> for ApiError {
 }
 
 /// Why one attempt at a git operation failed.
-enum Failure {
+enum AttemptError {
     /// A file changed size or vanished between libgit2 listing it and reading it (an upload renamed into
     /// place, a file deleted mid-walk). Not the client's error nor the host's: the operation is run
     /// again on what is there now.
@@ -105,20 +105,20 @@ enum Failure {
     Api(ApiError),
 }
 
-type GitResult<T> = Result<T, Failure>;
+type GitResult<T> = Result<T, AttemptError>;
 
-impl From<ApiError> for Failure {
+impl From<ApiError> for AttemptError {
     fn from(err: ApiError) -> Self {
-        Failure::Api(err)
+        AttemptError::Api(err)
     }
 }
 
-impl From<git2::Error> for Failure {
+impl From<git2::Error> for AttemptError {
     fn from(err: git2::Error) -> Self {
         if diff_text::vanished(&err) {
-            Failure::Changed(err.message().to_owned())
+            AttemptError::Changed(err.message().to_owned())
         } else {
-            Failure::Api(err.into())
+            AttemptError::Api(err.into())
         }
     }
 }
@@ -213,12 +213,12 @@ impl GitWatcher {
             repo.add_ignore_rule(STAGING_PATTERN)?;
             match work(&repo) {
                 Ok(value) => return Ok(value),
-                Err(Failure::Api(err)) => return Err(err),
-                Err(Failure::Changed(reason)) if attempt < ATTEMPTS => {
+                Err(AttemptError::Api(err)) => return Err(err),
+                Err(AttemptError::Changed(reason)) if attempt < ATTEMPTS => {
                     tracing::debug!(attempt, %reason, "work tree changed during a git walk; again");
                     attempt += 1;
                 }
-                Err(Failure::Changed(reason)) => {
+                Err(AttemptError::Changed(reason)) => {
                     return Err(ApiError::Conflict(format!(
                         "the workspace kept changing while git read it ({reason}), {ATTEMPTS} times \
                          in a row; try again once writes to it have settled"
@@ -398,7 +398,7 @@ fn stage_unfiltered(
     // without a submodule entry, so say what is in the way instead of libgit2's "invalid path".
     if let Some((path, _)) = changes.iter().find(|(path, _)| path.ends_with(b"/")) {
         let shown = String::from_utf8_lossy(path);
-        return Err(Failure::Api(ApiError::Conflict(format!(
+        return Err(AttemptError::Api(ApiError::Conflict(format!(
             "{shown} is a git repository inside the workspace (a clone?): boxd does not commit nested \
              repositories; add it to .gitignore, or remove its .git directory to commit its files"
         ))));
