@@ -359,7 +359,7 @@ mod tests {
 
     /// Built-in tools still declared with untyped arguments (read by hand from JSON); the list only
     /// shrinks.
-    const NOT_YET_TYPED: &[&str] = &["computer", "computer_batch", "adb"];
+    const NOT_YET_TYPED: &[&str] = &[];
 
     #[tokio::test]
     async fn every_tool_is_typed_and_its_schema_and_argument_struct_agree() {

@@ -1,7 +1,8 @@
 //! The `adb` tool's arguments read into actions, with every check done before anything reaches the
 //! device; and the exact device command each action runs.
 
-use serde_json::Value;
+use serde::Deserialize;
+use serde_json::{Number, Value};
 
 pub const ACTIONS: [&str; 14] = [
     "get_screen_resolution",
@@ -43,6 +44,26 @@ pub const MAX_URL_CHARS: usize = 4096;
 const REFUSED_SCHEMES: [&str; 4] = ["javascript", "file", "content", "intent"];
 /// Android's KEYCODE_ range today is below 320; this leaves room for new ones.
 const MAX_KEY_CODE: i64 = 1_000;
+
+/// The `adb` tool's arguments (and the live view's input): the schema's properties. All are optional
+/// here: which ones an action needs is checked in [`parse`]. Points, `duration` and `code` are any
+/// JSON value to serde, as their checks' messages repeat what was sent whatever its type
+/// (`duration must be ..., got "fast"`); numbers are kept as JSON wrote them for the same reason.
+#[derive(Debug, Default, Deserialize)]
+pub struct AdbArguments {
+    action: Option<String>,
+    coordinate: Option<Value>,
+    start: Option<Value>,
+    end: Option<Value>,
+    duration: Option<Value>,
+    text: Option<String>,
+    code: Option<Value>,
+    direction: Option<String>,
+    distance: Option<Number>,
+    package: Option<String>,
+    url: Option<String>,
+    max_size: Option<Number>,
+}
 
 #[derive(Debug, PartialEq)]
 pub enum Action {
@@ -107,30 +128,24 @@ impl Direction {
     }
 }
 
-pub fn parse(arguments: &Value) -> Result<Action, String> {
-    let Some(arguments) = arguments.as_object() else {
-        return Err("arguments must be an object with an action".into());
+pub fn parse(arguments: &AdbArguments) -> Result<Action, String> {
+    let Some(action) = arguments.action.as_deref() else {
+        return Err(format!("action is required: one of {}", ACTIONS.join(", ")));
     };
-    let action = match arguments.get("action") {
-        Some(Value::String(action)) => action.as_str(),
-        Some(_) => return Err("action must be a string".into()),
-        None => {
-            return Err(format!("action is required: one of {}", ACTIONS.join(", ")));
-        }
-    };
+    let duration_or = |default| duration(arguments.duration.as_ref(), default);
     match action {
         "get_screen_resolution" => Ok(Action::Resolution),
         "get_screenshot" => Ok(Action::Screenshot {
-            max_size: max_size(arguments.get("max_size"))?,
+            max_size: max_size(arguments.max_size.as_ref())?,
         }),
         "tap" => {
-            let (x, y) = point(arguments.get("coordinate"), "coordinate", "tap")?;
+            let (x, y) = point(arguments.coordinate.as_ref(), "coordinate", "tap")?;
             Ok(Action::Tap { x, y })
         }
         "swipe" => {
-            let from = point(arguments.get("start"), "start", "swipe")?;
-            let to = point(arguments.get("end"), "end", "swipe")?;
-            let duration_ms = duration(arguments.get("duration"), DEFAULT_SWIPE_MS)?;
+            let from = point(arguments.start.as_ref(), "start", "swipe")?;
+            let to = point(arguments.end.as_ref(), "end", "swipe")?;
+            let duration_ms = duration_or(DEFAULT_SWIPE_MS)?;
             Ok(Action::Swipe {
                 from,
                 to,
@@ -139,17 +154,17 @@ pub fn parse(arguments: &Value) -> Result<Action, String> {
         }
         "list_elements" => Ok(Action::Elements),
         "long_press" => {
-            let (x, y) = point(arguments.get("coordinate"), "coordinate", "long_press")?;
-            let duration_ms = duration(arguments.get("duration"), DEFAULT_LONG_PRESS_MS)?;
+            let (x, y) = point(arguments.coordinate.as_ref(), "coordinate", "long_press")?;
+            let duration_ms = duration_or(DEFAULT_LONG_PRESS_MS)?;
             Ok(Action::LongPress { x, y, duration_ms })
         }
         "double_tap" => {
-            let (x, y) = point(arguments.get("coordinate"), "coordinate", "double_tap")?;
+            let (x, y) = point(arguments.coordinate.as_ref(), "coordinate", "double_tap")?;
             Ok(Action::DoubleTap { x, y })
         }
         "swipe_direction" => {
-            let direction = match arguments.get("direction") {
-                Some(Value::String(name)) => match name.trim().to_ascii_lowercase().as_str() {
+            let direction = match arguments.direction.as_deref() {
+                Some(name) => match name.trim().to_ascii_lowercase().as_str() {
                     "up" => Direction::Up,
                     "down" => Direction::Down,
                     "left" => Direction::Left,
@@ -160,23 +175,18 @@ pub fn parse(arguments: &Value) -> Result<Action, String> {
                         ));
                     }
                 },
-                None | Some(Value::Null) => {
+                None => {
                     return Err(
                         "direction is required for swipe_direction: up, down, left or right".into(),
                     );
                 }
-                Some(other) => {
-                    return Err(format!(
-                        "direction must be up, down, left or right, got {other}"
-                    ));
-                }
             };
-            let from = match arguments.get("coordinate") {
-                None | Some(Value::Null) => None,
+            let from = match arguments.coordinate.as_ref() {
+                None => None,
                 value => Some(point(value, "coordinate", "swipe_direction")?),
             };
-            let distance = match arguments.get("distance") {
-                None | Some(Value::Null) => DEFAULT_SWIPE_DISTANCE,
+            let distance = match &arguments.distance {
+                None => DEFAULT_SWIPE_DISTANCE,
                 Some(value) => value
                     .as_f64()
                     .filter(|d| *d > 0.0 && *d <= 1.0)
@@ -186,7 +196,7 @@ pub fn parse(arguments: &Value) -> Result<Action, String> {
                         )
                     })?,
             };
-            let duration_ms = duration(arguments.get("duration"), DEFAULT_SWIPE_MS)?;
+            let duration_ms = duration_or(DEFAULT_SWIPE_MS)?;
             Ok(Action::SwipeDirection {
                 direction,
                 from,
@@ -196,16 +206,16 @@ pub fn parse(arguments: &Value) -> Result<Action, String> {
         }
         "list_apps" => Ok(Action::ListApps),
         "launch_app" => Ok(Action::LaunchApp(package(
-            arguments.get("package"),
+            arguments.package.as_deref(),
             "launch_app",
         )?)),
         "terminate_app" => Ok(Action::TerminateApp(package(
-            arguments.get("package"),
+            arguments.package.as_deref(),
             "terminate_app",
         )?)),
-        "open_url" => Ok(Action::OpenUrl(url(arguments.get("url"))?)),
-        "input_text" => match arguments.get("text") {
-            Some(Value::String(text)) if !text.is_empty() => {
+        "open_url" => Ok(Action::OpenUrl(url(arguments.url.as_deref())?)),
+        "input_text" => match arguments.text.as_deref() {
+            Some(text) if !text.is_empty() => {
                 let count = text.chars().count();
                 if count > MAX_TEXT_CHARS {
                     return Err(format!(
@@ -221,13 +231,12 @@ pub fn parse(arguments: &Value) -> Result<Action, String> {
                         u32::from(bad)
                     ));
                 }
-                Ok(Action::Text(text.clone()))
+                Ok(Action::Text(text.to_owned()))
             }
-            Some(Value::String(_)) => Err("text must not be empty for input_text".into()),
-            Some(Value::Null) | None => Err("text is required for input_text".into()),
-            Some(other) => Err(format!("text must be a string, got {other}")),
+            Some(_) => Err("text must not be empty for input_text".into()),
+            None => Err("text is required for input_text".into()),
         },
-        "key_event" => key(arguments.get("code")),
+        "key_event" => key(arguments.code.as_ref()),
         other => Err(format!(
             "Unknown action: {other}. Valid actions: {}",
             ACTIONS.join(", ")
@@ -237,16 +246,21 @@ pub fn parse(arguments: &Value) -> Result<Action, String> {
 
 /// An integer, also when JSON spells it `3.0`; not `3.5`, not a string.
 fn integer(value: &Value) -> Option<i64> {
-    if let Some(number) = value.as_i64() {
-        return Some(number);
+    value.as_number().and_then(whole)
+}
+
+/// An integer, also when JSON spells it `3.0`; not `3.5`.
+fn whole(number: &Number) -> Option<i64> {
+    if let Some(integer) = number.as_i64() {
+        return Some(integer);
     }
-    let float = value.as_f64()?;
+    let float = number.as_f64()?;
     (float.fract() == 0.0 && float.abs() <= 1e15).then_some(float as i64)
 }
 
 fn duration(value: Option<&Value>, default: u64) -> Result<u64, String> {
     match value {
-        None | Some(Value::Null) => Ok(default),
+        None => Ok(default),
         Some(value) => integer(value)
             .and_then(|ms| u64::try_from(ms).ok())
             .filter(|ms| *ms <= MAX_SWIPE_MS)
@@ -258,10 +272,10 @@ fn duration(value: Option<&Value>, default: u64) -> Result<u64, String> {
     }
 }
 
-fn max_size(value: Option<&Value>) -> Result<Option<u32>, String> {
+fn max_size(value: Option<&Number>) -> Result<Option<u32>, String> {
     match value {
-        None | Some(Value::Null) => Ok(None),
-        Some(value) => integer(value)
+        None => Ok(None),
+        Some(value) => whole(value)
             .and_then(|side| u32::try_from(side).ok())
             .filter(|side| (MIN_SCREENSHOT_SIDE..=MAX_SCREENSHOT_SIDE).contains(side))
             .map(Some)
@@ -275,15 +289,11 @@ fn max_size(value: Option<&Value>) -> Result<Option<u32>, String> {
 
 /// A Java package name (`com.example.app`): dot-separated identifiers of ASCII letters, digits and `_`,
 /// each starting with a letter. Nothing else can reach the device shell, so it needs no quoting.
-fn package(value: Option<&Value>, action: &str) -> Result<String, String> {
-    let name = match value {
-        Some(Value::String(name)) => name.trim(),
-        None | Some(Value::Null) => {
-            return Err(format!(
-                "package is required for {action}: the app's package name, e.g. com.android.settings"
-            ));
-        }
-        Some(other) => return Err(format!("package must be a string, got {other}")),
+fn package(value: Option<&str>, action: &str) -> Result<String, String> {
+    let Some(name) = value.map(str::trim) else {
+        return Err(format!(
+            "package is required for {action}: the app's package name, e.g. com.android.settings"
+        ));
     };
     let valid_segment = |segment: &str| {
         segment
@@ -303,15 +313,11 @@ fn package(value: Option<&Value>, action: &str) -> Result<String, String> {
     Ok(name.to_owned())
 }
 
-fn url(value: Option<&Value>) -> Result<String, String> {
-    let url = match value {
-        Some(Value::String(url)) => url.trim(),
-        None | Some(Value::Null) => {
-            return Err(
-                "url is required for open_url: a web or app link, e.g. https://example.com".into(),
-            );
-        }
-        Some(other) => return Err(format!("url must be a string, got {other}")),
+fn url(value: Option<&str>) -> Result<String, String> {
+    let Some(url) = value.map(str::trim) else {
+        return Err(
+            "url is required for open_url: a web or app link, e.g. https://example.com".into(),
+        );
     };
     let count = url.chars().count();
     if count > MAX_URL_CHARS {
@@ -358,11 +364,8 @@ fn url(value: Option<&Value>) -> Result<String, String> {
 }
 
 fn point(value: Option<&Value>, name: &str, action: &str) -> Result<(i64, i64), String> {
-    let value = match value {
-        None | Some(Value::Null) => {
-            return Err(format!("{name} is required for {action}: [x, y] in pixels"));
-        }
-        Some(value) => value,
+    let Some(value) = value else {
+        return Err(format!("{name} is required for {action}: [x, y] in pixels"));
     };
     let bad = || {
         format!(
@@ -380,14 +383,11 @@ fn point(value: Option<&Value>, name: &str, action: &str) -> Result<(i64, i64), 
 }
 
 fn key(value: Option<&Value>) -> Result<Action, String> {
-    let value = match value {
-        None | Some(Value::Null) => {
-            return Err(
-                "code is required for key_event: a key code (3) or name (HOME, BACK, ENTER, KEYCODE_VOLUME_UP)"
-                    .into(),
-            );
-        }
-        Some(value) => value,
+    let Some(value) = value else {
+        return Err(
+            "code is required for key_event: a key code (3) or name (HOME, BACK, ENTER, KEYCODE_VOLUME_UP)"
+                .into(),
+        );
     };
     let in_range = |code: i64| (0..=MAX_KEY_CODE).contains(&code);
     if let Some(code) = integer(value) {
@@ -600,14 +600,20 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    fn parsed(arguments: Value) -> Result<Action, String> {
+        let arguments: AdbArguments =
+            serde_json::from_value(arguments).map_err(|err| format!("unreadable: {err}"))?;
+        parse(&arguments)
+    }
+
     #[test]
     fn upstream_arguments_parse() {
         assert_eq!(
-            parse(&json!({"action": "tap", "coordinate": [10, 20]})).unwrap(),
+            parsed(json!({"action": "tap", "coordinate": [10, 20]})).unwrap(),
             Action::Tap { x: 10, y: 20 }
         );
         assert_eq!(
-            parse(&json!({"action": "swipe", "start": [1, 2], "end": [3, 4]})).unwrap(),
+            parsed(json!({"action": "swipe", "start": [1, 2], "end": [3, 4]})).unwrap(),
             Action::Swipe {
                 from: (1, 2),
                 to: (3, 4),
@@ -615,14 +621,14 @@ mod tests {
             }
         );
         assert_eq!(
-            parse(&json!({"action": "key_event", "code": 3})).unwrap(),
+            parsed(json!({"action": "key_event", "code": 3})).unwrap(),
             Action::Key {
                 code: 3,
                 shown: "3".into()
             }
         );
         assert_eq!(
-            parse(&json!({"action": "key_event", "code": "4"})).unwrap(),
+            parsed(json!({"action": "key_event", "code": "4"})).unwrap(),
             Action::Key {
                 code: 4,
                 shown: "4".into()
@@ -644,9 +650,9 @@ mod tests {
         ] {
             assert_eq!(key_code(name), Some(code), "{name}");
         }
-        assert!(parse(&json!({"action": "key_event", "code": "HOMEY"})).is_err());
-        assert!(parse(&json!({"action": "key_event", "code": -1})).is_err());
-        assert!(parse(&json!({"action": "key_event", "code": 2.5})).is_err());
+        assert!(parsed(json!({"action": "key_event", "code": "HOMEY"})).is_err());
+        assert!(parsed(json!({"action": "key_event", "code": -1})).is_err());
+        assert!(parsed(json!({"action": "key_event", "code": 2.5})).is_err());
     }
 
     #[test]
@@ -670,6 +676,18 @@ mod tests {
                 "coordinate must be",
             ),
             (
+                json!({"action": "tap", "coordinate": "here"}),
+                "coordinate must be [x, y], two integers from 0 to 100000 (pixels), got \"here\"",
+            ),
+            (
+                json!({"action": "swipe", "start": [1, 1], "end": [2, 2], "duration": "fast"}),
+                "got \"fast\"",
+            ),
+            (
+                json!({"action": "key_event", "code": true}),
+                "code must be a key code or a key name, got true",
+            ),
+            (
                 json!({"action": "swipe", "start": [1, 1]}),
                 "end is required",
             ),
@@ -687,7 +705,7 @@ mod tests {
             (json!({"action": "fly"}), "Unknown action: fly"),
             (json!({}), "action is required"),
         ] {
-            let err = parse(&arguments).unwrap_err();
+            let err = parsed(arguments.clone()).unwrap_err();
             assert!(err.contains(needle), "{arguments}: {err}");
         }
     }
@@ -695,7 +713,7 @@ mod tests {
     #[test]
     fn new_actions_parse_with_their_defaults() {
         assert_eq!(
-            parse(&json!({"action": "long_press", "coordinate": [5, 6]})).unwrap(),
+            parsed(json!({"action": "long_press", "coordinate": [5, 6]})).unwrap(),
             Action::LongPress {
                 x: 5,
                 y: 6,
@@ -703,7 +721,7 @@ mod tests {
             }
         );
         assert_eq!(
-            parse(&json!({"action": "swipe_direction", "direction": "Up"})).unwrap(),
+            parsed(json!({"action": "swipe_direction", "direction": "Up"})).unwrap(),
             Action::SwipeDirection {
                 direction: Direction::Up,
                 from: None,
@@ -712,17 +730,17 @@ mod tests {
             }
         );
         assert_eq!(
-            parse(&json!({"action": "launch_app", "package": " com.example.app_2 "})).unwrap(),
+            parsed(json!({"action": "launch_app", "package": " com.example.app_2 "})).unwrap(),
             Action::LaunchApp("com.example.app_2".into())
         );
         assert_eq!(
-            parse(&json!({"action": "get_screenshot", "max_size": 1024})).unwrap(),
+            parsed(json!({"action": "get_screenshot", "max_size": 1024})).unwrap(),
             Action::Screenshot {
                 max_size: Some(1024)
             }
         );
         assert_eq!(
-            parse(&json!({"action": "open_url", "url": "market://details?id=x"})).unwrap(),
+            parsed(json!({"action": "open_url", "url": "market://details?id=x"})).unwrap(),
             Action::OpenUrl("market://details?id=x".into())
         );
     }
@@ -739,7 +757,7 @@ mod tests {
             "com.x\nreboot",
             "",
         ] {
-            let err = parse(&json!({"action": "terminate_app", "package": package})).unwrap_err();
+            let err = parsed(json!({"action": "terminate_app", "package": package})).unwrap_err();
             assert!(err.contains("package"), "{package}: {err}");
         }
         for (url, needle) in [
@@ -750,7 +768,7 @@ mod tests {
             ("https://x.com/\nreboot", "U+000A"),
             ("", "must start with a scheme"),
         ] {
-            let err = parse(&json!({"action": "open_url", "url": url})).unwrap_err();
+            let err = parsed(json!({"action": "open_url", "url": url})).unwrap_err();
             assert!(err.contains(needle), "{url}: {err}");
         }
         for arguments in [
@@ -760,7 +778,7 @@ mod tests {
             json!({"action": "get_screenshot", "max_size": 10}),
             json!({"action": "long_press", "coordinate": [1, 1], "duration": 60_001}),
         ] {
-            assert!(parse(&arguments).is_err(), "{arguments}");
+            assert!(parsed(arguments.clone()).is_err(), "{arguments}");
         }
     }
 

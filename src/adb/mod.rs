@@ -26,8 +26,10 @@ use base64::Engine;
 use serde_json::{Value, json};
 
 use crate::core::error::ApiError;
-use crate::tools::{CallToolResult, ContentItem, Tool};
-use actions::{Action, Direction};
+use crate::tools::{
+    BadArguments, CallToolResult, ContentItem, Tool, ToolError, ToolResult, ToolSpec,
+};
+use actions::{Action, AdbArguments, Direction};
 use device::{Device, DeviceError};
 use screen::Geometry;
 use wire::Output;
@@ -62,18 +64,13 @@ pub struct Adb {
     views: view::Views,
 }
 
-/// Why an action did not happen: something the model can act on (an `isError` result), or the device's
-/// state (an HTTP error with a retry hint).
-enum Failure {
-    Action(String),
-    Device(DeviceError),
-}
-
-impl From<DeviceError> for Failure {
+/// A command the device refused is the action's failure, which the model reads (an `isError` result);
+/// the rest is the device's state (an HTTP error with a retry hint).
+impl From<DeviceError> for ToolError {
     fn from(err: DeviceError) -> Self {
         match err {
-            DeviceError::Refused(reason) => Failure::Action(reason),
-            other => Failure::Device(other),
+            DeviceError::Refused(reason) => ToolError::Reported(reason),
+            other => ToolError::Http(other.into()),
         }
     }
 }
@@ -98,28 +95,22 @@ fn text(text: impl Into<String>) -> ContentItem {
 }
 
 impl Adb {
-    async fn call(&self, arguments: Value) -> Result<CallToolResult, ApiError> {
-        let outcome = match actions::parse(&arguments) {
-            Ok(action) => self.execute(action).await,
-            Err(reason) => Err(Failure::Action(reason)),
-        };
-        match outcome {
-            Ok(items) => Ok(CallToolResult::new(items, false)),
-            Err(Failure::Action(reason)) => Ok(CallToolResult::new(vec![text(reason)], true)),
-            Err(Failure::Device(err)) => Err(err.into()),
-        }
+    async fn call(&self, arguments: AdbArguments) -> ToolResult {
+        let action = actions::parse(&arguments).map_err(ToolError::Reported)?;
+        let items = self.execute(action).await?;
+        Ok(CallToolResult::new(items, false))
     }
 
     /// Runs `command` and insists it succeeded; the failure names the command and what it printed.
-    async fn run(&self, command: String, timeout: Duration) -> Result<Output, Failure> {
+    async fn run(&self, command: String, timeout: Duration) -> Result<Output, ToolError> {
         let output = self.device.shell(command.clone(), timeout).await?;
         match output.exit {
             Some(0) => Ok(output),
-            _ => Err(Failure::Action(failed(&command, &output))),
+            _ => Err(ToolError::Reported(failed(&command, &output))),
         }
     }
 
-    async fn execute(&self, action: Action) -> Result<Vec<ContentItem>, Failure> {
+    async fn execute(&self, action: Action) -> Result<Vec<ContentItem>, ToolError> {
         let done = match action {
             Action::Tap { x, y } => {
                 let ([(dx, dy)], note) = self.placed([(x, y)]);
@@ -208,12 +199,12 @@ impl Adb {
                     String::from_utf8_lossy(&output.stderr)
                 );
                 if said.contains("No activities found") || said.contains("monkey aborted") {
-                    return Err(Failure::Action(format!(
+                    return Err(ToolError::Reported(format!(
                         "{package} is not installed or has no launcher activity; `list_apps` lists the installed apps"
                     )));
                 }
                 if output.exit != Some(0) {
-                    return Err(Failure::Action(failed(&command, &output)));
+                    return Err(ToolError::Reported(failed(&command, &output)));
                 }
                 format!("Launched {package}")
             }
@@ -242,7 +233,7 @@ impl Adb {
                     .lines()
                     .find(|line| line.trim_start().starts_with("Error"))
                 {
-                    return Err(Failure::Action(format!(
+                    return Err(ToolError::Reported(format!(
                         "No app on the device opened {url}: {}",
                         error.trim().chars().take(500).collect::<String>()
                     )));
@@ -262,7 +253,10 @@ impl Adb {
                 let output = self.run("wm size".into(), COMMAND_TIMEOUT).await?;
                 let said = String::from_utf8_lossy(&output.stdout);
                 let (width, height) = actions::parse_wm_size(&said).ok_or_else(|| {
-                    Failure::Action(format!("`wm size` printed no screen size: {}", said.trim()))
+                    ToolError::Reported(format!(
+                        "`wm size` printed no screen size: {}",
+                        said.trim()
+                    ))
                 })?;
                 let mut items = vec![text(json!({"width": width, "height": height}).to_string())];
                 if let Some(geometry) = self.geometry() {
@@ -278,7 +272,7 @@ impl Adb {
             Action::Screenshot { max_size } => {
                 let output = self.run("screencap -p".into(), SCREENSHOT_TIMEOUT).await?;
                 if !output.stdout.starts_with(PNG_SIGNATURE) {
-                    return Err(Failure::Action(format!(
+                    return Err(ToolError::Reported(format!(
                         "`screencap -p` printed no PNG ({} bytes{})",
                         output.stdout.len(),
                         if output.stderr.is_empty() {
@@ -333,7 +327,7 @@ impl Adb {
         from: (i64, i64),
         to: (i64, i64),
         duration_ms: u64,
-    ) -> Result<Output, Failure> {
+    ) -> Result<Output, ToolError> {
         let timeout = COMMAND_TIMEOUT.saturating_add(Duration::from_millis(duration_ms));
         self.run(
             format!(
@@ -347,14 +341,14 @@ impl Adb {
 
     /// The screen's size as taps see it: the scaled screenshot's screen when there is one (it follows
     /// rotation), else `wm size`.
-    async fn screen_size(&self) -> Result<(u32, u32), Failure> {
+    async fn screen_size(&self) -> Result<(u32, u32), ToolError> {
         if let Some(geometry) = self.geometry() {
             return Ok(geometry.screen);
         }
         let output = self.run("wm size".into(), COMMAND_TIMEOUT).await?;
         let said = String::from_utf8_lossy(&output.stdout);
         actions::parse_wm_size(&said).ok_or_else(|| {
-            Failure::Action(format!("`wm size` printed no screen size: {}", said.trim()))
+            ToolError::Reported(format!("`wm size` printed no screen size: {}", said.trim()))
         })
     }
 
@@ -364,7 +358,7 @@ impl Adb {
         from: Option<(i64, i64)>,
         distance: f64,
         duration_ms: u64,
-    ) -> Result<Vec<ContentItem>, Failure> {
+    ) -> Result<Vec<ContentItem>, ToolError> {
         let (width, height) = self.screen_size().await?;
         let (width, height) = (i64::from(width), i64::from(height));
         let geometry = self.geometry();
@@ -404,7 +398,7 @@ impl Adb {
     }
 
     /// `uiautomator dump`, tried again while it fails (within the attempts and the budget), as elements.
-    async fn elements(&self) -> Result<Vec<ContentItem>, Failure> {
+    async fn elements(&self) -> Result<Vec<ContentItem>, ToolError> {
         let started = Instant::now();
         let mut last_failure = String::new();
         for attempt in 1..=UI_DUMP_ATTEMPTS {
@@ -438,7 +432,7 @@ impl Adb {
             }
             tracing::debug!(attempt, reason = %last_failure, "uiautomator dump failed");
         }
-        Err(Failure::Action(format!(
+        Err(ToolError::Reported(format!(
             "The UI could not be read ({UI_DUMP_ATTEMPTS} tries within {} s): {last_failure}. A screen that keeps changing (an animation, a video) cannot be dumped; get_screenshot still works.",
             UI_DUMP_BUDGET.as_secs()
         )))
@@ -448,9 +442,10 @@ impl Adb {
         &self,
         png: Vec<u8>,
         max_side: u32,
-    ) -> Result<Vec<ContentItem>, Failure> {
-        let screen = screen::png_size(&png)
-            .ok_or_else(|| Failure::Action("`screencap -p` printed a PNG without a size".into()))?;
+    ) -> Result<Vec<ContentItem>, ToolError> {
+        let screen = screen::png_size(&png).ok_or_else(|| {
+            ToolError::Reported("`screencap -p` printed a PNG without a size".into())
+        })?;
         let image = screen::fitted(screen, max_side);
         let geometry = Geometry { screen, image };
         let numbers = |scale: f64| {
@@ -476,8 +471,8 @@ impl Adb {
         }
         let scaled = tokio::task::spawn_blocking(move || screen::scale_png(&png, image))
             .await
-            .map_err(|err| Failure::Action(format!("scaling the screenshot failed: {err}")))?
-            .map_err(Failure::Action)?;
+            .map_err(|err| ToolError::Reported(format!("scaling the screenshot failed: {err}")))?
+            .map_err(ToolError::Reported)?;
         self.set_geometry(Some(geometry));
         Ok(vec![
             png_item(scaled).await?,
@@ -496,7 +491,7 @@ impl Adb {
     /// ASCII goes through `input text` (upstream's command). Other text needs an IME that takes text
     /// whole: with ADBKeyboard selected it is sent base64-encoded in a broadcast (no shell quoting at
     /// all); without it nothing is typed and the error says what to install.
-    async fn type_text(&self, typed: &str) -> Result<(), Failure> {
+    async fn type_text(&self, typed: &str) -> Result<(), ToolError> {
         let timeout = COMMAND_TIMEOUT.saturating_add(
             PER_CHARACTER.saturating_mul(u32::try_from(typed.len()).unwrap_or(u32::MAX)),
         );
@@ -513,7 +508,7 @@ impl Adb {
             .map(|output| String::from_utf8_lossy(&output.stdout).trim().to_owned())
             .unwrap_or_default();
         if current != ADB_KEYBOARD {
-            return Err(Failure::Action(format!(
+            return Err(ToolError::Reported(format!(
                 "Cannot type {character:?} (character {position} of the text): Android's `input text` types ASCII only. Non-ASCII text needs the ADBKeyboard IME ({ADB_KEYBOARD}, github.com/senzhk/ADBKeyBoard) installed and selected on the device: `ime enable {ADB_KEYBOARD} && ime set {ADB_KEYBOARD}`. Nothing was typed."
             )));
         }
@@ -551,11 +546,11 @@ fn round3(value: f64) -> f64 {
     (value * 1000.0).round() / 1000.0
 }
 
-async fn png_item(png: Vec<u8>) -> Result<ContentItem, Failure> {
+async fn png_item(png: Vec<u8>) -> Result<ContentItem, ToolError> {
     let data =
         tokio::task::spawn_blocking(move || base64::engine::general_purpose::STANDARD.encode(&png))
             .await
-            .map_err(|err| Failure::Action(format!("encoding the screenshot failed: {err}")))?;
+            .map_err(|err| ToolError::Reported(format!("encoding the screenshot failed: {err}")))?;
     Ok(ContentItem::Image {
         data,
         mime_type: "image/png".into(),
@@ -619,14 +614,17 @@ fn schema() -> Value {
 
 pub fn tools(adb: &std::sync::Arc<Adb>) -> Vec<Tool> {
     let adb = std::sync::Arc::clone(adb);
-    vec![Tool::new(
-        GROUP,
-        "adb",
-        "Control an Android device: tap, double tap, long press, swipe, type text, send key events, take screenshots (optionally scaled), read the screen size, list the UI elements on screen, list, launch and stop apps, open URLs.",
-        schema(),
-        move |arguments| {
+    vec![
+        ToolSpec::new(
+            GROUP,
+            "adb",
+            "Control an Android device: tap, double tap, long press, swipe, type text, send key events, take screenshots (optionally scaled), read the screen size, list the UI elements on screen, list, launch and stop apps, open URLs.",
+            schema(),
+        )
+        .bad_arguments(BadArguments::Reported)
+        .handler(move |arguments: AdbArguments, _| {
             let adb = std::sync::Arc::clone(&adb);
             async move { adb.call(arguments).await }
-        },
-    )]
+        }),
+    ]
 }

@@ -22,10 +22,11 @@ use serde_json::{Value, json};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
-use super::actions::{self, Action};
-use super::{Adb, Failure, PNG_SIGNATURE, SCREENSHOT_TIMEOUT, screen};
+use super::actions::{self, Action, AdbArguments};
+use super::{Adb, PNG_SIGNATURE, SCREENSHOT_TIMEOUT, screen};
 use crate::api::extract::{ApiJson, ApiQuery};
 use crate::core::error::{ApiError, ApiResult};
+use crate::tools::ToolError;
 
 /// Frames per second of a stream that asks for no rate.
 pub const DEFAULT_VIEW_FPS: u32 = 5;
@@ -284,6 +285,13 @@ async fn input(
     State(adb): State<Arc<Adb>>,
     ApiJson(arguments): ApiJson<Value>,
 ) -> ApiResult<axum::Json<Value>> {
+    if !arguments.is_object() {
+        return Err(ApiError::BadRequest(
+            "arguments must be an object with an action".into(),
+        ));
+    }
+    let arguments = AdbArguments::deserialize(arguments)
+        .map_err(|err| ApiError::BadRequest(format!("Invalid arguments for adb: {err}")))?;
     let action = actions::parse(&arguments).map_err(ApiError::BadRequest)?;
     if !matches!(
         action,
@@ -301,14 +309,14 @@ async fn input(
         .view_input(action)
         .await
         .map_err(|failure| match failure {
-            Failure::Action(reason) => ApiError::BadGateway(reason),
-            Failure::Device(err) => err.into(),
+            ToolError::Reported(reason) => ApiError::BadGateway(reason),
+            ToolError::Http(err) => err,
         })?;
     Ok(axum::Json(json!({ "done": done })))
 }
 
 impl Adb {
-    async fn view_input(&self, action: Action) -> Result<String, Failure> {
+    async fn view_input(&self, action: Action) -> Result<String, ToolError> {
         Ok(match action {
             Action::Tap { x, y } => {
                 self.run(format!("input tap {x} {y}"), super::COMMAND_TIMEOUT)
@@ -340,7 +348,7 @@ impl Adb {
                 format!("Input text: {typed}")
             }
             // Refused before the call, in `input`.
-            _ => return Err(Failure::Action("not an action the view sends".into())),
+            _ => return Err(ToolError::Reported("not an action the view sends".into())),
         })
     }
 }

@@ -4,7 +4,8 @@
 
 use std::time::Duration;
 
-use serde_json::{Map, Value, json};
+use serde::{Deserialize, Deserializer};
+use serde_json::{Number, Value};
 
 use super::keys;
 
@@ -41,6 +42,50 @@ pub const MORE_ACTIONS: [&str; 11] = [
     "key_down",
     "key_up",
 ];
+
+/// The `computer` tool's arguments, also each action of `computer_batch`: the schema's properties. All
+/// are optional here: which ones an action needs is checked in [`parse`], with upstream's messages.
+/// Numbers are kept as JSON wrote them, so a message about one repeats what was sent, and `3.0` for a
+/// whole-number field fails its check (with that check's message) rather than being read as 3.
+#[derive(Debug, Default, Deserialize)]
+pub struct ComputerArguments {
+    action: Option<String>,
+    coordinate: Option<Vec<Number>>,
+    text: Option<String>,
+    start_coordinate: Option<Vec<Number>>,
+    scroll_direction: Option<String>,
+    scroll_amount: Option<Number>,
+    duration: Option<f64>,
+    repeat: Option<Number>,
+    region: Option<Vec<Number>>,
+    format: Option<String>,
+    quality: Option<Number>,
+    cursor: Option<bool>,
+}
+
+/// One action of `computer_batch`: the `computer` tool's arguments, or why they cannot be read. An
+/// unreadable action fails at its turn, like any action that fails: the ones before it still run.
+#[derive(Debug)]
+pub enum BatchAction {
+    Read(Box<ComputerArguments>),
+    Unreadable(String),
+}
+
+impl<'de> Deserialize<'de> for BatchAction {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let value = Value::deserialize(deserializer)?;
+        if !value.is_object() {
+            return Ok(BatchAction::Unreadable(
+                "arguments must be an object with an action".into(),
+            ));
+        }
+        Ok(match ComputerArguments::deserialize(value) {
+            Ok(arguments) => BatchAction::Read(Box::new(arguments)),
+            // The words the `computer` tool answers for the same arguments.
+            Err(err) => BatchAction::Unreadable(format!("Invalid arguments for computer: {err}")),
+        })
+    }
+}
 
 /// A point as the caller gave it (for the answer's text) and where it is on the screen.
 #[derive(Debug, Clone, PartialEq)]
@@ -172,13 +217,17 @@ pub fn js_number(value: f64) -> String {
     }
 }
 
-fn point(value: &Value, field: &str, geometry: &Geometry) -> Result<Point, String> {
-    let pair = value
-        .as_array()
-        .filter(|pair| pair.len() == 2)
-        .and_then(|pair| Some((pair[0].as_f64()?, pair[1].as_f64()?)))
-        .ok_or_else(|| format!("{field} must be [x, y], two numbers; got {value}"))?;
-    let (x, y) = pair;
+fn point(numbers: &[Number], field: &str, geometry: &Geometry) -> Result<Point, String> {
+    let (x, y) = match numbers {
+        [x, y] => x.as_f64().zip(y.as_f64()),
+        _ => None,
+    }
+    .ok_or_else(|| {
+        format!(
+            "{field} must be [x, y], two numbers; got {}",
+            Value::from(numbers.to_vec())
+        )
+    })?;
     let (width, height) = geometry.image;
     if !(x >= 0.0 && y >= 0.0 && x < f64::from(width) && y < f64::from(height)) {
         return Err(format!(
@@ -195,10 +244,9 @@ fn point(value: &Value, field: &str, geometry: &Geometry) -> Result<Point, Strin
     })
 }
 
-fn duration(arguments: &Map<String, Value>, action: &str) -> Result<(Duration, String), String> {
+fn duration(arguments: &ComputerArguments, action: &str) -> Result<(Duration, String), String> {
     let seconds = arguments
-        .get("duration")
-        .and_then(Value::as_f64)
+        .duration
         .ok_or_else(|| format!("duration (seconds) required for {action}"))?;
     if !(0.0..=MAX_ACTION_DURATION.as_secs_f64()).contains(&seconds) {
         return Err(format!(
@@ -210,59 +258,50 @@ fn duration(arguments: &Map<String, Value>, action: &str) -> Result<(Duration, S
     Ok((Duration::from_secs_f64(seconds), js_number(seconds)))
 }
 
-fn text<'a>(arguments: &'a Map<String, Value>, action: &str) -> Result<&'a str, String> {
-    match arguments.get("text") {
-        Some(Value::String(text)) if !text.is_empty() => Ok(text),
+fn text<'a>(arguments: &'a ComputerArguments, action: &str) -> Result<&'a str, String> {
+    match arguments.text.as_deref() {
+        Some(text) if !text.is_empty() => Ok(text),
         _ => Err(format!("Text required for {action}")),
     }
 }
 
 /// Modifiers held during a click or scroll (`text`: `ctrl`, `shift+alt`); none when absent or empty.
-fn modifiers(arguments: &Map<String, Value>) -> Result<Vec<u32>, String> {
-    match arguments.get("text") {
-        Some(Value::String(text)) if !text.trim().is_empty() => keys::parse_chord(text),
+fn modifiers(arguments: &ComputerArguments) -> Result<Vec<u32>, String> {
+    match arguments.text.as_deref() {
+        Some(text) if !text.trim().is_empty() => keys::parse_chord(text),
         _ => Ok(Vec::new()),
     }
 }
 
-fn shot_options(arguments: &Map<String, Value>) -> Result<ShotOptions, String> {
-    let format = arguments
-        .get("format")
-        .and_then(Value::as_str)
-        .unwrap_or("png");
+fn shot_options(arguments: &ComputerArguments) -> Result<ShotOptions, String> {
+    let format = arguments.format.as_deref().unwrap_or("png");
     let jpeg_quality = match format.to_ascii_lowercase().as_str() {
         "png" => None,
         "jpeg" | "jpg" => {
             let quality = arguments
-                .get("quality")
-                .and_then(Value::as_u64)
+                .quality
+                .as_ref()
+                .and_then(Number::as_u64)
                 .unwrap_or(75);
-            if !(1..=100).contains(&quality) {
+            let Some(quality) = u8::try_from(quality).ok().filter(|q| (1..=100).contains(q)) else {
                 return Err(format!("quality must be 1 to 100, got {quality}"));
-            }
-            Some(quality as u8)
+            };
+            Some(quality)
         }
         other => return Err(format!("format must be png or jpeg, got {other:?}")),
     };
-    let cursor = arguments
-        .get("cursor")
-        .and_then(Value::as_bool)
-        .unwrap_or(false);
     Ok(ShotOptions {
         jpeg_quality,
-        cursor,
+        cursor: arguments.cursor.unwrap_or(false),
     })
 }
 
 /// Reads one action from a call's arguments. The coordinate is checked first, whatever the action, as
 /// upstream does.
-pub fn parse(arguments: &Value, geometry: &Geometry) -> Result<Action, String> {
-    let Some(arguments) = arguments.as_object() else {
-        return Err("arguments must be an object with an action".into());
-    };
-    let action = match arguments.get("action") {
-        Some(Value::String(action)) => action.as_str(),
-        _ => {
+pub fn parse(arguments: &ComputerArguments, geometry: &Geometry) -> Result<Action, String> {
+    let action = match arguments.action.as_deref() {
+        Some(action) => action,
+        None => {
             return Err(format!(
                 "action is required: one of {}",
                 UPSTREAM_ACTIONS
@@ -274,9 +313,9 @@ pub fn parse(arguments: &Value, geometry: &Geometry) -> Result<Action, String> {
             ));
         }
     };
-    let coordinate = match arguments.get("coordinate") {
-        None | Some(Value::Null) => None,
-        Some(value) => Some(point(value, "coordinate", geometry)?),
+    let coordinate = match arguments.coordinate.as_deref() {
+        None => None,
+        Some(numbers) => Some(point(numbers, "coordinate", geometry)?),
     };
     let require_coordinate = || {
         coordinate
@@ -295,9 +334,9 @@ pub fn parse(arguments: &Value, geometry: &Geometry) -> Result<Action, String> {
     Ok(match action {
         "key" => {
             let text = text(arguments, action)?;
-            let repeat = match arguments.get("repeat") {
-                None | Some(Value::Null) => 1,
-                Some(value) => value
+            let repeat = match &arguments.repeat {
+                None => 1,
+                Some(number) => number
                     .as_u64()
                     .filter(|count| (1..=MAX_KEY_REPEAT).contains(count))
                     .ok_or_else(|| {
@@ -340,9 +379,9 @@ pub fn parse(arguments: &Value, geometry: &Geometry) -> Result<Action, String> {
         "double_click" => click(Button::Left, 2, "Double clicked")?,
         "triple_click" => click(Button::Left, 3, "Triple clicked")?,
         "left_click_drag" => Action::Drag {
-            from: match arguments.get("start_coordinate") {
-                None | Some(Value::Null) => None,
-                Some(value) => Some(point(value, "start_coordinate", geometry)?),
+            from: match arguments.start_coordinate.as_deref() {
+                None => None,
+                Some(numbers) => Some(point(numbers, "start_coordinate", geometry)?),
             },
             to: require_coordinate()?,
         },
@@ -350,8 +389,8 @@ pub fn parse(arguments: &Value, geometry: &Geometry) -> Result<Action, String> {
         "left_mouse_up" => Action::MouseUp { at: coordinate },
         "scroll" => {
             let direction = arguments
-                .get("scroll_direction")
-                .and_then(Value::as_str)
+                .scroll_direction
+                .as_deref()
                 .unwrap_or_default()
                 .to_ascii_lowercase();
             let button = match direction.as_str() {
@@ -363,14 +402,16 @@ pub fn parse(arguments: &Value, geometry: &Geometry) -> Result<Action, String> {
                     return Err("scroll_direction must be one of up, down, left, right".to_owned());
                 }
             };
-            let amount = match arguments.get("scroll_amount") {
-                None | Some(Value::Null) => 3,
-                Some(value) => value
-                    .as_u64()
-                    .filter(|amount| *amount <= 100)
-                    .ok_or_else(|| {
-                        "scroll_amount must be a whole number from 0 to 100".to_owned()
-                    })?,
+            let amount = match &arguments.scroll_amount {
+                None => 3,
+                Some(number) => {
+                    number
+                        .as_u64()
+                        .filter(|amount| *amount <= 100)
+                        .ok_or_else(|| {
+                            "scroll_amount must be a whole number from 0 to 100".to_owned()
+                        })?
+                }
             };
             Action::Scroll {
                 direction,
@@ -397,13 +438,11 @@ pub fn parse(arguments: &Value, geometry: &Geometry) -> Result<Action, String> {
         "get_screenshot" | "screenshot" => Action::Screenshot(shot_options(arguments)?),
         "get_cursor_position" | "cursor_position" => Action::CursorPosition,
         "zoom" => {
-            let region = arguments
-                .get("region")
-                .and_then(Value::as_array)
-                .filter(|region| region.len() == 4)
-                .ok_or_else(|| "region must be [x0, y0, x1, y1]".to_owned())?;
-            let first = point(&json!([region[0], region[1]]), "region", geometry)?;
-            let second = point(&json!([region[2], region[3]]), "region", geometry)?;
+            let Some([x0, y0, x1, y1]) = arguments.region.as_deref() else {
+                return Err("region must be [x0, y0, x1, y1]".to_owned());
+            };
+            let first = point(&[x0.clone(), y0.clone()], "region", geometry)?;
+            let second = point(&[x1.clone(), y1.clone()], "region", geometry)?;
             if second.x <= first.x || second.y <= first.y {
                 return Err("region must be [x0, y0, x1, y1] with x1 > x0 and y1 > y0".into());
             }
@@ -429,14 +468,19 @@ pub fn parse(arguments: &Value, geometry: &Geometry) -> Result<Action, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     const SCREEN: Geometry = Geometry {
         screen: (1280, 800),
         image: (1280, 800),
     };
 
+    fn read(arguments: Value) -> ComputerArguments {
+        serde_json::from_value(arguments).unwrap_or_else(|err| panic!("arguments: {err}"))
+    }
+
     fn parsed(arguments: Value) -> Result<Action, String> {
-        parse(&arguments, &SCREEN)
+        parse(&read(arguments), &SCREEN)
     }
 
     #[test]
@@ -477,13 +521,48 @@ mod tests {
     }
 
     #[test]
+    fn a_check_repeats_the_numbers_sent() {
+        assert_eq!(
+            parsed(json!({"action": "mouse_move", "coordinate": [1, 2.5, 3]})),
+            Err("coordinate must be [x, y], two numbers; got [1,2.5,3]".into())
+        );
+        assert_eq!(
+            parsed(json!({"action": "scroll", "scroll_direction": "up", "scroll_amount": 3.0})),
+            Err("scroll_amount must be a whole number from 0 to 100".into())
+        );
+        assert_eq!(
+            parsed(json!({"action": "zoom", "region": [0, 0, 10]})),
+            Err("region must be [x0, y0, x1, y1]".into())
+        );
+    }
+
+    #[test]
+    fn a_batch_action_that_cannot_be_read_fails_at_its_turn() {
+        let actions: Vec<BatchAction> = serde_json::from_value(json!([
+            {"action": "left_click", "coordinate": [1, 2]},
+            {"action": "left_click", "coordinate": "here"},
+            "left_click",
+        ]))
+        .unwrap_or_default();
+        assert!(matches!(actions[0], BatchAction::Read(_)), "{actions:?}");
+        assert!(
+            matches!(&actions[1], BatchAction::Unreadable(reason) if reason.starts_with("Invalid arguments for computer: invalid type: string \"here\"")),
+            "{actions:?}"
+        );
+        assert!(
+            matches!(&actions[2], BatchAction::Unreadable(reason) if reason == "arguments must be an object with an action"),
+            "{actions:?}"
+        );
+    }
+
+    #[test]
     fn coordinates_map_from_a_scaled_screenshot_to_the_screen() {
         let half = Geometry {
             screen: (2560, 1600),
             image: (1280, 800),
         };
         let Ok(Action::MouseMove { to }) = parse(
-            &json!({"action": "mouse_move", "coordinate": [100, 50.5]}),
+            &read(json!({"action": "mouse_move", "coordinate": [100, 50.5]})),
             &half,
         ) else {
             panic!("a move");

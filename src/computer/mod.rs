@@ -18,12 +18,15 @@ pub use family::family;
 use std::sync::Arc;
 use std::time::Duration;
 
+use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::core::error::ApiError;
 use crate::family::OwnerError;
-use crate::tools::{CallToolResult, ContentItem, Tool};
-use actions::{Action, Button, Geometry, ShotOptions};
+use crate::tools::{
+    BadArguments, CallToolResult, ContentItem, Tool, ToolError, ToolResult, ToolSpec,
+};
+use actions::{Action, BatchAction, Button, ComputerArguments, Geometry, ShotOptions};
 use capture::Encoding;
 use desktop::{Desktop, DesktopError};
 
@@ -40,18 +43,21 @@ pub struct Computer {
     max_image: Option<(u32, u32)>,
 }
 
-/// Why an action did not happen: the caller's mistake (an `isError` result), or the desktop's state
-/// (an HTTP error with a retry hint).
-enum Failure {
-    Action(String),
-    Desktop(DesktopError),
+/// `computer_batch`'s arguments.
+#[derive(Debug, Deserialize)]
+struct BatchArguments {
+    /// Optional here so that its absence is answered in the batch's own words.
+    actions: Option<Vec<BatchAction>>,
+    screenshot: Option<bool>,
 }
 
-impl From<DesktopError> for Failure {
+/// A request the X server refused is the action's failure, which the model reads (an `isError`
+/// result); the rest is the desktop's state (an HTTP error with a retry hint).
+impl From<DesktopError> for ToolError {
     fn from(err: DesktopError) -> Self {
         match err {
-            DesktopError::X(x11::XError::Request(reason)) => Failure::Action(reason),
-            other => Failure::Desktop(other),
+            DesktopError::X(x11::XError::Request(reason)) => ToolError::Reported(reason),
+            other => ToolError::Http(other.into()),
         }
     }
 }
@@ -76,7 +82,9 @@ fn text(text: impl Into<String>) -> ContentItem {
 }
 
 impl Computer {
-    async fn geometry(&self) -> Result<Geometry, DesktopError> {
+    /// The screen's size is the desktop's state, not the caller's action: whatever fails in reading
+    /// it is an HTTP error, even a refused request.
+    async fn geometry(&self) -> Result<Geometry, ApiError> {
         let (width, height) = self
             .desktop
             .run(|session| Ok((u32::from(session.width), u32::from(session.height))))
@@ -87,59 +95,55 @@ impl Computer {
         })
     }
 
-    async fn call(&self, arguments: Value) -> Result<CallToolResult, ApiError> {
+    async fn call(&self, arguments: ComputerArguments) -> ToolResult {
         let geometry = self.geometry().await?;
-        let outcome = match actions::parse(&arguments, &geometry) {
-            Ok(action) => self.execute(action, &geometry).await,
-            Err(reason) => Err(Failure::Action(reason)),
-        };
-        match outcome {
-            Ok(items) => Ok(CallToolResult::new(items, false)),
-            Err(Failure::Action(reason)) => Ok(CallToolResult::new(vec![text(reason)], true)),
-            Err(Failure::Desktop(err)) => Err(err.into()),
-        }
+        let action = actions::parse(&arguments, &geometry).map_err(ToolError::Reported)?;
+        let items = self.execute(action, &geometry).await?;
+        Ok(CallToolResult::new(items, false))
     }
 
-    async fn batch(&self, arguments: Value) -> Result<CallToolResult, ApiError> {
-        let Some(list) = arguments.get("actions").and_then(Value::as_array) else {
-            return Ok(CallToolResult::new(
-                vec![text("actions must be a list of computer actions")],
-                true,
+    async fn batch(&self, arguments: BatchArguments) -> ToolResult {
+        let Some(list) = arguments.actions else {
+            return Err(ToolError::Reported(
+                "actions must be a list of computer actions".into(),
             ));
         };
         let geometry = self.geometry().await?;
         let mut items = Vec::new();
         let mut failed = false;
-        for arguments in list {
+        for action in list {
             if failed {
                 items.push(text(NOT_EXECUTED));
                 continue;
             }
-            let outcome = match actions::parse(arguments, &geometry) {
-                Ok(action) => self.execute(action, &geometry).await,
-                Err(reason) => Err(Failure::Action(reason)),
+            let outcome = match action {
+                BatchAction::Read(arguments) => match actions::parse(&arguments, &geometry) {
+                    Ok(action) => self.execute(action, &geometry).await,
+                    Err(reason) => Err(ToolError::Reported(reason)),
+                },
+                BatchAction::Unreadable(reason) => Err(ToolError::Reported(reason)),
             };
             match outcome {
                 Ok(done) => items.extend(done),
-                Err(Failure::Action(reason)) => {
+                Err(ToolError::Reported(reason)) => {
                     failed = true;
                     items.push(text(reason));
                 }
-                Err(Failure::Desktop(err)) => return Err(err.into()),
+                Err(err @ ToolError::Http(_)) => return Err(err),
             }
         }
-        if arguments.get("screenshot").and_then(Value::as_bool) == Some(true) {
+        if arguments.screenshot == Some(true) {
             let shot = ShotOptions {
                 jpeg_quality: None,
                 cursor: false,
             };
             match self.execute(Action::Screenshot(shot), &geometry).await {
                 Ok(done) => items.extend(done),
-                Err(Failure::Action(reason)) => {
+                Err(ToolError::Reported(reason)) => {
                     failed = true;
                     items.push(text(reason));
                 }
-                Err(Failure::Desktop(err)) => return Err(err.into()),
+                Err(err @ ToolError::Http(_)) => return Err(err),
             }
         }
         Ok(CallToolResult::new(items, failed))
@@ -149,7 +153,7 @@ impl Computer {
         &self,
         action: Action,
         geometry: &Geometry,
-    ) -> Result<Vec<ContentItem>, Failure> {
+    ) -> Result<Vec<ContentItem>, ToolError> {
         let done = match action {
             Action::Key {
                 text: shown,
@@ -305,7 +309,7 @@ impl Computer {
         Ok(vec![text(done)])
     }
 
-    async fn mouse_button(&self, at: Option<(i32, i32)>, pressed: bool) -> Result<(), Failure> {
+    async fn mouse_button(&self, at: Option<(i32, i32)>, pressed: bool) -> Result<(), ToolError> {
         self.desktop
             .run(move |session| {
                 if let Some((x, y)) = at {
@@ -319,7 +323,7 @@ impl Computer {
     }
 
     /// Presses the chord, waits, releases it; released even when the call is dropped while it waits.
-    async fn hold(&self, chord: Vec<u32>, duration: Duration) -> Result<(), Failure> {
+    async fn hold(&self, chord: Vec<u32>, duration: Duration) -> Result<(), ToolError> {
         hold_chord(&self.desktop, chord.clone(), true).await?;
         let release = ReleaseOnDrop {
             desktop: self.desktop.clone(),
@@ -333,7 +337,7 @@ impl Computer {
         &self,
         options: ShotOptions,
         geometry: &Geometry,
-    ) -> Result<Vec<ContentItem>, Failure> {
+    ) -> Result<Vec<ContentItem>, ToolError> {
         let (width, height) = geometry.screen;
         let region = (0, 0, clamp_u16(width), clamp_u16(height));
         let (image, pointer) = self
@@ -373,7 +377,7 @@ impl Computer {
         (first, second): (actions::Point, actions::Point),
         options: ShotOptions,
         geometry: &Geometry,
-    ) -> Result<Vec<ContentItem>, Failure> {
+    ) -> Result<Vec<ContentItem>, ToolError> {
         let region = (
             clamp_i16(first.x),
             clamp_i16(first.y),
@@ -416,7 +420,7 @@ async fn encode(
     target: (u32, u32),
     pointer: Option<(i64, i64)>,
     options: ShotOptions,
-) -> Result<ContentItem, Failure> {
+) -> Result<ContentItem, ToolError> {
     let encoding = match options.jpeg_quality {
         Some(quality) => Encoding::Jpeg { quality },
         None => Encoding::Png,
@@ -429,8 +433,8 @@ async fn encode(
         capture::encode_base64(&image, encoding)
     })
     .await
-    .map_err(|err| Failure::Action(format!("encoding the screenshot failed: {err}")))?
-    .map_err(Failure::Action)?;
+    .map_err(|err| ToolError::Reported(format!("encoding the screenshot failed: {err}")))?
+    .map_err(ToolError::Reported)?;
     Ok(ContentItem::Image {
         data,
         mime_type: encoding.mime_type().to_owned(),
@@ -480,7 +484,7 @@ struct ReleaseOnDrop {
 }
 
 impl ReleaseOnDrop {
-    async fn now(mut self) -> Result<(), Failure> {
+    async fn now(mut self) -> Result<(), ToolError> {
         let Some(chord) = self.chord.take() else {
             return Ok(());
         };
@@ -533,17 +537,18 @@ pub fn tools(computer: &Arc<Computer>) -> Vec<Tool> {
     let single = Arc::clone(computer);
     let batch = Arc::clone(computer);
     vec![
-        Tool::new(
+        ToolSpec::new(
             GROUP,
             "computer",
             "Use a mouse and keyboard to interact with a computer, and take screenshots.",
             schema(),
-            move |arguments| {
-                let computer = Arc::clone(&single);
-                async move { computer.call(arguments).await }
-            },
-        ),
-        Tool::new(
+        )
+        .bad_arguments(BadArguments::Reported)
+        .handler(move |arguments: ComputerArguments, _| {
+            let computer = Arc::clone(&single);
+            async move { computer.call(arguments).await }
+        }),
+        ToolSpec::new(
             GROUP,
             "computer_batch",
             "Run several computer actions in order in one call; it stops at the first that fails. Optionally ends with a screenshot.",
@@ -555,10 +560,11 @@ pub fn tools(computer: &Arc<Computer>) -> Vec<Tool> {
                 },
                 "required": ["actions"]
             }),
-            move |arguments| {
-                let computer = Arc::clone(&batch);
-                async move { computer.batch(arguments).await }
-            },
-        ),
+        )
+        .bad_arguments(BadArguments::Reported)
+        .handler(move |arguments: BatchArguments, _| {
+            let computer = Arc::clone(&batch);
+            async move { computer.batch(arguments).await }
+        }),
     ]
 }
