@@ -17,12 +17,10 @@ use super::family::DOWNLOADS;
 use super::frames::FramePump;
 use super::keys;
 use super::launch::Options;
-use super::session::{
-    CALL, Failure, NO_PAGE, Outcome, Running, SETTLE_CAP, SLOW_CALL, Session, bounds,
-};
+use super::session::{CALL, NO_PAGE, Running, SETTLE_CAP, SLOW_CALL, Session, bounds};
 use crate::error::ApiResult;
 use crate::filesystem::AllowedDirs;
-use crate::tools::{CallToolResult, ContentItem, Tool};
+use crate::tools::{CallToolResult, ContentItem, Tool, ToolError};
 use crate::workspace::Workspace;
 
 /// Said of a tab whose renderer exited.
@@ -83,7 +81,8 @@ impl Browser {
         let notice = session.notice.take();
         let (mut items, failed) = match outcome {
             Ok(items) => (items, false),
-            Err(Failure(reason)) => (vec![text(reason)], true),
+            Err(ToolError::Reported(reason)) => (vec![text(reason)], true),
+            Err(ToolError::Http(err)) => return Err(err),
         };
         if let Some(notice) = notice
             && let Some(ContentItem::Text { text, .. }) = items.last_mut()
@@ -98,7 +97,7 @@ impl Browser {
         session: &mut Session,
         tool: &'static str,
         args: &Value,
-    ) -> Outcome<Vec<ContentItem>> {
+    ) -> Result<Vec<ContentItem>, ToolError> {
         match tool {
             "browser_close" => {
                 let closed = session.close().await;
@@ -143,7 +142,7 @@ impl Browser {
             let width = number(args, "width")?;
             let height = number(args, "height")?;
             if !(1.0..=MAX_SIDE).contains(&width) || !(1.0..=MAX_SIDE).contains(&height) {
-                return Err(Failure(format!(
+                return Err(ToolError::Reported(format!(
                     "width and height must be between 1 and {MAX_SIDE} pixels"
                 )));
             }
@@ -162,7 +161,7 @@ impl Browser {
                 "### Modal state".to_owned(),
             ];
             lines.extend(running.modal_lines()?);
-            return Err(Failure(lines.join("\n")));
+            return Err(ToolError::Reported(lines.join("\n")));
         }
         // A crashed page's session answers nothing until a navigation gives the tab a new renderer:
         // only the tools that navigate or act on the browser itself go on.
@@ -173,7 +172,7 @@ impl Browser {
         );
         if crashed && !navigates && !tab_tool {
             let (url, _) = running.location().await?;
-            return Err(Failure(format!(
+            return Err(ToolError::Reported(format!(
                 "{CRASHED} Tool \"{tool}\" needs a live page: load it again with browser_navigate \
                  (it was at {url}), or open another tab (browser_tab_new)."
             )));
@@ -243,7 +242,7 @@ impl Browser {
             "browser_select_option" => select_option(running, args).await?,
             "browser_press_key" => {
                 let key = string(args, "key")?;
-                let events = keys::press(key).map_err(Failure)?;
+                let events = keys::press(key).map_err(ToolError::Reported)?;
                 let before = running.marks()?;
                 running.racing(running.keys(events)).await?;
                 running.settle(before).await?;
@@ -321,10 +320,10 @@ impl Browser {
                         refusal.push_str("\n### Modal state\n");
                         refusal.push_str(&elsewhere.join("\n"));
                     }
-                    return Err(Failure(refusal));
+                    return Err(ToolError::Reported(refusal));
                 };
                 let accept = args.get("accept").and_then(Value::as_bool).ok_or_else(|| {
-                    Failure(
+                    ToolError::Reported(
                         "accept is required: true to accept the dialog, false to dismiss it".into(),
                     )
                 })?;
@@ -352,7 +351,7 @@ impl Browser {
                 )
             }
             "browser_file_upload" => self.upload(running, args).await?,
-            other => return Err(Failure(format!("Unknown browser tool {other}"))),
+            other => return Err(ToolError::Reported(format!("Unknown browser tool {other}"))),
         };
         let downloads = self.downloads_lines(running).await;
         let answer = page_answer(running, snapshot, downloads).await;
@@ -373,12 +372,16 @@ impl Browser {
     }
 
     /// Checks the arguments and starts the capture (of the viewport, or of a ref's element).
-    async fn start_screenshot(&self, running: &mut Running, args: &Value) -> Outcome<Capture> {
+    async fn start_screenshot(
+        &self,
+        running: &mut Running,
+        args: &Value,
+    ) -> Result<Capture, ToolError> {
         let raw = args.get("raw").and_then(Value::as_bool).unwrap_or(false);
         let element = optional(args, "element");
         let reference = optional(args, "ref");
         if element.is_some() != reference.is_some() {
-            return Err(Failure(
+            return Err(ToolError::Reported(
                 "Both element and ref must be provided or neither.".into(),
             ));
         }
@@ -413,7 +416,7 @@ impl Browser {
                 .pointer("/model/border")
                 .and_then(bounds)
                 .ok_or_else(|| {
-                    Failure(format!(
+                    ToolError::Reported(format!(
                         "The element of ref {reference} has no box to capture."
                     ))
                 })?;
@@ -464,11 +467,11 @@ impl Browser {
         &self,
         mut capture: Capture,
         args: &Value,
-    ) -> Outcome<(ContentItem, String)> {
+    ) -> Result<(ContentItem, String), ToolError> {
         let raw = capture.raw;
         let shot = (&mut capture.task.0)
             .await
-            .map_err(|err| Failure(format!("the screenshot failed: {err}")))??;
+            .map_err(|err| ToolError::Reported(format!("the screenshot failed: {err}")))??;
         let data = shot["data"].as_str().unwrap_or_default().to_owned();
         let bytes = decode(&shot["data"])?;
         let extension = if raw { "png" } else { "jpeg" };
@@ -489,7 +492,7 @@ impl Browser {
         requested: Option<&str>,
         extension: &str,
         data: Vec<u8>,
-    ) -> Outcome<String> {
+    ) -> Result<String, ToolError> {
         let name = match requested {
             Some(requested) => saved_name(requested, extension),
             None => format!(
@@ -509,8 +512,8 @@ impl Browser {
             file.write_all(&data)
         })
         .await
-        .map_err(|err| Failure(format!("saving the file failed: {err}")))?
-        .map_err(|err| Failure(format!("cannot save {}: {err}", shown.display())))?;
+        .map_err(|err| ToolError::Reported(format!("saving the file failed: {err}")))?
+        .map_err(|err| ToolError::Reported(format!("cannot save {}: {err}", shown.display())))?;
         Ok(shown.display().to_string())
     }
 
@@ -613,10 +616,10 @@ impl Browser {
         lines
     }
 
-    async fn upload(&self, running: &mut Running, args: &Value) -> Outcome<String> {
+    async fn upload(&self, running: &mut Running, args: &Value) -> Result<String, ToolError> {
         let Some((input_session, input)) = running.events(|events| events.file_chooser.clone())?
         else {
-            return Err(Failure(
+            return Err(ToolError::Reported(
                 "No file chooser visible: click the file input first (browser_click), then call \
                  browser_file_upload."
                     .into(),
@@ -631,9 +634,11 @@ impl Browser {
                     .map(str::to_owned)
                     .collect()
             })
-            .ok_or_else(|| Failure("paths must be a list of file paths".into()))?;
+            .ok_or_else(|| ToolError::Reported("paths must be a list of file paths".into()))?;
         if paths.len() > MAX_UPLOADS {
-            return Err(Failure(format!("at most {MAX_UPLOADS} files at once")));
+            return Err(ToolError::Reported(format!(
+                "at most {MAX_UPLOADS} files at once"
+            )));
         }
         let uploads = self.uploads.clone();
         let files = tokio::task::spawn_blocking(move || {
@@ -641,20 +646,22 @@ impl Browser {
                 .iter()
                 .map(|path| {
                     let resolved = uploads.check(path).map_err(|err| {
-                        Failure(format!(
+                        ToolError::Reported(format!(
                             "cannot upload {path:?}: {err} Upload files of the workspace or of \
                              a directory given with --allow-dir."
                         ))
                     })?;
                     if !resolved.real.is_file() {
-                        return Err(Failure(format!("cannot upload {path:?}: not a file")));
+                        return Err(ToolError::Reported(format!(
+                            "cannot upload {path:?}: not a file"
+                        )));
                     }
                     Ok(resolved.real.display().to_string())
                 })
-                .collect::<Outcome<Vec<String>>>()
+                .collect::<Result<Vec<String>, ToolError>>()
         })
         .await
-        .map_err(|err| Failure(format!("resolving the paths failed: {err}")))??;
+        .map_err(|err| ToolError::Reported(format!("resolving the paths failed: {err}")))??;
         let before = running.marks()?;
         // The input's own renderer: the tab's, or that of the frame (in another process) it is in.
         running
@@ -679,7 +686,7 @@ async fn page_answer(
     running: &mut Running,
     snapshot: bool,
     downloads: Vec<String>,
-) -> Outcome<String> {
+) -> Result<String, ToolError> {
     let mut lines = Vec::new();
     let modal = running.modal_lines()?;
     let (blocked, crashed) = running.events(|events| (events.dialog.is_some(), events.crashed))?;
@@ -727,7 +734,7 @@ fn held_by_dialog(url: &str) -> String {
     )
 }
 
-async fn navigate(running: &mut Running, url: &str) -> Outcome<Navigated> {
+async fn navigate(running: &mut Running, url: &str) -> Result<Navigated, ToolError> {
     let session_id = running.tab()?.session.clone();
     running.events(|events| {
         events.console.clear();
@@ -745,7 +752,7 @@ async fn navigate(running: &mut Running, url: &str) -> Outcome<Navigated> {
                     SLOW_CALL,
                 )
                 .await
-                .map_err(Failure::from)
+                .map_err(ToolError::from)
         })
         .await?;
     let Some(navigation) = navigation else {
@@ -766,7 +773,9 @@ async fn navigate(running: &mut Running, url: &str) -> Outcome<Navigated> {
         if running.events(|events| events.crashed)? {
             return Ok(Navigated::Yes);
         }
-        return Err(Failure(format!("Navigation to {url} failed: {error}")));
+        return Err(ToolError::Reported(format!(
+            "Navigation to {url} failed: {error}"
+        )));
     }
     // One cap for the load and the settling after it: a page whose load never fires is usable once
     // it committed, and its hanging requests are not waited for a second time.
@@ -802,7 +811,7 @@ async fn download_began(running: &Running) -> bool {
     false
 }
 
-async fn history(running: &mut Running, back: bool) -> Outcome<String> {
+async fn history(running: &mut Running, back: bool) -> Result<String, ToolError> {
     let session_id = running.tab()?.session.clone();
     let history = running
         .cdp()
@@ -837,7 +846,7 @@ async fn history(running: &mut Running, back: bool) -> Outcome<String> {
                     CALL,
                 )
                 .await
-                .map_err(Failure::from)
+                .map_err(ToolError::from)
         })
         .await?;
     if moved.is_some() {
@@ -865,14 +874,14 @@ const FOCUS_FOR_TYPING: &str = "function(replace) {
   return '';
 }";
 
-async fn type_text(running: &mut Running, args: &Value) -> Outcome<String> {
+async fn type_text(running: &mut Running, args: &Value) -> Result<String, ToolError> {
     let reference = string(args, "ref")?;
     let typed = args
         .get("text")
         .and_then(Value::as_str)
-        .ok_or_else(|| Failure("text is required: the text to type".into()))?;
+        .ok_or_else(|| ToolError::Reported("text is required: the text to type".into()))?;
     if typed.chars().count() > MAX_TYPED {
-        return Err(Failure(format!(
+        return Err(ToolError::Reported(format!(
             "text is longer than {MAX_TYPED} characters"
         )));
     }
@@ -883,7 +892,7 @@ async fn type_text(running: &mut Running, args: &Value) -> Outcome<String> {
         .call_on(&node.session, &object, FOCUS_FOR_TYPING, json!([!slowly]))
         .await?;
     if let Some(reason) = refused.as_str().filter(|reason| !reason.is_empty()) {
-        return Err(Failure(format!(
+        return Err(ToolError::Reported(format!(
             "Cannot type into ref {reference}: {reason}"
         )));
     }
@@ -897,7 +906,7 @@ async fn type_text(running: &mut Running, args: &Value) -> Outcome<String> {
                 }
             } else if typed.is_empty() {
                 running
-                    .keys(keys::press("Delete").map_err(Failure)?)
+                    .keys(keys::press("Delete").map_err(ToolError::Reported)?)
                     .await?;
             } else {
                 running
@@ -911,7 +920,9 @@ async fn type_text(running: &mut Running, args: &Value) -> Outcome<String> {
                     .await?;
             }
             if submit {
-                running.keys(keys::press("Enter").map_err(Failure)?).await?;
+                running
+                    .keys(keys::press("Enter").map_err(ToolError::Reported)?)
+                    .await?;
             }
             Ok(())
         })
@@ -942,13 +953,13 @@ const SELECT_OPTIONS: &str = "function(values) {
   return {selected: chosen.map(o => o.value)};
 }";
 
-async fn select_option(running: &mut Running, args: &Value) -> Outcome<String> {
+async fn select_option(running: &mut Running, args: &Value) -> Result<String, ToolError> {
     let reference = string(args, "ref")?;
     let values: Vec<&str> = args
         .get("values")
         .and_then(Value::as_array)
         .map(|list| list.iter().filter_map(Value::as_str).collect())
-        .ok_or_else(|| Failure("values must be a list of option values".into()))?;
+        .ok_or_else(|| ToolError::Reported("values must be a list of option values".into()))?;
     let (node, object) = running.element(reference).await?;
     let before = running.marks()?;
     let outcome = running
@@ -956,7 +967,7 @@ async fn select_option(running: &mut Running, args: &Value) -> Outcome<String> {
         .await?
         .unwrap_or(Value::Null);
     if let Some(error) = outcome.get("error").and_then(Value::as_str) {
-        return Err(Failure(format!(
+        return Err(ToolError::Reported(format!(
             "Cannot select in ref {reference}: {error}"
         )));
     }
@@ -968,7 +979,7 @@ async fn select_option(running: &mut Running, args: &Value) -> Outcome<String> {
     ))
 }
 
-async fn drag(running: &mut Running, args: &Value) -> Outcome<String> {
+async fn drag(running: &mut Running, args: &Value) -> Result<String, ToolError> {
     let start_ref = string(args, "startRef")?;
     let end_ref = string(args, "endRef")?;
     let (start_node, _) = running.element(start_ref).await?;
@@ -1044,7 +1055,7 @@ async fn drag(running: &mut Running, args: &Value) -> Outcome<String> {
     ))
 }
 
-async fn wait_for(running: &mut Running, args: &Value) -> Outcome<String> {
+async fn wait_for(running: &mut Running, args: &Value) -> Result<String, ToolError> {
     let time = args
         .get("time")
         .and_then(Value::as_f64)
@@ -1052,7 +1063,7 @@ async fn wait_for(running: &mut Running, args: &Value) -> Outcome<String> {
     let shown = optional(args, "text");
     let gone = optional(args, "textGone");
     if time.is_none() && shown.is_none() && gone.is_none() {
-        return Err(Failure(
+        return Err(ToolError::Reported(
             "Either time, text or textGone must be provided".into(),
         ));
     }
@@ -1082,7 +1093,7 @@ async fn wait_for(running: &mut Running, args: &Value) -> Outcome<String> {
             .await?;
         let Some(answer) = answer else { break };
         if answer.pointer("/result/value") != Some(&json!(true)) {
-            return Err(Failure(format!(
+            return Err(ToolError::Reported(format!(
                 "Timed out after {}s waiting for the text {} to {}",
                 TEXT_WAIT.as_secs(),
                 serde_json::to_string(needle).unwrap_or_default(),
@@ -1098,10 +1109,10 @@ async fn wait_for(running: &mut Running, args: &Value) -> Outcome<String> {
     Ok(done.join("; "))
 }
 
-fn tab_index(running: &Running, index: Option<&Value>) -> Outcome<usize> {
+fn tab_index(running: &Running, index: Option<&Value>) -> Result<usize, ToolError> {
     let count = running.tabs.len();
     let bad = || {
-        Failure(format!(
+        ToolError::Reported(format!(
             "index must be the number of an open tab, from 1 to {count} (see browser_tab_list)"
         ))
     };
@@ -1195,10 +1206,10 @@ fn name_download(directory: &Path, guid: &str, suggested: &str) -> std::io::Resu
     )))
 }
 
-fn decode(data: &Value) -> Outcome<Vec<u8>> {
+fn decode(data: &Value) -> Result<Vec<u8>, ToolError> {
     base64::engine::general_purpose::STANDARD
         .decode(data.as_str().unwrap_or_default())
-        .map_err(|err| Failure(format!("the browser sent undecodable data: {err}")))
+        .map_err(|err| ToolError::Reported(format!("the browser sent undecodable data: {err}")))
 }
 
 fn text(text: impl Into<String>) -> ContentItem {
@@ -1215,14 +1226,14 @@ fn optional<'a>(args: &'a Value, key: &str) -> Option<&'a str> {
         .filter(|s| !s.is_empty())
 }
 
-fn string<'a>(args: &'a Value, key: &str) -> Outcome<&'a str> {
-    optional(args, key).ok_or_else(|| Failure(format!("{key} is required")))
+fn string<'a>(args: &'a Value, key: &str) -> Result<&'a str, ToolError> {
+    optional(args, key).ok_or_else(|| ToolError::Reported(format!("{key} is required")))
 }
 
-fn number(args: &Value, key: &str) -> Outcome<f64> {
+fn number(args: &Value, key: &str) -> Result<f64, ToolError> {
     args.get(key)
         .and_then(Value::as_f64)
-        .ok_or_else(|| Failure(format!("{key} is required: a number of pixels")))
+        .ok_or_else(|| ToolError::Reported(format!("{key} is required: a number of pixels")))
 }
 
 fn described(args: &Value, key: &str, reference: &str) -> String {
