@@ -10,10 +10,13 @@ use tokio::time::Instant;
 
 use super::cdp::{Cdp, CdpError};
 use super::events::{self, TabEvents};
-use super::frames::{FramePump, Pacer};
+use super::frames::{ActiveCall, FramePump, Pacer};
 use super::launch::{self, Options, Process};
 use super::snapshot::{self, MAX_SNAPSHOT_CHARS, NodeKey};
 use crate::tools::ToolError;
+
+mod page;
+pub use page::{Capture, Image};
 
 /// An ordinary protocol call's bound.
 pub const CALL: Duration = Duration::from_secs(10);
@@ -171,22 +174,22 @@ impl Refs {
 }
 
 pub struct Tab {
-    pub target: String,
-    pub session: String,
-    pub refs: Refs,
+    target: String,
+    session: String,
+    refs: Refs,
     /// Sends the tab's frames when boxd paces them (the headless shell).
-    pub frames: Option<FramePump>,
+    frames: Option<FramePump>,
 }
 
 pub struct Running {
-    pub process: Process,
-    pub tabs: Vec<Tab>,
-    pub current: usize,
+    process: Process,
+    tabs: Vec<Tab>,
+    current: usize,
     pacer: Pacer,
     /// The answer's location and snapshot, asked for together with the settle check after a load and
     /// kept when that check found the page settled at once (see [`Running::settle_loaded`]); only the
     /// answer of the same call uses it.
-    pub ahead: Option<Ahead>,
+    ahead: Option<Ahead>,
 }
 
 pub struct Ahead {
@@ -197,12 +200,12 @@ pub struct Ahead {
 }
 
 pub struct Session {
-    pub running: Option<Running>,
+    running: Option<Running>,
     /// Said once, in the next answer: the browser had died and was started again.
-    pub notice: Option<String>,
-    pub options: Options,
+    notice: Option<String>,
+    options: Options,
     /// Tool activity, which sets the pace of the tabs' frames.
-    pub pacer: Pacer,
+    pacer: Pacer,
 }
 
 impl Session {
@@ -269,6 +272,25 @@ impl Session {
         Ok(running)
     }
 
+    /// Marks a tool call as running for its duration (the tabs' frames come at a call's pace).
+    pub fn call_started(&self) -> ActiveCall {
+        self.pacer.call()
+    }
+
+    /// What the next answer says first (the browser had died and was started again), once.
+    pub fn take_notice(&mut self) -> Option<String> {
+        self.notice.take()
+    }
+
+    /// The viewport tabs get (new ones, and the browser's window when it starts).
+    pub fn viewport(&self) -> (u32, u32) {
+        self.options.viewport
+    }
+
+    pub fn set_viewport(&mut self, viewport: (u32, u32)) {
+        self.options.viewport = viewport;
+    }
+
     /// Closes the browser (a no-op when none runs).
     pub async fn close(&mut self) -> bool {
         match self.running.take() {
@@ -282,17 +304,17 @@ impl Session {
 }
 
 impl Running {
-    pub fn cdp(&self) -> &Cdp {
+    fn cdp(&self) -> &Cdp {
         &self.process.cdp
     }
 
-    pub fn tab(&self) -> Result<&Tab, ToolError> {
+    fn tab(&self) -> Result<&Tab, ToolError> {
         self.tabs
             .get(self.current)
             .ok_or_else(|| ToolError::Reported(NO_PAGE.into()))
     }
 
-    pub fn tab_mut(&mut self) -> Result<&mut Tab, ToolError> {
+    fn tab_mut(&mut self) -> Result<&mut Tab, ToolError> {
         self.tabs
             .get_mut(self.current)
             .ok_or_else(|| ToolError::Reported(NO_PAGE.into()))
@@ -304,7 +326,7 @@ impl Running {
     }
 
     /// The browser's page targets, in its order: (target id, url, title).
-    pub async fn targets(&self) -> Result<Vec<(String, String, String)>, ToolError> {
+    async fn targets(&self) -> Result<Vec<(String, String, String)>, ToolError> {
         let answer = self
             .cdp()
             .call(None, "Target.getTargets", json!({}), CALL)
@@ -887,7 +909,7 @@ impl Running {
 
     /// A failed call to a frame's renderer: a protocol error there means the frame went away (its
     /// session with it), which a new snapshot shows.
-    pub fn in_frame(&self, session: &str, err: CdpError) -> ToolError {
+    fn in_frame(&self, session: &str, err: CdpError) -> ToolError {
         let tab = self
             .tab()
             .map(|tab| tab.session.as_str())
@@ -976,7 +998,7 @@ impl Running {
     /// Where the frame of a node in another process sits in the page's viewport: the corners of the
     /// content boxes of the iframes hosting it, added up ((0, 0) for a node of the tab's renderer).
     /// Box coordinates of a frame's renderer are relative to that frame's viewport.
-    pub async fn frame_offset(&self, node: &Located) -> Result<(f64, f64), ToolError> {
+    async fn frame_offset(&self, node: &Located) -> Result<(f64, f64), ToolError> {
         let mut offset = (0.0, 0.0);
         for (session, owner) in &node.hosts {
             let model = self
@@ -1001,12 +1023,7 @@ impl Running {
         Ok(offset)
     }
 
-    pub async fn mouse(
-        &self,
-        kind: &str,
-        (x, y): (f64, f64),
-        buttons: i64,
-    ) -> Result<(), ToolError> {
+    async fn mouse(&self, kind: &str, (x, y): (f64, f64), buttons: i64) -> Result<(), ToolError> {
         let session = &self.tab()?.session;
         let mut event = json!({"type": kind, "x": x, "y": y, "buttons": buttons});
         if kind != "mouseMoved" || buttons != 0 {
@@ -1071,7 +1088,7 @@ impl Running {
     /// answer be); `None` when the dialog won.
     /// Evaluates `expression`, a promise, in the page's session and waits for its value (within
     /// `timeout`), unless a dialog opens first (`None`).
-    pub async fn evaluate_promise(
+    async fn evaluate_promise(
         &self,
         session: &str,
         expression: &str,
@@ -1313,7 +1330,7 @@ pub struct Marks {
 async fn attach(
     cdp: &Cdp,
     target: &str,
-    (width, height): (u32, u32),
+    viewport: (u32, u32),
     pacer: &Pacer,
     frame_control: bool,
 ) -> Result<Tab, ToolError> {
@@ -1347,10 +1364,7 @@ async fn attach(
             "Page.setInterceptFileChooserDialog",
             json!({"enabled": true}),
         ),
-        (
-            "Emulation.setDeviceMetricsOverride",
-            json!({"width": width, "height": height, "deviceScaleFactor": 1, "mobile": false}),
-        ),
+        (page::EMULATE_VIEWPORT, page::viewport_metrics(viewport)),
     ];
     futures_util::future::try_join_all(
         setup

@@ -7,17 +7,15 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use base64::Engine;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use super::GROUP;
 use super::events::{Download, DownloadState};
 use super::family::DOWNLOADS;
-use super::frames::FramePump;
 use super::keys;
 use super::launch::Options;
-use super::session::{CALL, NO_PAGE, Running, SETTLE_CAP, SLOW_CALL, Session, bounds};
+use super::session::{Capture, Image, NO_PAGE, Running, SETTLE_CAP, Session};
 use crate::error::ApiResult;
 use crate::filesystem::AllowedDirs;
 use crate::tools::{CallToolResult, ContentItem, Tool, ToolError};
@@ -38,21 +36,6 @@ const MAX_SIDE: f64 = 10_000.0;
 const MAX_UPLOADS: usize = 100;
 /// Numbered variants tried for a download's name before giving up (`name-1.ext` ... ).
 const MAX_SAME_NAME: usize = 1000;
-
-/// A screenshot being captured while the rest of the answer is made.
-struct Capture {
-    task: AbortOnDrop<Result<Value, super::cdp::CdpError>>,
-    raw: bool,
-}
-
-/// A capture nobody waits for any more (the answer failed) is not left running.
-struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
-
-impl<T> Drop for AbortOnDrop<T> {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
 
 pub struct Browser {
     session: tokio::sync::Mutex<Session>,
@@ -76,9 +59,9 @@ impl Browser {
 
     async fn call(&self, tool: &'static str, arguments: Value) -> ApiResult<CallToolResult> {
         let mut session = self.session.lock().await;
-        let _active = session.pacer.call();
+        let _active = session.call_started();
         let outcome = self.run(&mut session, tool, &arguments).await;
-        let notice = session.notice.take();
+        let notice = session.take_notice();
         let (mut items, failed) = match outcome {
             Ok(items) => (items, false),
             Err(ToolError::Reported(reason)) => (vec![text(reason)], true),
@@ -137,7 +120,6 @@ impl Browser {
             }
             _ => {}
         }
-        let viewport = session.options.viewport;
         if tool == "browser_resize" {
             let width = number(args, "width")?;
             let height = number(args, "height")?;
@@ -147,11 +129,11 @@ impl Browser {
                 )));
             }
             // Both are whole numbers of pixels within the bounds just checked.
-            session.options.viewport = (width.round() as u32, height.round() as u32);
+            session.set_viewport((width.round() as u32, height.round() as u32));
         }
-        let viewport_now = session.options.viewport;
+        let viewport_now = session.viewport();
         let running = session.page().await?;
-        running.ahead = None;
+        running.forget_ahead();
         let modal_tool = matches!(tool, "browser_handle_dialog" | "browser_file_upload");
         let dialog_open = running.events(|events| events.dialog.is_some())?;
         let tab_tool = tool.starts_with("browser_tab_");
@@ -199,17 +181,7 @@ impl Browser {
             }
             "browser_resize" => {
                 let (width, height) = viewport_now;
-                let session_id = running.tab()?.session.clone();
-                running
-                    .cdp()
-                    .call(
-                        Some(&session_id),
-                        "Emulation.setDeviceMetricsOverride",
-                        json!({"width": width, "height": height, "deviceScaleFactor": 1, "mobile": false}),
-                        CALL,
-                    )
-                    .await?;
-                let _ = viewport;
+                running.set_viewport(viewport_now).await?;
                 format!("Resized the viewport to {width}x{height}")
             }
             "browser_click" => {
@@ -219,9 +191,9 @@ impl Browser {
                 let before = running.marks()?;
                 running
                     .racing(async {
-                        running.mouse("mouseMoved", point, 0).await?;
-                        running.mouse("mousePressed", point, 1).await?;
-                        running.mouse("mouseReleased", point, 0).await
+                        running.mouse_move(point, 0).await?;
+                        running.mouse_press(point).await?;
+                        running.mouse_release(point).await
                     })
                     .await?;
                 running.settle(before).await?;
@@ -232,9 +204,7 @@ impl Browser {
                 let (node, _) = running.element(reference).await?;
                 let point = running.center(&node, reference).await?;
                 let before = running.marks()?;
-                running
-                    .racing(running.mouse("mouseMoved", point, 0))
-                    .await?;
+                running.racing(running.mouse_move(point, 0)).await?;
                 running.settle(before).await?;
                 format!("Hovered over {}", described(args, "element", reference))
             }
@@ -253,22 +223,12 @@ impl Browser {
             "browser_take_screenshot" => {
                 // The capture is the compositor's work in the browser process; the snapshot of the
                 // answer is the renderer's: both run at once.
-                shot = Some(self.start_screenshot(running, args).await?);
+                shot = Some(start_screenshot(running, args).await?);
                 String::new()
             }
             "browser_pdf_save" => {
                 snapshot = false;
-                let session_id = running.tab()?.session.clone();
-                let pdf = running
-                    .cdp()
-                    .call(
-                        Some(&session_id),
-                        "Page.printToPDF",
-                        json!({"printBackground": true}),
-                        SLOW_CALL,
-                    )
-                    .await?;
-                let data = decode(&pdf["data"])?;
+                let data = running.print_pdf().await?;
                 let saved = self.save(optional(args, "filename"), "pdf", data).await?;
                 format!("Saved the page as PDF to {saved}")
             }
@@ -284,26 +244,16 @@ impl Browser {
             }
             "browser_tab_select" => {
                 let index = tab_index(running, args.get("index"))?;
-                running.current = index;
-                let target = running.tab()?.target.clone();
-                running
-                    .cdp()
-                    .call(
-                        None,
-                        "Target.activateTarget",
-                        json!({"targetId": target}),
-                        CALL,
-                    )
-                    .await?;
+                running.select_tab(index).await?;
                 format!("Selected tab {}", index + 1)
             }
             "browser_tab_close" => {
                 let index = match args.get("index") {
-                    None | Some(Value::Null) => running.current,
+                    None | Some(Value::Null) => running.current_tab(),
                     given => tab_index(running, given)?,
                 };
                 running.close_tab(index).await?;
-                if running.tabs.is_empty() {
+                if running.tab_count() == 0 {
                     session.close().await;
                     return Ok(vec![text(format!("Closed tab {}.\n{NO_PAGE}", index + 1))]);
                 }
@@ -327,20 +277,9 @@ impl Browser {
                         "accept is required: true to accept the dialog, false to dismiss it".into(),
                     )
                 })?;
-                let mut params = json!({"accept": accept});
-                if let Some(prompt) = optional(args, "promptText") {
-                    params["promptText"] = json!(prompt);
-                }
-                let session_id = running.tab()?.session.clone();
                 let before = running.marks()?;
                 running
-                    .cdp()
-                    .call(
-                        Some(&session_id),
-                        "Page.handleJavaScriptDialog",
-                        params,
-                        CALL,
-                    )
+                    .answer_dialog(accept, optional(args, "promptText"))
                     .await?;
                 running.events(|events| events.dialog = None)?;
                 running.settle(before).await?;
@@ -371,109 +310,17 @@ impl Browser {
         Ok(images)
     }
 
-    /// Checks the arguments and starts the capture (of the viewport, or of a ref's element).
-    async fn start_screenshot(
-        &self,
-        running: &mut Running,
-        args: &Value,
-    ) -> Result<Capture, ToolError> {
-        let raw = args.get("raw").and_then(Value::as_bool).unwrap_or(false);
-        let element = optional(args, "element");
-        let reference = optional(args, "ref");
-        if element.is_some() != reference.is_some() {
-            return Err(ToolError::Reported(
-                "Both element and ref must be provided or neither.".into(),
-            ));
-        }
-        // Encoded by the browser as it is sent (JPEG quality 50 or PNG), never decoded and encoded
-        // again by boxd; `optimizeForSpeed` picks the faster encoder settings.
-        let mut params = if raw {
-            json!({"format": "png", "optimizeForSpeed": true})
-        } else {
-            json!({"format": "jpeg", "quality": 50, "optimizeForSpeed": true})
-        };
-        if let Some(reference) = reference {
-            let (node, _) = running.element(reference).await?;
-            let _ = running.center(&node, reference).await?;
-            let session_id = running.tab()?.session.clone();
-            let model = running
-                .cdp()
-                .call(
-                    Some(&node.session),
-                    "DOM.getBoxModel",
-                    json!({"backendNodeId": node.backend}),
-                    CALL,
-                )
-                .await
-                .map_err(|err| running.in_frame(&node.session, err))?;
-            // A node of a frame in another process has its box in that frame's viewport.
-            let (frame_x, frame_y) = running.frame_offset(&node).await?;
-            let metrics = running
-                .cdp()
-                .call(Some(&session_id), "Page.getLayoutMetrics", json!({}), CALL)
-                .await?;
-            let (left, top, right, bottom) = model
-                .pointer("/model/border")
-                .and_then(bounds)
-                .ok_or_else(|| {
-                    ToolError::Reported(format!(
-                        "The element of ref {reference} has no box to capture."
-                    ))
-                })?;
-            let (width, height) = (right - left, bottom - top);
-            let (left, top) = (left + frame_x, top + frame_y);
-            let scroll_x = metrics
-                .pointer("/cssVisualViewport/pageX")
-                .and_then(Value::as_f64)
-                .unwrap_or(0.0);
-            let scroll_y = metrics
-                .pointer("/cssVisualViewport/pageY")
-                .and_then(Value::as_f64)
-                .unwrap_or(0.0);
-            params["clip"] = json!({"x": left + scroll_x, "y": top + scroll_y,
-                                    "width": width.max(1.0), "height": height.max(1.0), "scale": 1});
-            params["captureBeyondViewport"] = json!(true);
-        }
-        let session_id = running.tab()?.session.clone();
-        let cdp = running.cdp().clone();
-        // A frame drawn at once for the capture when boxd paces the tab's frames; the browser's own
-        // capture (which waits for its next frames) for an element's clip and otherwise.
-        let camera = match params.get("clip") {
-            None => running.tab()?.frames.as_ref().map(FramePump::camera),
-            Some(_) => None,
-        };
-        let task = tokio::spawn(async move {
-            if let Some(camera) = camera
-                && let Some(shot) = camera.screenshot(params.clone()).await?
-            {
-                return Ok(shot);
-            }
-            cdp.call(
-                Some(&session_id),
-                "Page.captureScreenshot",
-                params,
-                SLOW_CALL,
-            )
-            .await
-        });
-        Ok(Capture {
-            task: AbortOnDrop(task),
-            raw,
-        })
-    }
-
     /// Waits for a started capture, saves it in the workspace; the image item and where it went.
     async fn finish_screenshot(
         &self,
-        mut capture: Capture,
+        capture: Capture,
         args: &Value,
     ) -> Result<(ContentItem, String), ToolError> {
-        let raw = capture.raw;
-        let shot = (&mut capture.task.0)
-            .await
-            .map_err(|err| ToolError::Reported(format!("the screenshot failed: {err}")))??;
-        let data = shot["data"].as_str().unwrap_or_default().to_owned();
-        let bytes = decode(&shot["data"])?;
+        let raw = capture.raw();
+        let Image {
+            base64: data,
+            bytes,
+        } = capture.finish().await?;
         let extension = if raw { "png" } else { "jpeg" };
         let saved = self
             .save(optional(args, "filename"), extension, bytes)
@@ -521,7 +368,7 @@ impl Browser {
     /// download still running is waited for once (within the settle cap), a finished one is given its
     /// name in the workspace's `downloads/` (the page's suggestion, cleaned, made unique) and said once.
     async fn downloads_lines(&self, running: &Running) -> Vec<String> {
-        let events = Arc::clone(&running.cdp().events);
+        let events = running.browser_events();
         let unannounced = |downloads: &mut std::collections::VecDeque<Download>| {
             downloads
                 .iter()
@@ -531,7 +378,7 @@ impl Browser {
             let deadline = Instant::now() + SETTLE_CAP;
             let mut changes = events.subscribe();
             for _ in 0..10_000 {
-                if !events.downloads(unannounced) || running.cdp().is_closed() {
+                if !events.downloads(unannounced) || running.is_closed() {
                     break;
                 }
                 if tokio::time::timeout_at(deadline, changes.changed())
@@ -664,20 +511,32 @@ impl Browser {
         .map_err(|err| ToolError::Reported(format!("resolving the paths failed: {err}")))??;
         let before = running.marks()?;
         // The input's own renderer: the tab's, or that of the frame (in another process) it is in.
-        running
-            .cdp()
-            .call(
-                Some(&input_session),
-                "DOM.setFileInputFiles",
-                json!({"files": files, "backendNodeId": input}),
-                CALL,
-            )
-            .await
-            .map_err(|err| running.in_frame(&input_session, err))?;
+        running.choose_files(&input_session, input, &files).await?;
         running.events(|events| events.file_chooser = None)?;
         running.settle(before).await?;
         Ok(format!("Chose {} file(s) in the file chooser", files.len()))
     }
+}
+
+/// Checks the arguments and starts the capture (of the viewport, or of a ref's element).
+async fn start_screenshot(running: &mut Running, args: &Value) -> Result<Capture, ToolError> {
+    let raw = args.get("raw").and_then(Value::as_bool).unwrap_or(false);
+    let element = optional(args, "element");
+    let reference = optional(args, "ref");
+    if element.is_some() != reference.is_some() {
+        return Err(ToolError::Reported(
+            "Both element and ref must be provided or neither.".into(),
+        ));
+    }
+    let clip = match reference {
+        Some(reference) => {
+            let (node, _) = running.element(reference).await?;
+            let _ = running.center(&node, reference).await?;
+            Some(running.element_clip(&node, reference).await?)
+        }
+        None => None,
+    };
+    running.start_screenshot(raw, clip)
 }
 
 /// The answer after an action: modal state, tabs, URL, title and (unless a dialog blocks the page)
@@ -706,7 +565,7 @@ async fn page_answer(
         lines.extend(downloads);
         lines.push(String::new());
     }
-    if running.tabs.len() > 1 {
+    if running.tab_count() > 1 {
         lines.push(running.tab_list().await?);
         lines.push(String::new());
         lines.push("### Current tab".to_owned());
@@ -735,36 +594,22 @@ fn held_by_dialog(url: &str) -> String {
 }
 
 async fn navigate(running: &mut Running, url: &str) -> Result<Navigated, ToolError> {
-    let session_id = running.tab()?.session.clone();
     running.events(|events| {
         events.console.clear();
         events.requests.clear();
     })?;
     let before = running.marks()?;
-    let navigation = running
-        .racing(async {
-            running
-                .cdp()
-                .call(
-                    Some(&session_id),
-                    "Page.navigate",
-                    json!({"url": url}),
-                    SLOW_CALL,
-                )
-                .await
-                .map_err(ToolError::from)
-        })
-        .await?;
+    let navigation = running.racing(running.load(url)).await?;
     let Some(navigation) = navigation else {
         // A dialog (beforeunload) holds the navigation: the answer shows it.
         return Ok(Navigated::HeldByDialog);
     };
-    if navigation["isDownload"].as_bool() == Some(true) {
+    if navigation.download {
         // No document comes: the answer says where the file went, once the browser said it began.
         download_began(running).await;
         return Ok(Navigated::Yes);
     }
-    if let Some(error) = navigation["errorText"].as_str().filter(|e| !e.is_empty()) {
+    if let Some(error) = navigation.error {
         // Chromium aborts a navigation that turned into a download, and says so a moment later.
         if error.contains("ERR_ABORTED") && download_began(running).await {
             return Ok(Navigated::Yes);
@@ -780,7 +625,7 @@ async fn navigate(running: &mut Running, url: &str) -> Result<Navigated, ToolErr
     // One cap for the load and the settling after it: a page whose load never fires is usable once
     // it committed, and its hanging requests are not waited for a second time.
     let deadline = Instant::now() + SETTLE_CAP;
-    if navigation.get("loaderId").is_some() {
+    if navigation.new_document {
         running
             .wait_until(deadline, |events| events.loads != before.loads)
             .await?;
@@ -792,14 +637,14 @@ async fn navigate(running: &mut Running, url: &str) -> Result<Navigated, ToolErr
 /// Whether a download not yet said in an answer begins within a second (the navigation to `url`
 /// turned into one; its URL may differ after redirects); false at once when the page crashed.
 async fn download_began(running: &Running) -> bool {
-    let events = Arc::clone(&running.cdp().events);
+    let events = running.browser_events();
     let deadline = Instant::now() + Duration::from_secs(1);
     let mut changes = events.subscribe();
     for _ in 0..10_000 {
         if events.downloads(|downloads| downloads.iter().any(|d| !d.announced)) {
             return true;
         }
-        if running.cdp().is_closed()
+        if running.is_closed()
             || running.events(|events| events.crashed).unwrap_or(true)
             || tokio::time::timeout_at(deadline, changes.changed())
                 .await
@@ -812,43 +657,14 @@ async fn download_began(running: &Running) -> bool {
 }
 
 async fn history(running: &mut Running, back: bool) -> Result<String, ToolError> {
-    let session_id = running.tab()?.session.clone();
-    let history = running
-        .cdp()
-        .call(
-            Some(&session_id),
-            "Page.getNavigationHistory",
-            json!({}),
-            CALL,
-        )
-        .await?;
-    let current = history["currentIndex"].as_i64().unwrap_or(0);
-    let wanted = if back { current - 1 } else { current + 1 };
-    let entry = usize::try_from(wanted)
-        .ok()
-        .and_then(|index| history["entries"].as_array()?.get(index))
-        .and_then(|entry| entry["id"].as_i64());
-    let Some(entry) = entry else {
+    let Some(entry) = running.history_neighbour(back).await? else {
         return Ok(format!(
             "There is no page to go {} to",
             if back { "back" } else { "forward" }
         ));
     };
     let before = running.marks()?;
-    let moved = running
-        .racing(async {
-            running
-                .cdp()
-                .call(
-                    Some(&session_id),
-                    "Page.navigateToHistoryEntry",
-                    json!({"entryId": entry}),
-                    CALL,
-                )
-                .await
-                .map_err(ToolError::from)
-        })
-        .await?;
+    let moved = running.racing(running.go_to_history_entry(entry)).await?;
     if moved.is_some() {
         let deadline = Instant::now() + SETTLE_CAP;
         running
@@ -896,7 +712,6 @@ async fn type_text(running: &mut Running, args: &Value) -> Result<String, ToolEr
             "Cannot type into ref {reference}: {reason}"
         )));
     }
-    let session_id = running.tab()?.session.clone();
     let before = running.marks()?;
     running
         .racing(async {
@@ -909,15 +724,7 @@ async fn type_text(running: &mut Running, args: &Value) -> Result<String, ToolEr
                     .keys(keys::press("Delete").map_err(ToolError::Reported)?)
                     .await?;
             } else {
-                running
-                    .cdp()
-                    .call(
-                        Some(&session_id),
-                        "Input.insertText",
-                        json!({"text": typed}),
-                        CALL,
-                    )
-                    .await?;
+                running.insert_text(typed).await?;
             }
             if submit {
                 running
@@ -986,26 +793,18 @@ async fn drag(running: &mut Running, args: &Value) -> Result<String, ToolError> 
     let (end_node, _) = running.element(end_ref).await?;
     let start = running.center(&start_node, start_ref).await?;
     let end = running.center(&end_node, end_ref).await?;
-    let session_id = running.tab()?.session.clone();
-    let cdp = running.cdp().clone();
     let before = running.marks()?;
     running.events(|events| events.drag = None)?;
-    cdp.call(
-        Some(&session_id),
-        "Input.setInterceptDrags",
-        json!({"enabled": true}),
-        CALL,
-    )
-    .await?;
+    running.intercept_drags(true).await?;
     let dragged = running
         .racing(async {
-            running.mouse("mouseMoved", start, 0).await?;
-            running.mouse("mousePressed", start, 1).await?;
+            running.mouse_move(start, 0).await?;
+            running.mouse_press(start).await?;
             // A few pixels of motion start a drag (HTML drag and drop) if the element is draggable.
             for step in 1..=3 {
                 let offset = f64::from(step) * 5.0;
                 running
-                    .mouse("mouseMoved", (start.0 + offset, start.1 + offset), 1)
+                    .mouse_move((start.0 + offset, start.1 + offset), 1)
                     .await?;
             }
             // The page starts its drag on that motion; the interception is reported soon after.
@@ -1016,15 +815,7 @@ async fn drag(running: &mut Running, args: &Value) -> Result<String, ToolError> 
                 .await?;
             let data = running.events(|events| events.drag.take())?;
             if let Some(data) = data {
-                for kind in ["dragEnter", "dragOver", "drop"] {
-                    cdp.call(
-                        Some(&session_id),
-                        "Input.dispatchDragEvent",
-                        json!({"type": kind, "x": end.0, "y": end.1, "data": data}),
-                        CALL,
-                    )
-                    .await?;
-                }
+                running.drop_dragged(end, &data).await?;
             } else {
                 for step in 1..=10 {
                     let fraction = f64::from(step) / 10.0;
@@ -1032,20 +823,13 @@ async fn drag(running: &mut Running, args: &Value) -> Result<String, ToolError> 
                         start.0 + (end.0 - start.0) * fraction,
                         start.1 + (end.1 - start.1) * fraction,
                     );
-                    running.mouse("mouseMoved", point, 1).await?;
+                    running.mouse_move(point, 1).await?;
                 }
             }
-            running.mouse("mouseReleased", end, 0).await
+            running.mouse_release(end).await
         })
         .await;
-    let _ = cdp
-        .call(
-            Some(&session_id),
-            "Input.setInterceptDrags",
-            json!({"enabled": false}),
-            CALL,
-        )
-        .await;
+    let _ = running.intercept_drags(false).await;
     dragged?;
     running.settle(before).await?;
     Ok(format!(
@@ -1087,9 +871,8 @@ async fn wait_for(running: &mut Running, args: &Value) -> Result<String, ToolErr
             needle = serde_json::to_string(needle).unwrap_or_default(),
             limit = TEXT_WAIT.as_millis()
         );
-        let session_id = running.tab()?.session.clone();
         let answer = running
-            .evaluate_promise(&session_id, &expression, TEXT_WAIT + Duration::from_secs(2))
+            .evaluate_in_page(&expression, TEXT_WAIT + Duration::from_secs(2))
             .await?;
         let Some(answer) = answer else { break };
         if answer.pointer("/result/value") != Some(&json!(true)) {
@@ -1110,7 +893,7 @@ async fn wait_for(running: &mut Running, args: &Value) -> Result<String, ToolErr
 }
 
 fn tab_index(running: &Running, index: Option<&Value>) -> Result<usize, ToolError> {
-    let count = running.tabs.len();
+    let count = running.tab_count();
     let bad = || {
         ToolError::Reported(format!(
             "index must be the number of an open tab, from 1 to {count} (see browser_tab_list)"
@@ -1204,12 +987,6 @@ fn name_download(directory: &Path, guid: &str, suggested: &str) -> std::io::Resu
     Err(std::io::Error::other(format!(
         "{MAX_SAME_NAME} files named like {name:?} already"
     )))
-}
-
-fn decode(data: &Value) -> Result<Vec<u8>, ToolError> {
-    base64::engine::general_purpose::STANDARD
-        .decode(data.as_str().unwrap_or_default())
-        .map_err(|err| ToolError::Reported(format!("the browser sent undecodable data: {err}")))
 }
 
 fn text(text: impl Into<String>) -> ContentItem {
