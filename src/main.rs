@@ -366,7 +366,7 @@ mod tests {
         let tools = every_tool().await;
         assert!(tools.len() > 30, "{} tools", tools.len());
         for tool in tools {
-            if NOT_YET_TYPED.contains(&tool.name.as_str()) || tool.name.starts_with("browser_") {
+            if NOT_YET_TYPED.contains(&tool.name.as_str()) {
                 continue;
             }
             assert!(

@@ -10,9 +10,13 @@ use tokio::time::Instant;
 
 use super::cdp::{Cdp, CdpError};
 use super::events::{self, TabEvents};
-use super::frames::{FramePump, Pacer};
+use super::frames::{ActiveCall, FramePump, Pacer};
 use super::launch::{self, Options, Process};
 use super::snapshot::{self, MAX_SNAPSHOT_CHARS, NodeKey};
+use crate::tools::ToolError;
+
+mod page;
+pub use page::{Capture, Image};
 
 /// An ordinary protocol call's bound.
 pub const CALL: Duration = Duration::from_secs(10);
@@ -49,15 +53,10 @@ pub const FRAME_GONE: &str = "The frame of that element is no longer in the page
 pub const NO_PAGE: &str =
     "No open pages available. Use the \"browser_navigate\" tool to navigate to a page first.";
 
-/// Why a tool could not do what it was asked: the text of an `isError` answer.
-#[derive(Debug)]
-pub struct Failure(pub String);
-
-pub type Outcome<T> = Result<T, Failure>;
-
-impl From<CdpError> for Failure {
+/// What the model reads when the browser fails a call: what became of the browser and what to do.
+impl From<CdpError> for ToolError {
     fn from(err: CdpError) -> Self {
-        Failure(match err {
+        ToolError::Reported(match err {
             CdpError::Closed => {
                 "The browser exited during this call; the next call starts a new one.".to_owned()
             }
@@ -175,22 +174,22 @@ impl Refs {
 }
 
 pub struct Tab {
-    pub target: String,
-    pub session: String,
-    pub refs: Refs,
+    target: String,
+    session: String,
+    refs: Refs,
     /// Sends the tab's frames when boxd paces them (the headless shell).
-    pub frames: Option<FramePump>,
+    frames: Option<FramePump>,
 }
 
 pub struct Running {
-    pub process: Process,
-    pub tabs: Vec<Tab>,
-    pub current: usize,
+    process: Process,
+    tabs: Vec<Tab>,
+    current: usize,
     pacer: Pacer,
     /// The answer's location and snapshot, asked for together with the settle check after a load and
     /// kept when that check found the page settled at once (see [`Running::settle_loaded`]); only the
     /// answer of the same call uses it.
-    pub ahead: Option<Ahead>,
+    ahead: Option<Ahead>,
 }
 
 pub struct Ahead {
@@ -201,12 +200,12 @@ pub struct Ahead {
 }
 
 pub struct Session {
-    pub running: Option<Running>,
+    running: Option<Running>,
     /// Said once, in the next answer: the browser had died and was started again.
-    pub notice: Option<String>,
-    pub options: Options,
+    notice: Option<String>,
+    options: Options,
     /// Tool activity, which sets the pace of the tabs' frames.
-    pub pacer: Pacer,
+    pacer: Pacer,
 }
 
 impl Session {
@@ -221,7 +220,7 @@ impl Session {
 
     /// The running browser with its tabs reconciled, launched (again) if needed. A browser found dead
     /// (before the call or by its first request) is started again once, and the answer says so.
-    pub async fn browser(&mut self) -> Outcome<&mut Running> {
+    pub async fn browser(&mut self) -> Result<&mut Running, ToolError> {
         let viewport = self.options.viewport;
         let mut attempts = 0;
         loop {
@@ -238,7 +237,9 @@ impl Session {
                 ));
             }
             if self.running.is_none() {
-                let process = launch::launch(&self.options).await.map_err(Failure)?;
+                let process = launch::launch(&self.options)
+                    .await
+                    .map_err(ToolError::Reported)?;
                 self.running = Some(Running {
                     process,
                     tabs: Vec::new(),
@@ -248,7 +249,7 @@ impl Session {
                 });
             }
             let Some(running) = self.running.as_mut() else {
-                return Err(Failure("the browser is not running".into()));
+                return Err(ToolError::Reported("the browser is not running".into()));
             };
             match running.sync_tabs(viewport).await {
                 Err(_) if attempts == 1 && running.process.cdp.is_closed() => continue,
@@ -258,17 +259,36 @@ impl Session {
         }
         self.running
             .as_mut()
-            .ok_or_else(|| Failure("the browser is not running".into()))
+            .ok_or_else(|| ToolError::Reported("the browser is not running".into()))
     }
 
     /// The browser with a current tab (a new blank one if every tab was closed).
-    pub async fn page(&mut self) -> Outcome<&mut Running> {
+    pub async fn page(&mut self) -> Result<&mut Running, ToolError> {
         let viewport = self.options.viewport;
         let running = self.browser().await?;
         if running.tabs.is_empty() {
             running.new_tab(viewport).await?;
         }
         Ok(running)
+    }
+
+    /// Marks a tool call as running for its duration (the tabs' frames come at a call's pace).
+    pub fn call_started(&self) -> ActiveCall {
+        self.pacer.call()
+    }
+
+    /// What the next answer says first (the browser had died and was started again), once.
+    pub fn take_notice(&mut self) -> Option<String> {
+        self.notice.take()
+    }
+
+    /// The viewport tabs get (new ones, and the browser's window when it starts).
+    pub fn viewport(&self) -> (u32, u32) {
+        self.options.viewport
+    }
+
+    pub fn set_viewport(&mut self, viewport: (u32, u32)) {
+        self.options.viewport = viewport;
     }
 
     /// Closes the browser (a no-op when none runs).
@@ -284,29 +304,29 @@ impl Session {
 }
 
 impl Running {
-    pub fn cdp(&self) -> &Cdp {
+    fn cdp(&self) -> &Cdp {
         &self.process.cdp
     }
 
-    pub fn tab(&self) -> Outcome<&Tab> {
+    fn tab(&self) -> Result<&Tab, ToolError> {
         self.tabs
             .get(self.current)
-            .ok_or_else(|| Failure(NO_PAGE.into()))
+            .ok_or_else(|| ToolError::Reported(NO_PAGE.into()))
     }
 
-    pub fn tab_mut(&mut self) -> Outcome<&mut Tab> {
+    fn tab_mut(&mut self) -> Result<&mut Tab, ToolError> {
         self.tabs
             .get_mut(self.current)
-            .ok_or_else(|| Failure(NO_PAGE.into()))
+            .ok_or_else(|| ToolError::Reported(NO_PAGE.into()))
     }
 
-    pub fn events<T>(&self, read: impl FnOnce(&mut TabEvents) -> T) -> Outcome<T> {
+    pub fn events<T>(&self, read: impl FnOnce(&mut TabEvents) -> T) -> Result<T, ToolError> {
         let session = &self.tab()?.session;
         Ok(self.cdp().events.with(session, read))
     }
 
     /// The browser's page targets, in its order: (target id, url, title).
-    pub async fn targets(&self) -> Outcome<Vec<(String, String, String)>> {
+    async fn targets(&self) -> Result<Vec<(String, String, String)>, ToolError> {
         let answer = self
             .cdp()
             .call(None, "Target.getTargets", json!({}), CALL)
@@ -324,7 +344,7 @@ impl Running {
             .collect())
     }
 
-    async fn sync_tabs(&mut self, viewport: (u32, u32)) -> Outcome<()> {
+    async fn sync_tabs(&mut self, viewport: (u32, u32)) -> Result<(), ToolError> {
         let targets = self.targets().await?;
         let current = self.tabs.get(self.current).map(|tab| tab.target.clone());
         let events = std::sync::Arc::clone(&self.cdp().events);
@@ -355,7 +375,7 @@ impl Running {
         Ok(())
     }
 
-    pub async fn new_tab(&mut self, viewport: (u32, u32)) -> Outcome<()> {
+    pub async fn new_tab(&mut self, viewport: (u32, u32)) -> Result<(), ToolError> {
         let created = self
             .cdp()
             .call(
@@ -380,9 +400,9 @@ impl Running {
         Ok(())
     }
 
-    pub async fn close_tab(&mut self, index: usize) -> Outcome<()> {
+    pub async fn close_tab(&mut self, index: usize) -> Result<(), ToolError> {
         let Some(tab) = self.tabs.get(index) else {
-            return Err(Failure("no such tab".into()));
+            return Err(ToolError::Reported("no such tab".into()));
         };
         self.cdp()
             .call(
@@ -401,7 +421,7 @@ impl Running {
     }
 
     /// `### Open tabs` as upstream lists them (1-based, the current one marked).
-    pub async fn tab_list(&self) -> Outcome<String> {
+    pub async fn tab_list(&self) -> Result<String, ToolError> {
         if self.tabs.is_empty() {
             return Ok("### No tabs open".into());
         }
@@ -429,7 +449,7 @@ impl Running {
 
     /// The current page's URL and title (from the browser's side while a dialog blocks the page or
     /// its renderer is gone).
-    pub async fn location(&self) -> Outcome<(String, String)> {
+    pub async fn location(&self) -> Result<(String, String), ToolError> {
         let tab = self.tab()?;
         let blocked = self.events(|events| events.dialog.is_some() || events.crashed)?;
         if !blocked
@@ -472,7 +492,7 @@ impl Running {
 
     /// The modal state lines (an open dialog, a file chooser), empty when there is none.
     /// A dialog another tab shows is listed too: its page is blocked until it is answered there.
-    pub fn modal_lines(&self) -> Outcome<Vec<String>> {
+    pub fn modal_lines(&self) -> Result<Vec<String>, ToolError> {
         let mut lines = self.events(|events| {
             let mut lines = Vec::new();
             if let Some(dialog) = &events.dialog {
@@ -513,7 +533,7 @@ impl Running {
     pub async fn location_and_snapshot(
         &mut self,
         with_snapshot: bool,
-    ) -> Outcome<(String, String, Option<String>)> {
+    ) -> Result<(String, String, Option<String>), ToolError> {
         if let Some(ahead) = self.ahead.take()
             && with_snapshot
             && ahead.session == self.tab()?.session
@@ -532,7 +552,9 @@ impl Running {
         Ok((location.0, location.1, Some(snapshot)))
     }
 
-    async fn location_and_snapshot_parts(&self) -> Outcome<((String, String), SnapshotParts)> {
+    async fn location_and_snapshot_parts(
+        &self,
+    ) -> Result<((String, String), SnapshotParts), ToolError> {
         let (location, parts) =
             futures_util::future::join(self.location(), self.snapshot_parts()).await;
         Ok((location?, parts?))
@@ -540,7 +562,7 @@ impl Running {
 
     /// What a snapshot is made of: the page's accessibility tree, the elements that look clickable
     /// and the trees of its same-process child frames.
-    async fn snapshot_parts(&self) -> Outcome<SnapshotParts> {
+    async fn snapshot_parts(&self) -> Result<SnapshotParts, ToolError> {
         let document = self.events(|events| events.documents)?;
         let session = self.tab()?.session.clone();
         // Sent together: the renderer answers one after the other, without a round trip between.
@@ -588,7 +610,7 @@ impl Running {
         })
     }
 
-    fn render_snapshot(&mut self, parts: SnapshotParts) -> Outcome<String> {
+    fn render_snapshot(&mut self, parts: SnapshotParts) -> Result<String, ToolError> {
         let tab = self.tab_mut()?;
         tab.refs.sync(parts.document);
         // The snapshot's scopes as the tab's refs number them (a host's scope comes before the
@@ -635,7 +657,7 @@ impl Running {
     /// runs in another process (site isolation) through their own sessions (attached as they appear,
     /// see [`events::auto_attach`]), and so on down. At most [`MAX_FRAMES`]; a frame that goes away
     /// meanwhile is left empty.
-    async fn child_frames(&self, session: &str) -> Outcome<ChildTrees> {
+    async fn child_frames(&self, session: &str) -> Result<ChildTrees, ToolError> {
         let cdp = self.cdp();
         let others = cdp.events.child_frames(session);
         let mut walk = ChildTrees {
@@ -722,7 +744,7 @@ impl Running {
                 // A frame gone meanwhile answers with a protocol error: it is left empty.
                 let protocol_error = |err: CdpError| match err {
                     CdpError::Protocol(_) => Ok(Value::Null),
-                    err => Err(Failure::from(err)),
+                    err => Err(ToolError::from(err)),
                 };
                 let mut tree = tree.or_else(protocol_error)?;
                 let dom = dom.or_else(protocol_error)?;
@@ -753,7 +775,7 @@ impl Running {
 
     /// The backend node id of the `<iframe>` hosting frame `frame`, asked of the session of its
     /// parent's renderer; `None` when the frame is gone.
-    async fn frame_owner(&self, session: &str, frame: &str) -> Outcome<Option<i64>> {
+    async fn frame_owner(&self, session: &str, frame: &str) -> Result<Option<i64>, ToolError> {
         match self
             .cdp()
             .call(
@@ -771,7 +793,7 @@ impl Running {
     }
 
     /// The node a ref names, or an error saying to take a new snapshot.
-    pub fn node_of(&mut self, reference: &str) -> Outcome<Located> {
+    pub fn node_of(&mut self, reference: &str) -> Result<Located, ToolError> {
         let document = self.events(|events| events.documents)?;
         let tab = self.tab_mut()?;
         tab.refs.sync(document);
@@ -789,13 +811,13 @@ impl Running {
             .strip_prefix('e')
             .and_then(|number| number.parse::<u64>().ok())
             .ok_or_else(|| {
-                Failure(format!(
+                ToolError::Reported(format!(
                     "{reference:?} is not a ref from a page snapshot (refs look like e12). Take a \
                      snapshot (browser_snapshot) and use a ref from it."
                 ))
             })?;
         tab.refs.locate(number).ok_or_else(|| {
-            Failure(format!(
+            ToolError::Reported(format!(
                 "Ref {reference} not found in the current page. It is from an earlier page or was \
                  never handed out; take a new snapshot (browser_snapshot) and use a ref from it."
             ))
@@ -804,11 +826,11 @@ impl Running {
 
     /// The JS object of a ref's element (in its renderer's session), checked to be still in the
     /// document.
-    pub async fn element(&mut self, reference: &str) -> Outcome<(Located, String)> {
+    pub async fn element(&mut self, reference: &str) -> Result<(Located, String), ToolError> {
         let node = self.node_of(reference)?;
         let session = node.session.clone();
         let gone = || {
-            Failure(format!(
+            ToolError::Reported(format!(
                 "The element of ref {reference} is no longer in the page (it was removed or \
                  replaced). Take a new snapshot (browser_snapshot) and use a ref from it."
             ))
@@ -854,7 +876,7 @@ impl Running {
         object: &str,
         function: &str,
         arguments: Value,
-    ) -> Outcome<Value> {
+    ) -> Result<Value, ToolError> {
         let arguments: Vec<Value> = arguments
             .as_array()
             .map(|list| list.iter().map(|value| json!({"value": value})).collect())
@@ -871,7 +893,7 @@ impl Running {
             .await
             .map_err(|err| self.in_frame(session, err))?;
         if let Some(details) = answer.get("exceptionDetails") {
-            return Err(Failure(format!(
+            return Err(ToolError::Reported(format!(
                 "The page threw: {}",
                 details
                     .pointer("/exception/description")
@@ -887,20 +909,20 @@ impl Running {
 
     /// A failed call to a frame's renderer: a protocol error there means the frame went away (its
     /// session with it), which a new snapshot shows.
-    pub fn in_frame(&self, session: &str, err: CdpError) -> Failure {
+    fn in_frame(&self, session: &str, err: CdpError) -> ToolError {
         let tab = self
             .tab()
             .map(|tab| tab.session.as_str())
             .unwrap_or_default();
         match err {
-            CdpError::Protocol(_) if session != tab => Failure(FRAME_GONE.into()),
+            CdpError::Protocol(_) if session != tab => ToolError::Reported(FRAME_GONE.into()),
             err => err.into(),
         }
     }
 
     /// The centre of a node's first box on screen (after scrolling it into view), in CSS pixels of
     /// the page's viewport.
-    pub async fn center(&self, node: &Located, reference: &str) -> Outcome<(f64, f64)> {
+    pub async fn center(&self, node: &Located, reference: &str) -> Result<(f64, f64), ToolError> {
         let cdp = self.cdp();
         // Best effort: the iframes hosting it first (outermost first), then the node in its frame; a
         // node without a layout box cannot be scrolled to, and is refused just below.
@@ -920,7 +942,7 @@ impl Running {
                 .await;
         }
         let invisible = || {
-            Failure(format!(
+            ToolError::Reported(format!(
                 "The element of ref {reference} is not visible (it has no box on the page). Take a \
                  new snapshot and choose a visible element."
             ))
@@ -961,7 +983,7 @@ impl Running {
     /// to it by where the page last drew it: after a relayout (an element's screenshot resizes the
     /// page for its capture and back), a click sent at once can land on the page's `<iframe>`
     /// element instead.
-    async fn frame_drawn(&self) -> Outcome<()> {
+    async fn frame_drawn(&self) -> Result<(), ToolError> {
         let session = self.tab()?.session.clone();
         self.evaluate_promise(
             &session,
@@ -976,7 +998,7 @@ impl Running {
     /// Where the frame of a node in another process sits in the page's viewport: the corners of the
     /// content boxes of the iframes hosting it, added up ((0, 0) for a node of the tab's renderer).
     /// Box coordinates of a frame's renderer are relative to that frame's viewport.
-    pub async fn frame_offset(&self, node: &Located) -> Outcome<(f64, f64)> {
+    async fn frame_offset(&self, node: &Located) -> Result<(f64, f64), ToolError> {
         let mut offset = (0.0, 0.0);
         for (session, owner) in &node.hosts {
             let model = self
@@ -989,19 +1011,19 @@ impl Running {
                 )
                 .await
                 .map_err(|err| match err {
-                    CdpError::Protocol(_) => Failure(FRAME_GONE.into()),
+                    CdpError::Protocol(_) => ToolError::Reported(FRAME_GONE.into()),
                     err => err.into(),
                 })?;
             let (left, top, ..) = model
                 .pointer("/model/content")
                 .and_then(bounds)
-                .ok_or_else(|| Failure(FRAME_GONE.into()))?;
+                .ok_or_else(|| ToolError::Reported(FRAME_GONE.into()))?;
             offset = (offset.0 + left, offset.1 + top);
         }
         Ok(offset)
     }
 
-    pub async fn mouse(&self, kind: &str, (x, y): (f64, f64), buttons: i64) -> Outcome<()> {
+    async fn mouse(&self, kind: &str, (x, y): (f64, f64), buttons: i64) -> Result<(), ToolError> {
         let session = &self.tab()?.session;
         let mut event = json!({"type": kind, "x": x, "y": y, "buttons": buttons});
         if kind != "mouseMoved" || buttons != 0 {
@@ -1016,7 +1038,7 @@ impl Running {
         Ok(())
     }
 
-    pub async fn keys(&self, events: Vec<Value>) -> Outcome<()> {
+    pub async fn keys(&self, events: Vec<Value>) -> Result<(), ToolError> {
         let session = &self.tab()?.session;
         for event in events {
             self.cdp()
@@ -1026,7 +1048,7 @@ impl Running {
         Ok(())
     }
 
-    pub fn marks(&self) -> Outcome<Marks> {
+    pub fn marks(&self) -> Result<Marks, ToolError> {
         self.events(|events| Marks {
             navigation_requested: events.navigation_requested,
             documents: events.documents,
@@ -1043,7 +1065,7 @@ impl Running {
         &self,
         deadline: Instant,
         done: impl Fn(&TabEvents) -> bool,
-    ) -> Outcome<bool> {
+    ) -> Result<bool, ToolError> {
         let session = self.tab()?.session.clone();
         let cdp = self.cdp();
         let mut changes = cdp.events.subscribe();
@@ -1066,12 +1088,12 @@ impl Running {
     /// answer be); `None` when the dialog won.
     /// Evaluates `expression`, a promise, in the page's session and waits for its value (within
     /// `timeout`), unless a dialog opens first (`None`).
-    pub async fn evaluate_promise(
+    async fn evaluate_promise(
         &self,
         session: &str,
         expression: &str,
         timeout: Duration,
-    ) -> Outcome<Option<Value>> {
+    ) -> Result<Option<Value>, ToolError> {
         self.racing(async {
             self.cdp()
                 .call(
@@ -1081,15 +1103,15 @@ impl Running {
                     timeout,
                 )
                 .await
-                .map_err(Failure::from)
+                .map_err(ToolError::from)
         })
         .await
     }
 
     pub async fn racing<T>(
         &self,
-        action: impl std::future::Future<Output = Outcome<T>>,
-    ) -> Outcome<Option<T>> {
+        action: impl std::future::Future<Output = Result<T, ToolError>>,
+    ) -> Result<Option<T>, ToolError> {
         let forever = Instant::now() + Duration::from_secs(3600);
         tokio::select! {
             outcome = action => outcome.map(Some),
@@ -1099,13 +1121,13 @@ impl Running {
 
     /// Waits for what an action set off: a navigation it started to commit (its DOMContentLoaded),
     /// then the DOM to be quiet for [`QUIET`]; all within [`SETTLE_CAP`], and never past a dialog.
-    pub async fn settle(&self, before: Marks) -> Outcome<()> {
+    pub async fn settle(&self, before: Marks) -> Result<(), ToolError> {
         self.settle_until(before, Instant::now() + SETTLE_CAP).await
     }
 
     /// [`Running::settle`] within a deadline given by the caller (a navigation's whole wait shares
     /// one cap).
-    async fn settle_until(&self, before: Marks, deadline: Instant) -> Outcome<()> {
+    async fn settle_until(&self, before: Marks, deadline: Instant) -> Result<(), ToolError> {
         let session = self.tab()?.session.clone();
         for _ in 0..3 {
             let now = self.marks()?;
@@ -1156,7 +1178,7 @@ impl Running {
                         return Ok(());
                     }
                 }
-                Err(Failure(_)) if !self.cdp().is_closed() => continue,
+                Err(_) if !self.cdp().is_closed() => continue,
                 Err(failure) => return Err(failure),
             }
         }
@@ -1171,7 +1193,11 @@ impl Running {
     /// page that keeps changing, or starts another navigation, is waited for as [`Running::settle`]
     /// waits. No quiet window is waited out when nothing is pending: a static page settles in one
     /// round trip.
-    pub async fn settle_loaded(&mut self, before: Marks, deadline: Instant) -> Outcome<()> {
+    pub async fn settle_loaded(
+        &mut self,
+        before: Marks,
+        deadline: Instant,
+    ) -> Result<(), ToolError> {
         let session = self.tab()?.session.clone();
         let requests_pending = !self.events(|events| events.in_flight.is_empty())?;
         if requests_pending {
@@ -1304,10 +1330,10 @@ pub struct Marks {
 async fn attach(
     cdp: &Cdp,
     target: &str,
-    (width, height): (u32, u32),
+    viewport: (u32, u32),
     pacer: &Pacer,
     frame_control: bool,
-) -> Outcome<Tab> {
+) -> Result<Tab, ToolError> {
     let attached = cdp
         .call(
             None,
@@ -1318,7 +1344,7 @@ async fn attach(
         .await?;
     let session = attached["sessionId"]
         .as_str()
-        .ok_or_else(|| Failure("the browser did not attach to the tab".into()))?
+        .ok_or_else(|| ToolError::Reported("the browser did not attach to the tab".into()))?
         .to_owned();
     // A page target's id is its main frame's.
     cdp.events.with(&session, |events| {
@@ -1338,10 +1364,7 @@ async fn attach(
             "Page.setInterceptFileChooserDialog",
             json!({"enabled": true}),
         ),
-        (
-            "Emulation.setDeviceMetricsOverride",
-            json!({"width": width, "height": height, "deviceScaleFactor": 1, "mobile": false}),
-        ),
+        (page::EMULATE_VIEWPORT, page::viewport_metrics(viewport)),
     ];
     futures_util::future::try_join_all(
         setup

@@ -1,0 +1,396 @@
+//! What the tools ask of the browser and its current tab, each named for what it does. Tools never
+//! name a protocol method: the session and this file alone speak the protocol, so a change of how
+//! Chromium is asked for something is made here, once.
+
+use std::sync::Arc;
+
+use base64::Engine;
+use serde_json::{Value, json};
+
+use super::super::cdp::CdpError;
+use super::super::events::Events;
+use super::super::frames::FramePump;
+use super::{CALL, Located, Running, SLOW_CALL, bounds};
+use crate::tools::ToolError;
+
+/// A page region to capture, in CSS pixels of the whole page (not of the viewport).
+#[derive(Debug, Clone, Copy)]
+pub struct Clip {
+    x: f64,
+    y: f64,
+    width: f64,
+    height: f64,
+}
+
+/// How a navigation the browser accepted went on.
+pub struct Navigation {
+    /// It turned into a download: no document comes.
+    pub download: bool,
+    /// Why the browser gave it up (`net::ERR_...`), if it did.
+    pub error: Option<String>,
+    /// A new document is being loaded (not a same-document move, which has no load event).
+    pub new_document: bool,
+}
+
+/// A screenshot being captured while the rest of the answer is made.
+pub struct Capture {
+    task: AbortOnDrop<Result<Value, CdpError>>,
+    /// A PNG (lossless) rather than a JPEG.
+    raw: bool,
+}
+
+/// A captured image: as the browser sent it (base64) and decoded.
+pub struct Image {
+    pub base64: String,
+    pub bytes: Vec<u8>,
+}
+
+/// A capture nobody waits for any more (the answer failed) is not left running.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl Capture {
+    pub fn raw(&self) -> bool {
+        self.raw
+    }
+
+    /// Waits for the capture.
+    pub async fn finish(mut self) -> Result<Image, ToolError> {
+        let shot = (&mut self.task.0)
+            .await
+            .map_err(|err| ToolError::Reported(format!("the screenshot failed: {err}")))??;
+        let base64 = shot["data"].as_str().unwrap_or_default().to_owned();
+        let bytes = decode(&shot["data"])?;
+        Ok(Image { base64, bytes })
+    }
+}
+
+impl Running {
+    pub fn tab_count(&self) -> usize {
+        self.tabs.len()
+    }
+
+    /// The current tab's index (0-based).
+    pub fn current_tab(&self) -> usize {
+        self.current
+    }
+
+    /// Drops the location and snapshot an earlier call's settle asked for ahead: only the call that
+    /// asked may use them.
+    pub fn forget_ahead(&mut self) {
+        self.ahead = None;
+    }
+
+    /// The browser went away (it exited, or its connection closed).
+    pub fn is_closed(&self) -> bool {
+        self.cdp().is_closed()
+    }
+
+    /// The events of every tab and of the browser itself (downloads).
+    pub fn browser_events(&self) -> Arc<Events> {
+        Arc::clone(&self.cdp().events)
+    }
+
+    /// Sets the current tab's viewport (CSS pixels, no device scaling).
+    pub async fn set_viewport(&self, viewport: (u32, u32)) -> Result<(), ToolError> {
+        let session = self.tab()?.session.clone();
+        self.cdp()
+            .call(
+                Some(&session),
+                EMULATE_VIEWPORT,
+                viewport_metrics(viewport),
+                CALL,
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// The current page printed as a PDF, backgrounds included.
+    pub async fn print_pdf(&self) -> Result<Vec<u8>, ToolError> {
+        let session = self.tab()?.session.clone();
+        let pdf = self
+            .cdp()
+            .call(
+                Some(&session),
+                "Page.printToPDF",
+                json!({"printBackground": true}),
+                SLOW_CALL,
+            )
+            .await?;
+        decode(&pdf["data"])
+    }
+
+    /// Makes tab `index` (0-based, an open tab's) the current one, in front in the browser too.
+    pub async fn select_tab(&mut self, index: usize) -> Result<(), ToolError> {
+        self.current = index;
+        let target = self.tab()?.target.clone();
+        self.cdp()
+            .call(
+                None,
+                "Target.activateTarget",
+                json!({"targetId": target}),
+                CALL,
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Accepts or dismisses the dialog the current page shows (answering a prompt with `prompt`).
+    pub async fn answer_dialog(&self, accept: bool, prompt: Option<&str>) -> Result<(), ToolError> {
+        let mut params = json!({"accept": accept});
+        if let Some(prompt) = prompt {
+            params["promptText"] = json!(prompt);
+        }
+        let session = self.tab()?.session.clone();
+        self.cdp()
+            .call(Some(&session), "Page.handleJavaScriptDialog", params, CALL)
+            .await?;
+        Ok(())
+    }
+
+    /// Gives the file input `input` of the renderer of `session` (the tab's, or that of the frame in
+    /// another process it is in) the files at `files`.
+    pub async fn choose_files(
+        &self,
+        session: &str,
+        input: i64,
+        files: &[String],
+    ) -> Result<(), ToolError> {
+        self.cdp()
+            .call(
+                Some(session),
+                "DOM.setFileInputFiles",
+                json!({"files": files, "backendNodeId": input}),
+                CALL,
+            )
+            .await
+            .map_err(|err| self.in_frame(session, err))?;
+        Ok(())
+    }
+
+    /// Starts loading `url` in the current tab; answers once the browser committed to it (or gave it
+    /// up), not when it loaded.
+    pub async fn load(&self, url: &str) -> Result<Navigation, ToolError> {
+        let session = self.tab()?.session.clone();
+        let navigation = self
+            .cdp()
+            .call(
+                Some(&session),
+                "Page.navigate",
+                json!({"url": url}),
+                SLOW_CALL,
+            )
+            .await?;
+        Ok(Navigation {
+            download: navigation["isDownload"].as_bool() == Some(true),
+            error: navigation["errorText"]
+                .as_str()
+                .filter(|error| !error.is_empty())
+                .map(str::to_owned),
+            new_document: navigation.get("loaderId").is_some(),
+        })
+    }
+
+    /// The id of the history entry before (`back`) or after the current one, if there is one.
+    pub async fn history_neighbour(&self, back: bool) -> Result<Option<i64>, ToolError> {
+        let session = self.tab()?.session.clone();
+        let history = self
+            .cdp()
+            .call(Some(&session), "Page.getNavigationHistory", json!({}), CALL)
+            .await?;
+        let current = history["currentIndex"].as_i64().unwrap_or(0);
+        let wanted = if back {
+            current.checked_sub(1)
+        } else {
+            current.checked_add(1)
+        };
+        Ok(wanted
+            .and_then(|wanted| usize::try_from(wanted).ok())
+            .and_then(|index| history["entries"].as_array()?.get(index))
+            .and_then(|entry| entry["id"].as_i64()))
+    }
+
+    /// Goes to history entry `entry` (an id [`Running::history_neighbour`] gave).
+    pub async fn go_to_history_entry(&self, entry: i64) -> Result<(), ToolError> {
+        let session = self.tab()?.session.clone();
+        self.cdp()
+            .call(
+                Some(&session),
+                "Page.navigateToHistoryEntry",
+                json!({"entryId": entry}),
+                CALL,
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Inserts `text` where the focus is, at once (as a paste or an input method would).
+    pub async fn insert_text(&self, text: &str) -> Result<(), ToolError> {
+        let session = self.tab()?.session.clone();
+        self.cdp()
+            .call(
+                Some(&session),
+                "Input.insertText",
+                json!({"text": text}),
+                CALL,
+            )
+            .await?;
+        Ok(())
+    }
+
+    pub async fn mouse_move(&self, point: (f64, f64), buttons: i64) -> Result<(), ToolError> {
+        self.mouse("mouseMoved", point, buttons).await
+    }
+
+    pub async fn mouse_press(&self, point: (f64, f64)) -> Result<(), ToolError> {
+        self.mouse("mousePressed", point, 1).await
+    }
+
+    pub async fn mouse_release(&self, point: (f64, f64)) -> Result<(), ToolError> {
+        self.mouse("mouseReleased", point, 0).await
+    }
+
+    /// While on, a drag the page starts is not run by the browser but reported (its data), to be
+    /// dropped with [`Running::drop_dragged`].
+    pub async fn intercept_drags(&self, enabled: bool) -> Result<(), ToolError> {
+        let session = self.tab()?.session.clone();
+        self.cdp()
+            .call(
+                Some(&session),
+                "Input.setInterceptDrags",
+                json!({"enabled": enabled}),
+                CALL,
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Drops an intercepted drag's `data` at `point`: enter, over, drop.
+    pub async fn drop_dragged(&self, (x, y): (f64, f64), data: &Value) -> Result<(), ToolError> {
+        let session = self.tab()?.session.clone();
+        for kind in ["dragEnter", "dragOver", "drop"] {
+            self.cdp()
+                .call(
+                    Some(&session),
+                    "Input.dispatchDragEvent",
+                    json!({"type": kind, "x": x, "y": y, "data": data}),
+                    CALL,
+                )
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Evaluates `expression`, a promise, in the current page and waits for its value (within
+    /// `timeout`), unless a dialog opens first (`None`).
+    pub async fn evaluate_in_page(
+        &self,
+        expression: &str,
+        timeout: std::time::Duration,
+    ) -> Result<Option<Value>, ToolError> {
+        let session = self.tab()?.session.clone();
+        self.evaluate_promise(&session, expression, timeout).await
+    }
+
+    /// The page region of a node's border box (a node of a frame in another process placed where
+    /// its frame sits), for a capture of that element alone.
+    pub async fn element_clip(&self, node: &Located, reference: &str) -> Result<Clip, ToolError> {
+        let session = self.tab()?.session.clone();
+        let model = self
+            .cdp()
+            .call(
+                Some(&node.session),
+                "DOM.getBoxModel",
+                json!({"backendNodeId": node.backend}),
+                CALL,
+            )
+            .await
+            .map_err(|err| self.in_frame(&node.session, err))?;
+        // A node of a frame in another process has its box in that frame's viewport.
+        let (frame_x, frame_y) = self.frame_offset(node).await?;
+        let metrics = self
+            .cdp()
+            .call(Some(&session), "Page.getLayoutMetrics", json!({}), CALL)
+            .await?;
+        let (left, top, right, bottom) = model
+            .pointer("/model/border")
+            .and_then(bounds)
+            .ok_or_else(|| {
+                ToolError::Reported(format!(
+                    "The element of ref {reference} has no box to capture."
+                ))
+            })?;
+        let (width, height) = (right - left, bottom - top);
+        let (left, top) = (left + frame_x, top + frame_y);
+        let scroll_x = metrics
+            .pointer("/cssVisualViewport/pageX")
+            .and_then(Value::as_f64)
+            .unwrap_or(0.0);
+        let scroll_y = metrics
+            .pointer("/cssVisualViewport/pageY")
+            .and_then(Value::as_f64)
+            .unwrap_or(0.0);
+        Ok(Clip {
+            x: left + scroll_x,
+            y: top + scroll_y,
+            width,
+            height,
+        })
+    }
+
+    /// Starts capturing the viewport, or `clip` of the page: a PNG when `raw`, else a JPEG.
+    pub fn start_screenshot(&self, raw: bool, clip: Option<Clip>) -> Result<Capture, ToolError> {
+        // Encoded by the browser as it is sent (JPEG quality 50 or PNG), never decoded and encoded
+        // again by boxd; `optimizeForSpeed` picks the faster encoder settings.
+        let mut params = if raw {
+            json!({"format": "png", "optimizeForSpeed": true})
+        } else {
+            json!({"format": "jpeg", "quality": 50, "optimizeForSpeed": true})
+        };
+        if let Some(clip) = clip {
+            params["clip"] = json!({"x": clip.x, "y": clip.y, "width": clip.width.max(1.0),
+                                    "height": clip.height.max(1.0), "scale": 1});
+            params["captureBeyondViewport"] = json!(true);
+        }
+        let session = self.tab()?.session.clone();
+        let cdp = self.cdp().clone();
+        // A frame drawn at once for the capture when boxd paces the tab's frames; the browser's own
+        // capture (which waits for its next frames) for an element's clip and otherwise.
+        let camera = match clip {
+            None => self.tab()?.frames.as_ref().map(FramePump::camera),
+            Some(_) => None,
+        };
+        let task = tokio::spawn(async move {
+            if let Some(camera) = camera
+                && let Some(shot) = camera.screenshot(params.clone()).await?
+            {
+                return Ok(shot);
+            }
+            cdp.call(Some(&session), "Page.captureScreenshot", params, SLOW_CALL)
+                .await
+        });
+        Ok(Capture {
+            task: AbortOnDrop(task),
+            raw,
+        })
+    }
+}
+
+/// The protocol method setting a tab's viewport, with [`viewport_metrics`].
+pub(super) const EMULATE_VIEWPORT: &str = "Emulation.setDeviceMetricsOverride";
+
+/// The metrics a tab of viewport `(width, height)` is given: CSS pixels, not a mobile device.
+pub(super) fn viewport_metrics((width, height): (u32, u32)) -> Value {
+    json!({"width": width, "height": height, "deviceScaleFactor": 1, "mobile": false})
+}
+
+fn decode(data: &Value) -> Result<Vec<u8>, ToolError> {
+    base64::engine::general_purpose::STANDARD
+        .decode(data.as_str().unwrap_or_default())
+        .map_err(|err| ToolError::Reported(format!("the browser sent undecodable data: {err}")))
+}

@@ -1,0 +1,300 @@
+//! What the page shows and recorded: its accessibility snapshot, a screenshot, a PDF, its console
+//! messages and network requests. Images and PDFs are saved in the workspace.
+
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+
+use futures_util::future::BoxFuture;
+use serde::Deserialize;
+use serde_json::json;
+
+use super::super::session::{Capture, Image, Running};
+use super::{Answer, Browser, BrowserTool, Declared, NoArguments, PageCall, Policy, given, schema};
+use crate::tools::{ContentItem, ToolError};
+
+pub(super) fn declarations() -> Vec<Declared> {
+    vec![
+        BrowserTool::on_page(
+            "browser_snapshot",
+            "Capture accessibility snapshot of the current page, this is better than screenshot",
+            super::no_arguments(),
+            Policy::ACTION,
+            snapshot,
+        )
+        .declared(),
+        BrowserTool::on_page(
+            "browser_take_screenshot",
+            "Take a screenshot of the current page. You can't perform actions based on the screenshot, use browser_snapshot for actions.",
+            schema(
+                json!({
+                    "raw": {"type": "boolean", "description": "Whether to return without compression (in PNG format). Default is false, which returns a JPEG image."},
+                    "filename": {"type": "string", "description": "File name to save the screenshot to. Defaults to `page-{timestamp}.{png|jpeg}` if not specified."},
+                    "element": {"type": "string", "description": "Human-readable element description used to obtain permission to screenshot the element. If not provided, the screenshot will be taken of viewport. If element is provided, ref must be provided too."},
+                    "ref": {"type": "string", "description": "Exact target element reference from the page snapshot. If not provided, the screenshot will be taken of viewport. If ref is provided, element must be provided too."}
+                }),
+                &[],
+            ),
+            Policy::ACTION,
+            take_screenshot,
+        )
+        .declared(),
+        BrowserTool::on_page(
+            "browser_pdf_save",
+            "Save page as PDF",
+            schema(
+                json!({"filename": {"type": "string", "description": "File name to save the pdf to. Defaults to `page-{timestamp}.pdf` if not specified."}}),
+                &[],
+            ),
+            Policy::ACTION,
+            pdf_save,
+        )
+        .declared(),
+        BrowserTool::on_page(
+            "browser_console_messages",
+            "Returns all console messages",
+            super::no_arguments(),
+            Policy::ANY_PAGE,
+            console_messages,
+        )
+        .declared(),
+        BrowserTool::on_page(
+            "browser_network_requests",
+            "Returns all network requests since loading the page",
+            super::no_arguments(),
+            Policy::ANY_PAGE,
+            network_requests,
+        )
+        .declared(),
+    ]
+}
+
+/// The answer is the page, with its snapshot.
+fn snapshot(_: PageCall<'_>, _: NoArguments) -> BoxFuture<'_, Result<Answer, ToolError>> {
+    Box::pin(async move { Ok(Answer::page(String::new())) })
+}
+
+#[derive(Deserialize)]
+struct ScreenshotArguments {
+    #[serde(default, deserialize_with = "given::flag")]
+    raw: Option<bool>,
+    #[serde(default, deserialize_with = "given::text")]
+    filename: Option<String>,
+    #[serde(default, deserialize_with = "given::text")]
+    element: Option<String>,
+    #[serde(rename = "ref", default, deserialize_with = "given::text")]
+    reference: Option<String>,
+}
+
+/// The capture is the compositor's work in the browser process; the snapshot of the answer is the
+/// renderer's: both run at once.
+fn take_screenshot(
+    call: PageCall<'_>,
+    arguments: ScreenshotArguments,
+) -> BoxFuture<'_, Result<Answer, ToolError>> {
+    Box::pin(async move {
+        let capture = start_screenshot(call.page, &arguments).await?;
+        Ok(Answer::Screenshot {
+            capture,
+            filename: arguments.filename,
+        })
+    })
+}
+
+/// Checks the arguments and starts the capture (of the viewport, or of a ref's element).
+async fn start_screenshot(
+    running: &mut Running,
+    arguments: &ScreenshotArguments,
+) -> Result<Capture, ToolError> {
+    let raw = arguments.raw.unwrap_or(false);
+    let element = arguments.element.as_deref();
+    let reference = arguments.reference.as_deref();
+    if element.is_some() != reference.is_some() {
+        return Err(ToolError::Reported(
+            "Both element and ref must be provided or neither.".into(),
+        ));
+    }
+    let clip = match reference {
+        Some(reference) => {
+            let (node, _) = running.element(reference).await?;
+            let _ = running.center(&node, reference).await?;
+            Some(running.element_clip(&node, reference).await?)
+        }
+        None => None,
+    };
+    running.start_screenshot(raw, clip)
+}
+
+#[derive(Deserialize)]
+struct PdfArguments {
+    #[serde(default, deserialize_with = "given::text")]
+    filename: Option<String>,
+}
+
+fn pdf_save(
+    call: PageCall<'_>,
+    arguments: PdfArguments,
+) -> BoxFuture<'_, Result<Answer, ToolError>> {
+    Box::pin(async move {
+        let data = call.page.print_pdf().await?;
+        let saved = call
+            .browser
+            .save(arguments.filename.as_deref(), "pdf", data)
+            .await?;
+        Ok(Answer::Page {
+            done: format!("Saved the page as PDF to {saved}"),
+            snapshot: false,
+        })
+    })
+}
+
+fn console_messages(
+    call: PageCall<'_>,
+    _: NoArguments,
+) -> BoxFuture<'_, Result<Answer, ToolError>> {
+    Box::pin(async move {
+        let lines = call
+            .page
+            .events(|events| events.console.iter().cloned().collect::<Vec<_>>())?;
+        Ok(Answer::Text(lines.join("\n")))
+    })
+}
+
+fn network_requests(
+    call: PageCall<'_>,
+    _: NoArguments,
+) -> BoxFuture<'_, Result<Answer, ToolError>> {
+    Box::pin(async move {
+        let lines = call.page.events(|events| {
+            events
+                .requests
+                .iter()
+                .map(|request| {
+                    let mut line = format!("[{}] {}", request.method.to_uppercase(), request.url);
+                    if let Some((status, reason)) = &request.status {
+                        line.push_str(&format!(" => [{status}] {reason}"));
+                    }
+                    line
+                })
+                .collect::<Vec<_>>()
+        })?;
+        Ok(Answer::Text(lines.join("\n")))
+    })
+}
+
+impl Browser {
+    /// Waits for a started capture, saves it in the workspace; the image item and where it went.
+    pub(super) async fn finish_screenshot(
+        &self,
+        capture: Capture,
+        filename: Option<&str>,
+    ) -> Result<(ContentItem, String), ToolError> {
+        let raw = capture.raw();
+        let Image {
+            base64: data,
+            bytes,
+        } = capture.finish().await?;
+        let extension = if raw { "png" } else { "jpeg" };
+        let saved = self.save(filename, extension, bytes).await?;
+        let image = ContentItem::Image {
+            data,
+            mime_type: format!("image/{extension}"),
+        };
+        Ok((image, saved))
+    }
+
+    /// Writes `data` into the workspace under a name that cannot leave it (the last path component,
+    /// cleaned), never through a symlink; the path written.
+    async fn save(
+        &self,
+        requested: Option<&str>,
+        extension: &str,
+        data: Vec<u8>,
+    ) -> Result<String, ToolError> {
+        let name = match requested {
+            Some(requested) => saved_name(requested, extension),
+            None => format!(
+                "page-{}.{extension}",
+                chrono::Utc::now().format("%Y-%m-%dT%H-%M-%S-%3fZ")
+            ),
+        };
+        let real = self.workspace.real_root().join(&name);
+        let shown = self.workspace.root().join(&name);
+        tokio::task::spawn_blocking(move || {
+            let mut file = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(&real)?;
+            file.write_all(&data)
+        })
+        .await
+        .map_err(|err| ToolError::Reported(format!("saving the file failed: {err}")))?
+        .map_err(|err| ToolError::Reported(format!("cannot save {}: {err}", shown.display())))?;
+        Ok(shown.display().to_string())
+    }
+}
+
+/// The name a screenshot or PDF is saved under in the workspace: the requested one, cleaned, given
+/// the file's extension unless it already ends in one of its kind, so that a name such as `main.py`
+/// never replaces a workspace file with an image (it becomes `main.py.jpeg`).
+fn saved_name(requested: &str, extension: &str) -> String {
+    let mut name = safe_name(requested, extension);
+    let kind: &[&str] = if extension == "pdf" {
+        &["pdf"]
+    } else {
+        &["jpeg", "jpg", "png"]
+    };
+    let own = name
+        .rsplit_once('.')
+        .is_some_and(|(_, last)| kind.iter().any(|ext| last.eq_ignore_ascii_case(ext)));
+    if !own {
+        name.push('.');
+        name.push_str(extension);
+    }
+    name
+}
+
+pub(super) fn safe_name(requested: &str, extension: &str) -> String {
+    let last = requested.rsplit(['/', '\\']).next().unwrap_or_default();
+    let mut name: String = last
+        .chars()
+        .map(|c| {
+            if c.is_alphanumeric() || matches!(c, '.' | '-' | '_') {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    name = name.trim_start_matches('.').chars().take(128).collect();
+    if name.is_empty() {
+        name = format!(
+            "page-{}",
+            chrono::Utc::now().format("%Y-%m-%dT%H-%M-%S-%3fZ")
+        );
+    }
+    if !name.contains('.') {
+        name.push('.');
+        name.push_str(extension);
+    }
+    name
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn saved_names_stay_in_the_workspace() {
+        assert_eq!(safe_name("../../etc/passwd", "png"), "passwd.png");
+        assert_eq!(safe_name("shot.jpeg", "jpeg"), "shot.jpeg");
+        assert_eq!(saved_name("shot.PNG", "jpeg"), "shot.PNG");
+        assert_eq!(saved_name("main.py", "jpeg"), "main.py.jpeg");
+        assert_eq!(saved_name("report.png", "pdf"), "report.png.pdf");
+        assert_eq!(saved_name("report", "pdf"), "report.pdf");
+        assert!(safe_name("..", "pdf").ends_with(".pdf"));
+        assert_eq!(safe_name("a b:c", "png"), "a-b-c.png");
+        assert!(!safe_name(".hidden", "png").starts_with('.'));
+    }
+}

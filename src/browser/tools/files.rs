@@ -1,0 +1,243 @@
+//! Files in and out of the page: uploads through the page's file chooser, and the downloads the
+//! page started, named in the workspace's `downloads/` and said in the next answer.
+
+use std::path::Path;
+
+use futures_util::future::BoxFuture;
+use serde::Deserialize;
+use serde_json::json;
+use tokio::time::Instant;
+
+use super::super::events::{Download, DownloadState};
+use super::super::family::DOWNLOADS;
+use super::super::session::{Running, SETTLE_CAP};
+use super::capture::safe_name;
+use super::{Answer, Browser, BrowserTool, Declared, PageCall, Policy, given, schema};
+use crate::tools::ToolError;
+
+/// Files `browser_file_upload` takes at once.
+const MAX_UPLOADS: usize = 100;
+/// Numbered variants tried for a download's name before giving up (`name-1.ext` ... ).
+const MAX_SAME_NAME: usize = 1000;
+
+pub(super) fn declarations() -> Vec<Declared> {
+    vec![
+        BrowserTool::on_page(
+            "browser_file_upload",
+            "Upload one or multiple files",
+            schema(
+                json!({"paths": {"type": "array", "items": {"type": "string"},
+                       "description": "The absolute paths to the files to upload. Can be a single file or multiple files."}}),
+                &["paths"],
+            ),
+            Policy::MODAL,
+            file_upload,
+        )
+        .declared(),
+    ]
+}
+
+#[derive(Deserialize)]
+struct UploadArguments {
+    #[serde(default, deserialize_with = "given::strings")]
+    paths: Option<Vec<String>>,
+}
+
+fn file_upload(
+    call: PageCall<'_>,
+    arguments: UploadArguments,
+) -> BoxFuture<'_, Result<Answer, ToolError>> {
+    Box::pin(async move {
+        Ok(Answer::page(
+            call.browser.upload(call.page, arguments).await?,
+        ))
+    })
+}
+
+impl Browser {
+    /// What became of the browser's downloads since the last answer, as `### Downloads` lines: a
+    /// download still running is waited for once (within the settle cap), a finished one is given its
+    /// name in the workspace's `downloads/` (the page's suggestion, cleaned, made unique) and said once.
+    pub(super) async fn downloads_lines(&self, running: &Running) -> Vec<String> {
+        let events = running.browser_events();
+        let unannounced = |downloads: &mut std::collections::VecDeque<Download>| {
+            downloads
+                .iter()
+                .any(|d| d.state == DownloadState::InProgress && !d.announced)
+        };
+        if events.downloads(unannounced) {
+            let deadline = Instant::now() + SETTLE_CAP;
+            let mut changes = events.subscribe();
+            for _ in 0..10_000 {
+                if !events.downloads(unannounced) || running.is_closed() {
+                    break;
+                }
+                if tokio::time::timeout_at(deadline, changes.changed())
+                    .await
+                    .is_err()
+                {
+                    break;
+                }
+            }
+        }
+        let pending = events.downloads(|downloads| {
+            downloads
+                .iter()
+                .filter(|d| !d.reported)
+                .cloned()
+                .collect::<Vec<_>>()
+        });
+        if pending.is_empty() {
+            return Vec::new();
+        }
+        let directory = self
+            .workspace
+            .resolve(DOWNLOADS)
+            .map(|resolved| resolved.real)
+            .ok();
+        let shown = self.workspace.root().join(DOWNLOADS);
+        let mut lines = Vec::new();
+        for download in pending {
+            let mut saved = download.saved.clone();
+            if download.state == DownloadState::Completed && saved.is_none() {
+                let named = match directory.clone() {
+                    Some(directory) => {
+                        let (guid, suggested) = (download.guid.clone(), download.suggested.clone());
+                        tokio::task::spawn_blocking(move || {
+                            name_download(&directory, &guid, &suggested)
+                        })
+                        .await
+                        .unwrap_or_else(|err| Err(std::io::Error::other(err.to_string())))
+                    }
+                    None => Err(std::io::Error::other("the directory leaves the workspace")),
+                };
+                match named {
+                    Ok(name) => saved = Some(name),
+                    Err(err) => {
+                        tracing::warn!(guid = %download.guid, "cannot name a download: {err}");
+                        saved = Some(download.guid.clone());
+                    }
+                }
+            }
+            let (line, reported) = match download.state {
+                DownloadState::Completed => (
+                    format!(
+                        "- Downloaded file {} to {}",
+                        download.suggested,
+                        shown.join(saved.as_deref().unwrap_or_default()).display()
+                    ),
+                    true,
+                ),
+                DownloadState::Canceled => (
+                    format!("- Download of {} was canceled", download.suggested),
+                    true,
+                ),
+                DownloadState::InProgress if download.announced => continue,
+                DownloadState::InProgress => (
+                    format!(
+                        "- Downloading file {} ... (it goes to {}/; a later answer says its name)",
+                        download.suggested,
+                        shown.display()
+                    ),
+                    false,
+                ),
+            };
+            lines.push(line);
+            events.downloads(|downloads| {
+                if let Some(entry) = downloads.iter_mut().find(|d| d.guid == download.guid) {
+                    entry.saved = saved;
+                    entry.announced = true;
+                    entry.reported = reported;
+                }
+            });
+        }
+        lines
+    }
+
+    async fn upload(
+        &self,
+        running: &mut Running,
+        args: UploadArguments,
+    ) -> Result<String, ToolError> {
+        let Some((input_session, input)) = running.events(|events| events.file_chooser.clone())?
+        else {
+            return Err(ToolError::Reported(
+                "No file chooser visible: click the file input first (browser_click), then call \
+                 browser_file_upload."
+                    .into(),
+            ));
+        };
+        let paths: Vec<String> = args
+            .paths
+            .ok_or_else(|| ToolError::Reported("paths must be a list of file paths".into()))?;
+        if paths.len() > MAX_UPLOADS {
+            return Err(ToolError::Reported(format!(
+                "at most {MAX_UPLOADS} files at once"
+            )));
+        }
+        let uploads = self.uploads.clone();
+        let files = tokio::task::spawn_blocking(move || {
+            paths
+                .iter()
+                .map(|path| {
+                    let resolved = uploads.check(path).map_err(|err| {
+                        ToolError::Reported(format!(
+                            "cannot upload {path:?}: {err} Upload files of the workspace or of \
+                             a directory given with --allow-dir."
+                        ))
+                    })?;
+                    if !resolved.real.is_file() {
+                        return Err(ToolError::Reported(format!(
+                            "cannot upload {path:?}: not a file"
+                        )));
+                    }
+                    Ok(resolved.real.display().to_string())
+                })
+                .collect::<Result<Vec<String>, ToolError>>()
+        })
+        .await
+        .map_err(|err| ToolError::Reported(format!("resolving the paths failed: {err}")))??;
+        let before = running.marks()?;
+        // The input's own renderer: the tab's, or that of the frame (in another process) it is in.
+        running.choose_files(&input_session, input, &files).await?;
+        running.events(|events| events.file_chooser = None)?;
+        running.settle(before).await?;
+        Ok(format!("Chose {} file(s) in the file chooser", files.len()))
+    }
+}
+
+/// Gives the finished download saved as `guid` in `directory` the page's suggested name, cleaned
+/// (one path component, no leading dot) and made unique (`name-1.ext`, ...); never replaces a file.
+fn name_download(directory: &Path, guid: &str, suggested: &str) -> std::io::Result<String> {
+    if guid.is_empty() || !guid.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
+        return Err(std::io::Error::other(format!(
+            "unexpected download id {guid:?}"
+        )));
+    }
+    let source = directory.join(guid);
+    let name = safe_name(suggested, "");
+    let name = name.trim_end_matches('.');
+    let name = if name.is_empty() { "download" } else { name };
+    let (stem, extension) = match name.rsplit_once('.') {
+        Some((stem, extension)) if !stem.is_empty() => (stem, format!(".{extension}")),
+        _ => (name, String::new()),
+    };
+    for attempt in 0..MAX_SAME_NAME {
+        let candidate = match attempt {
+            0 => name.to_owned(),
+            n => format!("{stem}-{n}{extension}"),
+        };
+        // A hard link never replaces an existing file, and the guid's file is the browser's own.
+        match std::fs::hard_link(&source, directory.join(&candidate)) {
+            Ok(()) => {
+                std::fs::remove_file(&source)?;
+                return Ok(candidate);
+            }
+            Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(err) => return Err(err),
+        }
+    }
+    Err(std::io::Error::other(format!(
+        "{MAX_SAME_NAME} files named like {name:?} already"
+    )))
+}

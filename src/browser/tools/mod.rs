@@ -1,0 +1,528 @@
+//! The 23 tools, each declared once in the file of its capability: its upstream schema, its argument
+//! struct, its policy (what state of the page it may run in) and what it does. Every call holds the
+//! browser session for its duration (one browser, one current tab, as upstream), every wait in it is
+//! bounded, and the policies are applied here, for all tools alike.
+
+mod capture;
+mod dialogs;
+mod files;
+mod input;
+mod navigate;
+mod tabs;
+mod wait;
+
+use std::sync::Arc;
+
+use futures_util::future::BoxFuture;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+use super::GROUP;
+use super::launch::Options;
+use super::session::{Capture, Running, Session};
+use crate::core::confine::AllowedDirs;
+use crate::core::confine::Workspace;
+use crate::tools::{
+    BadArguments, CallToolResult, ContentItem, Tool, ToolError, ToolResult, ToolSpec,
+};
+
+/// Said of a tab whose renderer exited.
+const CRASHED: &str = "The page in this tab crashed (its renderer process exited: out of memory, or a \
+    browser bug).";
+
+pub struct Browser {
+    session: tokio::sync::Mutex<Session>,
+    workspace: Workspace,
+    /// Where `browser_file_upload` may take files from.
+    uploads: AllowedDirs,
+}
+
+/// What state of the current tab a page tool may run in, applied by [`Browser::call`] before the
+/// tool runs.
+#[derive(Debug, Clone, Copy)]
+struct Policy {
+    /// Refused while the tab shows a dialog (upstream's modal state); the answer says how to handle it.
+    blocked_by_dialog: bool,
+    /// Refused while the tab's renderer is gone: its session answers nothing until a navigation gives
+    /// the tab a new one.
+    needs_live_page: bool,
+    /// A navigation, which brings a crashed page back: a crash it causes is seen anew.
+    navigates: bool,
+}
+
+impl Policy {
+    /// Acts on the page: needs it alive and free of dialogs.
+    const ACTION: Policy = Policy {
+        blocked_by_dialog: true,
+        needs_live_page: true,
+        navigates: false,
+    };
+    /// Loads a page in the tab (also over a crashed one).
+    const NAVIGATION: Policy = Policy {
+        blocked_by_dialog: true,
+        needs_live_page: false,
+        navigates: true,
+    };
+    /// Answers the modal state (a dialog, a file chooser) of a live page.
+    const MODAL: Policy = Policy {
+        blocked_by_dialog: false,
+        needs_live_page: true,
+        navigates: false,
+    };
+    /// Acts on the browser's tabs or reads what it recorded: whatever state the page is in.
+    const ANY_PAGE: Policy = Policy {
+        blocked_by_dialog: false,
+        needs_live_page: false,
+        navigates: false,
+    };
+}
+
+/// What a page tool acts with: the current tab (opened, and checked by the tool's policy), the
+/// browser's files, and the viewport new tabs get.
+struct PageCall<'a> {
+    page: &'a mut Running,
+    browser: &'a Browser,
+    viewport: (u32, u32),
+}
+
+/// What a page tool answers.
+enum Answer {
+    /// This text alone.
+    Text(String),
+    /// A line saying what was done (none when empty), then the page: modal state, downloads, tabs,
+    /// URL, title and (when `snapshot`, and the page can give one) its snapshot.
+    Page { done: String, snapshot: bool },
+    /// The page's answer, made while this screenshot is captured; saved under the name asked for.
+    Screenshot {
+        capture: Capture,
+        filename: Option<String>,
+    },
+    /// The last tab was closed: the browser closes with it, and this text is the answer.
+    LastTabClosed(String),
+}
+
+impl Answer {
+    /// `done`, then the page with its snapshot.
+    fn page(done: impl Into<String>) -> Answer {
+        Answer::Page {
+            done: done.into(),
+            snapshot: true,
+        }
+    }
+}
+
+type PageAct<A> = for<'a> fn(PageCall<'a>, A) -> BoxFuture<'a, Result<Answer, ToolError>>;
+/// The viewport a call asks for (see [`BrowserTool::sets_viewport`]).
+type RequestedViewport<A> = fn(&A) -> Result<(u32, u32), ToolError>;
+/// Makes a declared tool a [`Tool`] of a browser.
+type Serve = Box<dyn Fn(&Arc<Browser>) -> Tool + Send + Sync>;
+type SessionAct<A> = for<'a> fn(&'a mut Session, A) -> BoxFuture<'a, Result<String, ToolError>>;
+
+enum Act<A> {
+    /// Acts on the browser as a whole (no page is opened for it); answers with its text alone.
+    Session(SessionAct<A>),
+    /// Acts on the current tab, opened (with the browser) when there is none, as its policy allows.
+    Page(Policy, PageAct<A>),
+}
+
+/// A browser tool as its capability's file declares it.
+struct BrowserTool<A> {
+    name: &'static str,
+    description: &'static str,
+    schema: Value,
+    act: Act<A>,
+    /// The viewport the call asks for, set before the page is opened so that a browser or tab it
+    /// starts has it.
+    viewport: Option<RequestedViewport<A>>,
+}
+
+impl<A: DeserializeOwned + Send + 'static> BrowserTool<A> {
+    fn on_page(
+        name: &'static str,
+        description: &'static str,
+        schema: Value,
+        policy: Policy,
+        act: PageAct<A>,
+    ) -> BrowserTool<A> {
+        BrowserTool {
+            name,
+            description,
+            schema,
+            act: Act::Page(policy, act),
+            viewport: None,
+        }
+    }
+
+    fn on_session(
+        name: &'static str,
+        description: &'static str,
+        schema: Value,
+        act: SessionAct<A>,
+    ) -> BrowserTool<A> {
+        BrowserTool {
+            name,
+            description,
+            schema,
+            act: Act::Session(act),
+            viewport: None,
+        }
+    }
+
+    /// The call sets the viewport of the session (new tabs, a browser it starts) before its page is
+    /// opened; refused arguments leave it as it was.
+    fn sets_viewport(mut self, requested: RequestedViewport<A>) -> Self {
+        self.viewport = Some(requested);
+        self
+    }
+
+    fn declared(self) -> Declared {
+        let tool = Arc::new(self);
+        Declared {
+            #[cfg(test)]
+            name: tool.name,
+            serve: Box::new(move |browser| serve(browser, Arc::clone(&tool))),
+        }
+    }
+}
+
+/// A declared tool, whatever its arguments: made a [`Tool`] of a browser.
+struct Declared {
+    /// Only read by the test that counts the tools: the served tool carries its name.
+    #[cfg(test)]
+    name: &'static str,
+    serve: Serve,
+}
+
+fn serve<A: DeserializeOwned + Send + 'static>(
+    browser: &Arc<Browser>,
+    tool: Arc<BrowserTool<A>>,
+) -> Tool {
+    let browser = Arc::clone(browser);
+    ToolSpec::new(GROUP, tool.name, tool.description, tool.schema.clone())
+        .bad_arguments(BadArguments::Reported)
+        .handler(move |arguments: A, _| {
+            let browser = Arc::clone(&browser);
+            let tool = Arc::clone(&tool);
+            async move { browser.call(&tool, arguments).await }
+        })
+}
+
+/// Every browser tool, as @playwright/mcp 0.0.25 declares them.
+fn declarations() -> Vec<Declared> {
+    [
+        navigate::declarations(),
+        input::declarations(),
+        tabs::declarations(),
+        dialogs::declarations(),
+        files::declarations(),
+        capture::declarations(),
+        wait::declarations(),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
+}
+
+pub fn tools(browser: &Arc<Browser>) -> Vec<Tool> {
+    declarations()
+        .iter()
+        .map(|declared| (declared.serve)(browser))
+        .collect()
+}
+
+impl Browser {
+    pub fn new(options: Options, workspace: Workspace, uploads: AllowedDirs) -> Browser {
+        Browser {
+            session: tokio::sync::Mutex::new(Session::new(options)),
+            workspace,
+            uploads,
+        }
+    }
+
+    pub async fn close(&self) {
+        self.session.lock().await.close().await;
+    }
+
+    /// A failure is an `isError` answer, said after the notice of a browser that was started again,
+    /// as a success is.
+    async fn call<A>(&self, tool: &BrowserTool<A>, arguments: A) -> ToolResult {
+        let mut session = self.session.lock().await;
+        let _active = session.call_started();
+        let outcome = self.run(&mut session, tool, arguments).await;
+        let notice = session.take_notice();
+        let (mut items, failed) = match outcome {
+            Ok(items) => (items, false),
+            Err(ToolError::Reported(reason)) => (vec![text(reason)], true),
+            Err(err @ ToolError::Http(_)) => return Err(err),
+        };
+        if let Some(notice) = notice
+            && let Some(ContentItem::Text { text, .. }) = items.last_mut()
+        {
+            *text = format!("{notice}\n\n{text}");
+        }
+        Ok(CallToolResult::new(items, failed))
+    }
+
+    async fn run<A>(
+        &self,
+        session: &mut Session,
+        tool: &BrowserTool<A>,
+        arguments: A,
+    ) -> Result<Vec<ContentItem>, ToolError> {
+        let (policy, act) = match &tool.act {
+            Act::Session(act) => return Ok(vec![text(act(session, arguments).await?)]),
+            Act::Page(policy, act) => (*policy, *act),
+        };
+        if let Some(requested) = tool.viewport {
+            session.set_viewport(requested(&arguments)?);
+        }
+        let viewport = session.viewport();
+        let page = session.page().await?;
+        page.forget_ahead();
+        admit(page, tool.name, policy).await?;
+        let call = PageCall {
+            page: &mut *page,
+            browser: self,
+            viewport,
+        };
+        let (mut done, snapshot, capture) = match act(call, arguments).await? {
+            Answer::Text(said) => return Ok(vec![text(said)]),
+            Answer::LastTabClosed(said) => {
+                session.close().await;
+                return Ok(vec![text(said)]);
+            }
+            Answer::Page { done, snapshot } => (done, snapshot, None),
+            Answer::Screenshot { capture, filename } => {
+                (String::new(), true, Some((capture, filename)))
+            }
+        };
+        let downloads = self.downloads_lines(page).await;
+        let answer = page_answer(page, snapshot, downloads).await;
+        let mut items = Vec::new();
+        if let Some((capture, filename)) = capture {
+            let (image, saved) = self.finish_screenshot(capture, filename.as_deref()).await?;
+            items.push(image);
+            done = format!("Took a screenshot, saved to {saved}");
+        }
+        let mut lines = Vec::new();
+        if !done.is_empty() {
+            lines.push(format!("- {done}"));
+            lines.push(String::new());
+        }
+        lines.push(answer?);
+        items.push(text(lines.join("\n")));
+        Ok(items)
+    }
+}
+
+/// Refuses the call when the current tab's state is one `policy` does not run in.
+async fn admit(page: &mut Running, tool: &str, policy: Policy) -> Result<(), ToolError> {
+    let dialog_open = page.events(|events| events.dialog.is_some())?;
+    if dialog_open && policy.blocked_by_dialog {
+        let mut lines = vec![
+            format!("Tool \"{tool}\" does not handle the modal state."),
+            "### Modal state".to_owned(),
+        ];
+        lines.extend(page.modal_lines()?);
+        return Err(ToolError::Reported(lines.join("\n")));
+    }
+    let crashed = page.events(|events| events.crashed)?;
+    if crashed && policy.needs_live_page {
+        let (url, _) = page.location().await?;
+        return Err(ToolError::Reported(format!(
+            "{CRASHED} Tool \"{tool}\" needs a live page: load it again with browser_navigate \
+             (it was at {url}), or open another tab (browser_tab_new)."
+        )));
+    }
+    if policy.navigates {
+        page.events(|events| events.crashed = false)?;
+    }
+    Ok(())
+}
+
+/// The answer after an action: modal state, tabs, URL, title and (unless a dialog blocks the page)
+/// the snapshot.
+async fn page_answer(
+    running: &mut Running,
+    snapshot: bool,
+    downloads: Vec<String>,
+) -> Result<String, ToolError> {
+    let mut lines = Vec::new();
+    let modal = running.modal_lines()?;
+    let (blocked, crashed) = running.events(|events| (events.dialog.is_some(), events.crashed))?;
+    if crashed {
+        lines.push(format!(
+            "### Page crashed\n- {CRASHED} browser_navigate loads a page in this tab again."
+        ));
+        lines.push(String::new());
+    }
+    if !modal.is_empty() {
+        lines.push("### Modal state".to_owned());
+        lines.extend(modal);
+        lines.push(String::new());
+    }
+    if !downloads.is_empty() {
+        lines.push("### Downloads".to_owned());
+        lines.extend(downloads);
+        lines.push(String::new());
+    }
+    if running.tab_count() > 1 {
+        lines.push(running.tab_list().await?);
+        lines.push(String::new());
+        lines.push("### Current tab".to_owned());
+    }
+    let (url, title, snapshot) = running
+        .location_and_snapshot(snapshot && !blocked && !crashed)
+        .await?;
+    lines.push(format!("- Page URL: {url}"));
+    lines.push(format!("- Page Title: {title}"));
+    lines.extend(snapshot);
+    Ok(lines.join("\n"))
+}
+
+fn text(text: impl Into<String>) -> ContentItem {
+    ContentItem::Text {
+        text: text.into(),
+        description: None,
+    }
+}
+
+/// The arguments of a tool that takes none.
+#[derive(serde::Deserialize)]
+struct NoArguments {}
+
+/// How arguments are read: as the tools read them before they were typed, so that every answer to a
+/// bad one stays the same. A value of another type counts as not given (the tool then says what it
+/// needs), and so do `null` and `""` (the Python client sends its defaults).
+mod given {
+    use serde::{Deserialize, Deserializer};
+    use serde_json::Value;
+
+    /// A string, not empty.
+    pub fn text<'de, D: Deserializer<'de>>(arguments: D) -> Result<Option<String>, D::Error> {
+        Ok(match Value::deserialize(arguments)? {
+            Value::String(text) if !text.is_empty() => Some(text),
+            _ => None,
+        })
+    }
+
+    /// A string, empty or not.
+    pub fn string<'de, D: Deserializer<'de>>(arguments: D) -> Result<Option<String>, D::Error> {
+        Ok(match Value::deserialize(arguments)? {
+            Value::String(text) => Some(text),
+            _ => None,
+        })
+    }
+
+    pub fn number<'de, D: Deserializer<'de>>(arguments: D) -> Result<Option<f64>, D::Error> {
+        Ok(Value::deserialize(arguments)?.as_f64())
+    }
+
+    /// `None` when absent or `null`; `Some(None)` when given but not a number (refused, unlike
+    /// absent).
+    pub fn number_if_given<'de, D: Deserializer<'de>>(
+        arguments: D,
+    ) -> Result<Option<Option<f64>>, D::Error> {
+        Ok(match Value::deserialize(arguments)? {
+            Value::Null => None,
+            given => Some(given.as_f64()),
+        })
+    }
+
+    pub fn flag<'de, D: Deserializer<'de>>(arguments: D) -> Result<Option<bool>, D::Error> {
+        Ok(Value::deserialize(arguments)?.as_bool())
+    }
+
+    /// The strings of a list (other items skipped).
+    pub fn strings<'de, D: Deserializer<'de>>(
+        arguments: D,
+    ) -> Result<Option<Vec<String>>, D::Error> {
+        Ok(match Value::deserialize(arguments)? {
+            Value::Array(items) => Some(
+                items
+                    .into_iter()
+                    .filter_map(|item| match item {
+                        Value::String(text) => Some(text),
+                        _ => None,
+                    })
+                    .collect(),
+            ),
+            _ => None,
+        })
+    }
+}
+
+/// A required string argument (see [`given::text`]).
+fn required<'a>(value: &'a Option<String>, key: &str) -> Result<&'a str, ToolError> {
+    value
+        .as_deref()
+        .ok_or_else(|| ToolError::Reported(format!("{key} is required")))
+}
+
+/// An element as the answer names it: its description, and the ref.
+fn described(element: Option<&str>, reference: &str) -> String {
+    match element {
+        Some(element) => format!("{element} ({reference})"),
+        None => reference.to_owned(),
+    }
+}
+
+fn schema(properties: Value, required: &[&str]) -> Value {
+    json!({"type": "object", "properties": properties, "required": required})
+}
+
+fn no_arguments() -> Value {
+    schema(json!({}), &[])
+}
+
+const ELEMENT: &str =
+    "Human-readable element description used to obtain permission to interact with the element";
+const REF: &str = "Exact target element reference from the page snapshot";
+
+fn element_schema(extra: Value, required: &[&str]) -> Value {
+    let mut properties = json!({
+        "element": {"type": "string", "description": ELEMENT},
+        "ref": {"type": "string", "description": REF},
+    });
+    if let (Some(properties), Some(extra)) = (properties.as_object_mut(), extra.as_object()) {
+        properties.extend(extra.clone());
+    }
+    let mut all = vec!["element", "ref"];
+    all.extend(required);
+    schema(properties, &all)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn there_are_23_tools_each_declared_once() {
+        let names: std::collections::BTreeSet<&str> = declarations()
+            .iter()
+            .map(|declared| declared.name)
+            .collect();
+        assert_eq!(declarations().len(), 23);
+        assert_eq!(names.len(), 23);
+    }
+
+    #[test]
+    fn arguments_of_another_type_are_not_given() {
+        #[derive(serde::Deserialize)]
+        struct Sample {
+            #[serde(default, deserialize_with = "given::text")]
+            url: Option<String>,
+            #[serde(default, deserialize_with = "given::number_if_given")]
+            index: Option<Option<f64>>,
+            #[serde(default, deserialize_with = "given::strings")]
+            paths: Option<Vec<String>>,
+        }
+        let read = |arguments: Value| serde_json::from_value::<Sample>(arguments).ok();
+        let sample = read(json!({"url": 5, "index": "2", "paths": ["a", 3, "b"]}));
+        assert!(sample.as_ref().is_some_and(|sample| sample.url.is_none()
+            && sample.index == Some(None)
+            && sample.paths == Some(vec!["a".into(), "b".into()])));
+        let sample = read(json!({"url": "", "index": null}));
+        assert!(sample.is_some_and(|sample| sample.url.is_none() && sample.index.is_none()));
+    }
+}

@@ -1,0 +1,210 @@
+//! The browser's tabs and window: list, open, select and close tabs, resize the viewport, close the
+//! browser.
+
+use futures_util::future::BoxFuture;
+use serde::Deserialize;
+use serde_json::json;
+
+use super::super::session::{NO_PAGE, Running, Session};
+use super::navigate::{Navigated, held_by_dialog, navigate};
+use super::{Answer, BrowserTool, Declared, NoArguments, PageCall, Policy, given, schema};
+use crate::tools::ToolError;
+
+/// Largest viewport `browser_resize` accepts, per side.
+const MAX_SIDE: f64 = 10_000.0;
+
+pub(super) fn declarations() -> Vec<Declared> {
+    vec![
+        BrowserTool::on_session("browser_close", "Close the page", super::no_arguments(), close)
+            .declared(),
+        BrowserTool::on_page(
+            "browser_resize",
+            "Resize the browser window",
+            schema(
+                json!({"width": {"type": "number", "description": "Width of the browser window"},
+                       "height": {"type": "number", "description": "Height of the browser window"}}),
+                &["width", "height"],
+            ),
+            Policy::ACTION,
+            resize,
+        )
+        .sets_viewport(requested_viewport)
+        .declared(),
+        BrowserTool::on_page(
+            "browser_tab_list",
+            "List browser tabs",
+            super::no_arguments(),
+            Policy::ANY_PAGE,
+            tab_list,
+        )
+        .declared(),
+        BrowserTool::on_page(
+            "browser_tab_new",
+            "Open a new tab",
+            schema(
+                json!({"url": {"type": "string", "description": "The URL to navigate to in the new tab. If not provided, the new tab will be blank."}}),
+                &[],
+            ),
+            Policy::ANY_PAGE,
+            tab_new,
+        )
+        .declared(),
+        BrowserTool::on_page(
+            "browser_tab_select",
+            "Select a tab by index",
+            schema(
+                json!({"index": {"type": "number", "description": "The index of the tab to select"}}),
+                &["index"],
+            ),
+            Policy::ANY_PAGE,
+            tab_select,
+        )
+        .declared(),
+        BrowserTool::on_page(
+            "browser_tab_close",
+            "Close a tab",
+            schema(
+                json!({"index": {"type": "number", "description": "The index of the tab to close. Closes current tab if not provided."}}),
+                &[],
+            ),
+            Policy::ANY_PAGE,
+            tab_close,
+        )
+        .declared(),
+    ]
+}
+
+fn close(session: &mut Session, _: NoArguments) -> BoxFuture<'_, Result<String, ToolError>> {
+    Box::pin(async move {
+        let closed = session.close().await;
+        Ok(if closed {
+            "Closed the browser. The next browser tool call opens a new one."
+        } else {
+            "No browser was open."
+        }
+        .to_owned())
+    })
+}
+
+#[derive(Deserialize)]
+struct ResizeArguments {
+    #[serde(default, deserialize_with = "given::number")]
+    width: Option<f64>,
+    #[serde(default, deserialize_with = "given::number")]
+    height: Option<f64>,
+}
+
+fn requested_viewport(arguments: &ResizeArguments) -> Result<(u32, u32), ToolError> {
+    let required = |side: Option<f64>, key: &str| {
+        side.ok_or_else(|| ToolError::Reported(format!("{key} is required: a number of pixels")))
+    };
+    let width = required(arguments.width, "width")?;
+    let height = required(arguments.height, "height")?;
+    if !(1.0..=MAX_SIDE).contains(&width) || !(1.0..=MAX_SIDE).contains(&height) {
+        return Err(ToolError::Reported(format!(
+            "width and height must be between 1 and {MAX_SIDE} pixels"
+        )));
+    }
+    // Both are whole numbers of pixels within the bounds just checked.
+    Ok((width.round() as u32, height.round() as u32))
+}
+
+/// The viewport the call asked for is the session's already (see [`requested_viewport`]): the
+/// current tab is given it.
+fn resize(call: PageCall<'_>, _: ResizeArguments) -> BoxFuture<'_, Result<Answer, ToolError>> {
+    Box::pin(async move {
+        let (width, height) = call.viewport;
+        call.page.set_viewport(call.viewport).await?;
+        Ok(Answer::page(format!(
+            "Resized the viewport to {width}x{height}"
+        )))
+    })
+}
+
+fn tab_list(call: PageCall<'_>, _: NoArguments) -> BoxFuture<'_, Result<Answer, ToolError>> {
+    Box::pin(async move { Ok(Answer::Text(call.page.tab_list().await?)) })
+}
+
+#[derive(Deserialize)]
+struct TabNewArguments {
+    #[serde(default, deserialize_with = "given::text")]
+    url: Option<String>,
+}
+
+fn tab_new(
+    call: PageCall<'_>,
+    arguments: TabNewArguments,
+) -> BoxFuture<'_, Result<Answer, ToolError>> {
+    Box::pin(async move {
+        let running = call.page;
+        running.new_tab(call.viewport).await?;
+        Ok(Answer::page(match arguments.url.as_deref() {
+            Some(url) => match navigate(running, url).await? {
+                Navigated::Yes => format!("Opened a new tab at {url}"),
+                Navigated::HeldByDialog => held_by_dialog(url),
+            },
+            None => "Opened a new tab".to_owned(),
+        }))
+    })
+}
+
+#[derive(Deserialize)]
+struct TabSelectArguments {
+    #[serde(default, deserialize_with = "given::number")]
+    index: Option<f64>,
+}
+
+fn tab_select(
+    call: PageCall<'_>,
+    arguments: TabSelectArguments,
+) -> BoxFuture<'_, Result<Answer, ToolError>> {
+    Box::pin(async move {
+        let index = tab_index(call.page, arguments.index)?;
+        call.page.select_tab(index).await?;
+        Ok(Answer::page(format!("Selected tab {}", index + 1)))
+    })
+}
+
+#[derive(Deserialize)]
+struct TabCloseArguments {
+    /// Absent: the current tab.
+    #[serde(default, deserialize_with = "given::number_if_given")]
+    index: Option<Option<f64>>,
+}
+
+fn tab_close(
+    call: PageCall<'_>,
+    arguments: TabCloseArguments,
+) -> BoxFuture<'_, Result<Answer, ToolError>> {
+    Box::pin(async move {
+        let running = call.page;
+        let index = match arguments.index {
+            None => running.current_tab(),
+            Some(given) => tab_index(running, given)?,
+        };
+        running.close_tab(index).await?;
+        if running.tab_count() == 0 {
+            return Ok(Answer::LastTabClosed(format!(
+                "Closed tab {}.\n{NO_PAGE}",
+                index + 1
+            )));
+        }
+        Ok(Answer::page(format!("Closed tab {}", index + 1)))
+    })
+}
+
+/// The 0-based index of the open tab numbered `index` (from 1, as the tab list numbers them).
+fn tab_index(running: &Running, index: Option<f64>) -> Result<usize, ToolError> {
+    let count = running.tab_count();
+    let bad = || {
+        ToolError::Reported(format!(
+            "index must be the number of an open tab, from 1 to {count} (see browser_tab_list)"
+        ))
+    };
+    let index = index.ok_or_else(bad)?;
+    if index.fract() != 0.0 || index < 1.0 || index > count as f64 {
+        return Err(bad());
+    }
+    // A whole number between 1 and the tab count, checked above.
+    Ok(index as usize - 1)
+}
