@@ -95,38 +95,6 @@ pub struct ServeArgs {
     #[arg(long, env = "BOXD_HEADER_TIMEOUT", default_value_t = 30.0)]
     pub header_timeout: f64,
 
-    /// The X display the `computer` family drives (images run Xvfb on `:1`).
-    #[arg(long, env = "DISPLAY", default_value = ":1")]
-    pub display: String,
-
-    /// Screenshots larger than WIDTHxHEIGHT are scaled down to fit, and every coordinate the
-    /// `computer` tool takes or gives is in the screenshot's pixels (default: the screen's own size).
-    #[arg(long, env = "BOXD_SCREENSHOT_MAX")]
-    pub screenshot_max: Option<String>,
-
-    /// The adb server the `adb` family asks for its device (`tcp:HOST:PORT`, as adb itself reads it).
-    #[arg(long, env = "ADB_SERVER_SOCKET", default_value = "tcp:127.0.0.1:5037")]
-    pub adb_server: String,
-
-    /// The device the `adb` family drives when the adb server has several (its serial, as `adb
-    /// devices` lists it). Unset: the only device.
-    #[arg(long, env = "ANDROID_SERIAL")]
-    pub adb_serial: Option<String>,
-
-    /// A device the `adb` family reaches straight over TCP (HOST:PORT, e.g. redroid's or an emulator's
-    /// adbd on 5555), with no adb server in between. Set, it wins over the adb server.
-    #[arg(long, env = "BOXD_ADB_CONNECT")]
-    pub adb_connect: Option<String>,
-
-    /// The Chromium the `browser` family starts (a name on PATH or a path).
-    #[arg(long, env = "BOXD_BROWSER_EXECUTABLE", default_value = "chromium")]
-    pub browser_executable: String,
-
-    /// Run the `browser` family's Chromium headless even when a display is set (it is headless
-    /// anyway without `DISPLAY`).
-    #[arg(long, env = "BOXD_BROWSER_HEADLESS")]
-    pub browser_headless: bool,
-
     /// Cap in bytes on each of a command's stdout and stderr (head and tail are kept).
     #[arg(long, env = "BOXD_MAX_OUTPUT", default_value_t = 4 * 1024 * 1024)]
     pub max_output: usize,
@@ -145,4 +113,13 @@ pub struct ServeArgs {
 
     #[command(flatten)]
     pub mcp: crate::mcp::McpArgs,
+
+    #[command(flatten)]
+    pub computer: crate::computer::ComputerArgs,
+
+    #[command(flatten)]
+    pub adb: crate::adb::AdbArgs,
+
+    #[command(flatten)]
+    pub browser: crate::browser::BrowserArgs,
 }

@@ -78,24 +78,9 @@ const FAMILIES: &[FamilyEntry] = &[
     family!(processes, on_by_default: true, flags),
     family!(watch, on_by_default: true, flags),
     family!(mcp, on_by_default: true, flags),
-    FamilyEntry {
-        name: "computer",
-        on_by_default: false,
-        build: |setup, _| computer::family(setup),
-        limits: |_| Vec::new(),
-    },
-    FamilyEntry {
-        name: "adb",
-        on_by_default: false,
-        build: |setup, _| adb::family(setup),
-        limits: |_| Vec::new(),
-    },
-    FamilyEntry {
-        name: "browser",
-        on_by_default: false,
-        build: |setup, _| browser::family(setup),
-        limits: |_| Vec::new(),
-    },
+    family!(computer, on_by_default: false, flags),
+    family!(adb, on_by_default: false, flags),
+    family!(browser, on_by_default: false, flags),
 ];
 
 fn family_names() -> impl Iterator<Item = &'static str> {
@@ -220,7 +205,6 @@ async fn serve(args: ServeArgs, instance: String) -> Result<(), String> {
     let tools = Arc::new(ToolRegistry::default());
     tools.reserve_group(tools::GENERIC_GROUP);
     let setup = Setup {
-        args: &args,
         allowed_dirs: &args.allow_dirs,
         max_output: args.max_output,
         workspace: &workspace,
@@ -318,9 +302,8 @@ fn stop_signal() -> Result<impl std::future::Future<Output = ()>, String> {
 mod tests {
     use super::*;
 
-    /// Every family's tools, as `--tools` with every family builds them.
-    async fn every_tool() -> Vec<Arc<tools::Tool>> {
-        let workspace = std::env::temp_dir().join(format!("boxd-tools-{}", std::process::id()));
+    /// `serve`'s arguments with every family on, on a scratch workspace.
+    fn every_family_on(workspace: &std::path::Path) -> ServeArgs {
         let every: Vec<&str> = family_names().collect();
         let cli = Cli::try_parse_from([
             "boxd",
@@ -330,51 +313,152 @@ mod tests {
             "--tools",
             &every.join(","),
         ]);
-        let Ok(Cli {
-            command: Command::Serve(args),
-        }) = cli
-        else {
-            panic!("serve arguments do not parse: {cli:?}");
-        };
-        let opened = core::confine::Workspace::open(&args.workspace);
-        let Ok(opened) = opened else {
-            panic!("workspace: {:?}", opened.err());
-        };
-        let registry = Arc::new(ToolRegistry::default());
-        let setup = Setup {
-            args: &args,
-            allowed_dirs: &args.allow_dirs,
-            max_output: args.max_output,
-            workspace: &opened,
-            tools: &registry,
-        };
-        let built = build_families(&setup, &args);
-        let Ok(families) = built else {
-            panic!("families: {:?}", built.err().unwrap_or_default());
-        };
-        assert!(families.register_tools(&registry).is_ok());
-        let _ = std::fs::remove_dir_all(&workspace);
-        registry.snapshot()
+        match cli {
+            Ok(Cli {
+                command: Command::Serve(args),
+            }) => args,
+            other => panic!("serve arguments do not parse: {other:?}"),
+        }
     }
 
-    /// Built-in tools still declared with untyped arguments (read by hand from JSON); the list only
-    /// shrinks.
-    const NOT_YET_TYPED: &[&str] = &[];
+    /// Each family as `--tools` with every family builds it, with its entry.
+    fn every_family() -> Vec<(&'static FamilyEntry, Arc<dyn family::Family>, ServeArgs)> {
+        static SCRATCH: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let workspace = std::env::temp_dir().join(format!(
+            "boxd-families-{}-{}",
+            std::process::id(),
+            SCRATCH.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        ));
+        let registry = Arc::new(ToolRegistry::default());
+        let built = FAMILIES
+            .iter()
+            .map(|entry| {
+                let args = every_family_on(&workspace);
+                let opened = core::confine::Workspace::open(&args.workspace);
+                let Ok(opened) = opened else {
+                    panic!("workspace: {:?}", opened.err());
+                };
+                let setup = Setup {
+                    allowed_dirs: &args.allow_dirs,
+                    max_output: args.max_output,
+                    workspace: &opened,
+                    tools: &registry,
+                };
+                match (entry.build)(&setup, &args) {
+                    Ok(family) => (entry, family, args),
+                    Err(err) => panic!("family {}: {err}", entry.name),
+                }
+            })
+            .collect();
+        let _ = std::fs::remove_dir_all(&workspace);
+        built
+    }
 
     #[tokio::test]
     async fn every_tool_is_typed_and_its_schema_and_argument_struct_agree() {
-        let tools = every_tool().await;
+        let tools: Vec<tools::Tool> = every_family()
+            .into_iter()
+            .flat_map(|(_, family, _)| family.tools())
+            .collect();
         assert!(tools.len() > 30, "{} tools", tools.len());
         for tool in tools {
-            if NOT_YET_TYPED.contains(&tool.name.as_str()) {
-                continue;
-            }
             assert!(
                 tool.is_typed(),
                 "{} is not declared with a typed argument struct",
                 tool.name
             );
             assert_eq!(tool.schema_disagreement(), None, "tool {}", tool.name);
+        }
+    }
+
+    /// The `--long` names of a family's own flags: those of its `{Name}Args`, which clap keeps as
+    /// the group of the flattened struct.
+    fn flags_of(family: &str) -> Vec<String> {
+        use clap::CommandFactory;
+        let mut name = family.chars();
+        let group_id = name
+            .next()
+            .map(|first| format!("{}{}Args", first.to_uppercase(), name.as_str()))
+            .unwrap_or_default();
+        let cli = Cli::command();
+        let Some(serve) = cli.find_subcommand("serve") else {
+            return Vec::new();
+        };
+        let Some(group) = serve
+            .get_groups()
+            .find(|group| group.get_id() == group_id.as_str())
+        else {
+            return Vec::new();
+        };
+        group
+            .get_args()
+            .filter_map(|id| serve.get_arguments().find(|arg| arg.get_id() == id))
+            .filter_map(|arg| arg.get_long().map(|long| format!("`--{long}`")))
+            .collect()
+    }
+
+    /// The README's family table, from the family list, each family's flags and its tools.
+    fn families_markdown() -> String {
+        let mut table =
+            String::from("| family | on by default | its flags | its tools |\n|---|---|---|---|\n");
+        for (entry, family, _) in every_family() {
+            let tools: Vec<String> = family
+                .tools()
+                .iter()
+                .map(|tool| format!("`{}`", tool.name))
+                .collect();
+            let flags = flags_of(entry.name);
+            let or_none = |items: Vec<String>| {
+                if items.is_empty() {
+                    "–".to_owned()
+                } else {
+                    items.join(", ")
+                }
+            };
+            table.push_str(&format!(
+                "| `{}` | {} | {} | {} |\n",
+                entry.name,
+                if entry.on_by_default { "yes" } else { "no" },
+                or_none(flags),
+                or_none(tools),
+            ));
+        }
+        table
+    }
+
+    /// The README's family table is the code's: run this test, paste what it prints.
+    #[tokio::test]
+    async fn the_readme_lists_the_families_as_the_code_has_them() {
+        let table = families_markdown();
+        let readme = include_str!("../README.md");
+        let listed = readme
+            .split_once("<!-- families:start -->\n")
+            .and_then(|(_, rest)| rest.split_once("<!-- families:end -->"))
+            .map(|(listed, _)| listed);
+        assert_eq!(
+            listed,
+            Some(table.as_str()),
+            "README's family table differs from the code; it is:\n{table}"
+        );
+    }
+
+    /// `--tools`' help names the families that are off by default.
+    #[test]
+    fn the_tools_help_names_the_families_off_by_default() {
+        use clap::CommandFactory;
+        let cli = Cli::command();
+        let help = cli
+            .find_subcommand("serve")
+            .and_then(|serve| {
+                serve
+                    .get_arguments()
+                    .find(|arg| arg.get_long() == Some("tools"))
+            })
+            .and_then(|arg| arg.get_help())
+            .map(|help| help.to_string())
+            .unwrap_or_default();
+        for entry in FAMILIES.iter().filter(|entry| !entry.on_by_default) {
+            assert!(help.contains(&format!("`{}`", entry.name)), "{help}");
         }
     }
 }

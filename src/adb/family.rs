@@ -15,6 +15,7 @@ use super::Adb;
 use super::device::{Device, Target};
 use super::wire::Server;
 use crate::core::child::Backoff;
+use crate::family::limits::{Limit, count, seconds};
 use crate::family::{BoxFuture, Family, Health, Setup};
 use crate::tools::Tool;
 
@@ -91,8 +92,23 @@ fn ready_state(serial_and_state: &str, booted: &str) -> String {
     )
 }
 
-pub fn family(setup: &Setup) -> Result<Arc<dyn Family>, String> {
-    let args = setup.args;
+/// The `adb` family's flags.
+#[derive(Debug, clap::Args)]
+pub struct AdbArgs {
+    /// The adb server the `adb` family asks for its device (`tcp:HOST:PORT`, as adb itself reads it).
+    #[arg(long, env = "ADB_SERVER_SOCKET", default_value = "tcp:127.0.0.1:5037")]
+    pub adb_server: String,
+    /// The device the `adb` family drives when the adb server has several (its serial, as `adb
+    /// devices` lists it). Unset: the only device.
+    #[arg(long, env = "ANDROID_SERIAL")]
+    pub adb_serial: Option<String>,
+    /// A device the `adb` family reaches straight over TCP (HOST:PORT, e.g. redroid's or an emulator's
+    /// adbd on 5555), with no adb server in between. Set, it wins over the adb server.
+    #[arg(long, env = "BOXD_ADB_CONNECT")]
+    pub adb_connect: Option<String>,
+}
+
+pub fn family(_: &Setup, args: &AdbArgs) -> Result<Arc<dyn Family>, String> {
     let target = match args
         .adb_connect
         .as_deref()
@@ -128,6 +144,75 @@ pub fn family(setup: &Setup) -> Result<Arc<dyn Family>, String> {
             views: super::view::Views::new(),
         }),
     }))
+}
+
+/// The bounds the `adb` family keeps, for `boxd limits`.
+pub fn limits(_: &AdbArgs) -> Vec<Limit> {
+    vec![
+        Limit::new(
+            "adb",
+            "device commands waiting",
+            count(super::device::MAX_QUEUED_COMMANDS),
+            "429",
+        ),
+        Limit::new(
+            "adb",
+            "one device command; a screenshot",
+            format!(
+                "{}; {} (a swipe: its duration + {})",
+                seconds(super::COMMAND_TIMEOUT),
+                seconds(super::SCREENSHOT_TIMEOUT),
+                seconds(super::COMMAND_TIMEOUT)
+            ),
+            "an error result naming the command",
+        ),
+        Limit::new(
+            "adb",
+            "text of one `input_text`; one swipe",
+            format!(
+                "{} characters; {}",
+                super::actions::MAX_TEXT_CHARS,
+                seconds(std::time::Duration::from_millis(
+                    super::actions::MAX_SWIPE_MS
+                ))
+            ),
+            "an error result; nothing reaches the device",
+        ),
+        Limit::new(
+            "adb",
+            "one `list_elements` (`uiautomator dump`)",
+            format!(
+                "{} tries of at most {} each within {}; {} elements listed",
+                super::UI_DUMP_ATTEMPTS,
+                seconds(super::UI_DUMP_TIMEOUT),
+                seconds(super::UI_DUMP_BUDGET),
+                super::ui::MAX_ELEMENTS
+            ),
+            "an error result with the last failure (one past its bound: 503 while the device is reconnected); more elements: the first ones and a notice",
+        ),
+        Limit::new(
+            "adb",
+            "`url` of one `open_url`; a screenshot's `max_size`",
+            format!(
+                "{} characters; {} to {} pixels",
+                super::actions::MAX_URL_CHARS,
+                super::actions::MIN_SCREENSHOT_SIDE,
+                super::actions::MAX_SCREENSHOT_SIDE
+            ),
+            "an error result; nothing reaches the device",
+        ),
+        Limit::new(
+            "adb",
+            "live view (`/adb/stream`): viewers at once; frames per second",
+            format!(
+                "{}; at most {} (default {})",
+                super::view::MAX_VIEW_STREAMS,
+                super::view::MAX_VIEW_FPS,
+                super::view::DEFAULT_VIEW_FPS
+            ),
+            "429; a higher rate is 400",
+        ),
+    ]
 }
 
 #[cfg(test)]

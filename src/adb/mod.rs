@@ -12,12 +12,7 @@ mod ui;
 mod view;
 mod wire;
 
-pub use actions::{
-    MAX_SCREENSHOT_SIDE, MAX_SWIPE_MS, MAX_TEXT_CHARS, MAX_URL_CHARS, MIN_SCREENSHOT_SIDE,
-};
-pub use device::MAX_QUEUED_COMMANDS;
-pub use family::family;
-pub use view::{DEFAULT_VIEW_FPS, MAX_VIEW_FPS, MAX_VIEW_STREAMS};
+pub use family::{AdbArgs, family, limits};
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -54,7 +49,6 @@ const UI_DUMP_PAUSE: Duration = Duration::from_millis(300);
 const UI_DUMP_MIN_TRY: Duration = Duration::from_secs(2);
 /// Packages `list_apps` names; a device with more gets a notice.
 const MAX_APPS_LISTED: usize = 500;
-pub use ui::MAX_ELEMENTS;
 
 pub struct Adb {
     device: Device,

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use super::launch::Options;
 use super::tools::Browser;
 use crate::core::confine::AllowedDirs;
+use crate::family::limits::{Limit, count, seconds};
 use crate::family::{BoxFuture, Family, Setup};
 use crate::tools::Tool;
 
@@ -38,8 +39,19 @@ impl Family for BrowserFamily {
     }
 }
 
-pub fn family(setup: &Setup) -> Result<Arc<dyn Family>, String> {
-    let args = setup.args;
+/// The `browser` family's flags.
+#[derive(Debug, clap::Args)]
+pub struct BrowserArgs {
+    /// The Chromium the `browser` family starts (a name on PATH or a path).
+    #[arg(long, env = "BOXD_BROWSER_EXECUTABLE", default_value = "chromium")]
+    pub browser_executable: String,
+    /// Run the `browser` family's Chromium headless even when a display is set (it is headless
+    /// anyway without `DISPLAY`).
+    #[arg(long, env = "BOXD_BROWSER_HEADLESS")]
+    pub browser_headless: bool,
+}
+
+pub fn family(setup: &Setup, args: &BrowserArgs) -> Result<Arc<dyn Family>, String> {
     let display = std::env::var("DISPLAY").unwrap_or_default();
     let downloads = match setup.workspace.resolve(DOWNLOADS) {
         Ok(resolved) => Some(resolved.real),
@@ -59,9 +71,61 @@ pub fn family(setup: &Setup) -> Result<Arc<dyn Family>, String> {
     super::warm::start(super::launch::program(&options));
     // Uploads come from the workspace or a directory the filesystem tools may use (`--allow-dir`).
     let mut dirs = vec![setup.workspace.root().to_path_buf()];
-    dirs.extend(args.allow_dirs.iter().cloned());
+    dirs.extend(setup.allowed_dirs.iter().cloned());
     let uploads = AllowedDirs::new(&dirs).map_err(|err| format!("--allow-dir: {err}"))?;
     Ok(Arc::new(BrowserFamily {
         browser: Arc::new(Browser::new(options, setup.workspace.clone(), uploads)),
     }))
+}
+
+/// The bounds the `browser` family keeps, for `boxd limits`.
+pub fn limits(_: &BrowserArgs) -> Vec<Limit> {
+    vec![
+        Limit::new(
+            "browser",
+            "one page snapshot",
+            format!("{} characters", super::snapshot::MAX_SNAPSHOT_CHARS),
+            "cut, with a notice of what was left out and how to narrow it",
+        ),
+        Limit::new(
+            "browser",
+            "iframes walked by one snapshot (same- and cross-origin)",
+            count(super::session::MAX_FRAMES),
+            "later frames' `iframe` lines stay empty, and the answer says so",
+        ),
+        Limit::new(
+            "browser",
+            "out-of-process frames attached at once (all tabs)",
+            count(super::events::MAX_CHILD_FRAMES),
+            "later ones are not walked",
+        ),
+        Limit::new(
+            "browser",
+            "the wait of one navigation for `load` and settling together",
+            seconds(super::session::SETTLE_CAP),
+            "the answer comes with the page as it is",
+        ),
+        Limit::new(
+            "browser",
+            "settling after an action (navigation committed, page quiet)",
+            seconds(super::session::SETTLE_CAP),
+            "the answer comes with the page as it is",
+        ),
+        Limit::new(
+            "browser",
+            "one call to Chromium; a navigation, screenshot or PDF",
+            format!(
+                "{}; {}",
+                seconds(super::session::CALL),
+                seconds(super::session::SLOW_CALL)
+            ),
+            "an error result naming the call",
+        ),
+        Limit::new(
+            "browser",
+            "console messages and network requests kept per tab",
+            count(super::events::MAX_LOG_ENTRIES),
+            "the oldest are dropped",
+        ),
+    ]
 }

@@ -15,11 +15,6 @@ mod snapshot;
 mod tools;
 mod warm;
 
-pub use events::{MAX_CHILD_FRAMES, MAX_LOG_ENTRIES};
-pub use family::family;
-pub use session::{
-    CALL as CDP_CALL_TIMEOUT, MAX_FRAMES, SETTLE_CAP, SLOW_CALL as CDP_SLOW_CALL_TIMEOUT,
-};
-pub use snapshot::MAX_SNAPSHOT_CHARS;
+pub use family::{BrowserArgs, family, limits};
 
 pub const GROUP: &str = "playwright";

@@ -9,6 +9,7 @@ use std::time::Duration;
 use super::Computer;
 use super::desktop::Desktop;
 use crate::core::child::Backoff;
+use crate::family::limits::{Limit, count, seconds};
 use crate::family::{BoxFuture, Family, Health, Setup};
 use crate::tools::Tool;
 
@@ -57,8 +58,19 @@ impl Family for ComputerFamily {
     }
 }
 
-pub fn family(setup: &Setup) -> Result<Arc<dyn Family>, String> {
-    let args = setup.args;
+/// The `computer` family's flags.
+#[derive(Debug, clap::Args)]
+pub struct ComputerArgs {
+    /// The X display the `computer` family drives (images run Xvfb on `:1`).
+    #[arg(long, env = "DISPLAY", default_value = ":1")]
+    pub display: String,
+    /// Screenshots larger than WIDTHxHEIGHT are scaled down to fit, and every coordinate the
+    /// `computer` tool takes or gives is in the screenshot's pixels (default: the screen's own size).
+    #[arg(long, env = "BOXD_SCREENSHOT_MAX")]
+    pub screenshot_max: Option<String>,
+}
+
+pub fn family(_: &Setup, args: &ComputerArgs) -> Result<Arc<dyn Family>, String> {
     let display = args.display.clone();
     let max_image = match &args.screenshot_max {
         None => None,
@@ -77,6 +89,34 @@ fn parse_size(size: &str) -> Option<(u32, u32)> {
     let (width, height) = size.trim().split_once(['x', 'X'])?;
     let size = (width.trim().parse().ok()?, height.trim().parse().ok()?);
     (size.0 > 0 && size.1 > 0).then_some(size)
+}
+
+/// The bounds the `computer` family keeps, for `boxd limits`.
+pub fn limits(_: &ComputerArgs) -> Vec<Limit> {
+    vec![
+        Limit::new(
+            "computer",
+            "actions waiting for the desktop",
+            count(super::desktop::MAX_QUEUED_ACTIONS),
+            "429",
+        ),
+        Limit::new(
+            "computer",
+            "`hold_key` and `wait` duration",
+            seconds(super::actions::MAX_ACTION_DURATION),
+            "an error result",
+        ),
+        Limit::new(
+            "computer",
+            "text of one `type`; presses of one `key` (`repeat`)",
+            format!(
+                "{} characters; {}",
+                super::actions::MAX_TYPED_CHARS,
+                super::actions::MAX_KEY_REPEAT
+            ),
+            "an error result",
+        ),
+    ]
 }
 
 #[cfg(test)]

@@ -11,9 +11,7 @@ mod family;
 mod keys;
 mod x11;
 
-pub use actions::{MAX_ACTION_DURATION, MAX_KEY_REPEAT, MAX_TYPED_CHARS};
-pub use desktop::MAX_QUEUED_ACTIONS;
-pub use family::family;
+pub use family::{ComputerArgs, family, limits};
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -183,8 +183,6 @@ async fn admit_route(
 
 /// What a family is built from besides its own flags: the parts every family shares.
 pub struct Setup<'a> {
-    /// Until `computer`, `adb` and `browser` take flags of their own.
-    pub args: &'a crate::cli::ServeArgs,
     /// More directories than the workspace that tools may use (`--allow-dir`).
     pub allowed_dirs: &'a [std::path::PathBuf],
     /// Cap in bytes on each of a command's or a cell's stdout and stderr (`--max-output`).
