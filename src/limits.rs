@@ -7,14 +7,8 @@ use crate::family::limits::{Limit, as_u64, bytes, count, flag_seconds, seconds};
 
 /// The table for the configuration `args` describes.
 pub fn table(args: &ServeArgs) -> Vec<Limit> {
-    let limit = |area, what, value: String, past_it| Limit {
-        area,
-        what,
-        value,
-        past_it,
-    };
     let mut rows = vec![
-        limit(
+        Limit::new(
             "connections",
             "connections served at once",
             format!(
@@ -24,37 +18,37 @@ pub fn table(args: &ServeArgs) -> Vec<Limit> {
             ),
             "64 more connections answer only `/livez`, `/healthz`, `/readyz/status`; anything else 503 + `Retry-After`",
         ),
-        limit(
+        Limit::new(
             "connections",
             "time to send a request's headers, and idle time between requests",
             flag_seconds(args.header_timeout, "--header-timeout"),
             "the connection is closed",
         ),
-        limit(
+        Limit::new(
             "requests",
             "JSON body",
             bytes(as_u64(crate::http::MAX_JSON_BODY)),
             "413",
         ),
-        limit(
+        Limit::new(
             "requests",
             "any `timeout` argument",
             seconds(crate::core::deadline::MAX_TIMEOUT),
             "400 naming the bound",
         ),
-        limit(
+        Limit::new(
             "requests",
             "progress events buffered for a slow stream reader",
             format!("{} events", crate::tools::PROGRESS_CAPACITY),
             "later events dropped, then one `dropped` event with the count; the result is whole",
         ),
-        limit(
+        Limit::new(
             "requests",
             "wait for a family that is still starting",
-            seconds(crate::family::WAIT_FOR_START),
+            seconds(crate::core::health::WAIT_FOR_START),
             "503 + `Retry-After` with the family's state",
         ),
-        limit(
+        Limit::new(
             "shell, ipython",
             "output kept per stream (stdout, stderr) of a command or a cell",
             format!("{} (`--max-output`)", bytes(as_u64(args.max_output))),
@@ -65,7 +59,7 @@ pub fn table(args: &ServeArgs) -> Vec<Limit> {
         rows.extend((family.limits)(args));
     }
     rows.extend([
-        limit(
+        Limit::new(
             "pool mode",
             "`POST /init`: body; session token; env for children",
             format!(
@@ -77,7 +71,7 @@ pub fn table(args: &ServeArgs) -> Vec<Limit> {
             ),
             "413; 400, and the pod stays unclaimed",
         ),
-        limit(
+        Limit::new(
             "children",
             "stderr kept from the kernel and hosted servers",
             format!(
@@ -87,19 +81,19 @@ pub fn table(args: &ServeArgs) -> Vec<Limit> {
             ),
             "older lines dropped; longer lines cut and marked",
         ),
-        limit(
+        Limit::new(
             "children",
             "OOM score added to every child",
             format!("+{}", crate::core::child::CHILD_OOM_SCORE_ADJ),
             "under memory pressure the kernel kills a child before boxd",
         ),
-        limit(
+        Limit::new(
             "runtime",
             "threads for blocking work (files, git, terminals)",
             count(crate::MAX_BLOCKING_THREADS),
             "blocking work waits for a thread",
         ),
-        limit(
+        Limit::new(
             "stop",
             "each family's stop; in-flight requests after SIGTERM",
             format!(

@@ -34,15 +34,62 @@ fn owner(src: &Path, file: &Path) -> Option<String> {
     Some(first.trim_end_matches(".rs").to_owned())
 }
 
-/// Every module named right after `crate::` in `text`, including inside `use crate::{a::x, b}`.
-fn crate_paths(text: &str) -> BTreeSet<String> {
+/// `text` without its comments (line, block and doc) and without the contents of its string and
+/// character literals, so that only code is read.
+fn code_only(text: &str) -> String {
+    let mut code = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '/' if chars.peek() == Some(&'/') => {
+                for skipped in chars.by_ref() {
+                    if skipped == '\n' {
+                        code.push('\n');
+                        break;
+                    }
+                }
+            }
+            '/' if chars.peek() == Some(&'*') => {
+                chars.next();
+                let mut depth = 1usize;
+                while depth > 0 {
+                    match chars.next() {
+                        Some('*') if chars.peek() == Some(&'/') => {
+                            chars.next();
+                            depth -= 1;
+                        }
+                        Some('/') if chars.peek() == Some(&'*') => {
+                            chars.next();
+                            depth += 1;
+                        }
+                        Some(_) => {}
+                        None => break,
+                    }
+                }
+            }
+            '"' => {
+                code.push('"');
+                while let Some(inside) = chars.next() {
+                    match inside {
+                        '\\' => {
+                            chars.next();
+                        }
+                        '"' => break,
+                        _ => {}
+                    }
+                }
+                code.push('"');
+            }
+            _ => code.push(c),
+        }
+    }
+    code
+}
+
+/// Every module named right after `crate::` in `code`, including inside `use crate::{a::x, b}`.
+fn crate_paths(code: &str) -> BTreeSet<String> {
     let mut found = BTreeSet::new();
-    let code: String = text
-        .lines()
-        .filter(|line| !line.trim_start().starts_with("//"))
-        .collect::<Vec<_>>()
-        .join("\n");
-    let mut rest = code.as_str();
+    let mut rest = code;
     while let Some(at) = rest.find("crate::") {
         let before = rest[..at].chars().next_back();
         rest = &rest[at + "crate::".len()..];
@@ -56,6 +103,48 @@ fn crate_paths(text: &str) -> BTreeSet<String> {
                 }
             }
         } else if let Some(name) = module_name(rest) {
+            found.insert(name);
+        }
+    }
+    found
+}
+
+/// The module path of a file (`src/browser/tools/mod.rs` → `browser::tools`, `src/main.rs` → none).
+fn module_path(src: &Path, file: &Path) -> Vec<String> {
+    let Ok(relative) = file.strip_prefix(src) else {
+        return Vec::new();
+    };
+    let mut path: Vec<String> = relative
+        .components()
+        .filter_map(|part| part.as_os_str().to_str())
+        .map(|part| part.trim_end_matches(".rs").to_owned())
+        .collect();
+    if path
+        .last()
+        .is_some_and(|last| last == "mod" || last == "main")
+    {
+        path.pop();
+    }
+    path
+}
+
+/// The top-level modules `super::` chains reach in `code` of a file at `path`: a chain as long as the
+/// path names a module of the crate's root, as `crate::` does.
+fn super_paths(code: &str, path: &[String]) -> BTreeSet<String> {
+    let mut found = BTreeSet::new();
+    let mut rest = code;
+    while let Some(at) = rest.find("super::") {
+        let before = rest[..at].chars().next_back();
+        rest = &rest[at..];
+        let mut depth = 0usize;
+        while let Some(after) = rest.strip_prefix("super::") {
+            depth += 1;
+            rest = after;
+        }
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_') || depth < path.len() {
+            continue;
+        }
+        if let Some(name) = module_name(rest) {
             found.insert(name);
         }
     }
@@ -127,8 +216,12 @@ fn edges() -> (BTreeMap<String, BTreeSet<String>>, BTreeSet<String>) {
         let (Some(from), Ok(text)) = (owner(&src, file), std::fs::read_to_string(file)) else {
             continue;
         };
+        let code = code_only(&text);
         let targets = edges.entry(from.clone()).or_default();
-        for to in crate_paths(&text) {
+        let reached = crate_paths(&code)
+            .into_iter()
+            .chain(super_paths(&code, &module_path(&src, file)));
+        for to in reached {
             if to != from && modules.contains(&to) {
                 targets.insert(to);
             }
@@ -238,9 +331,9 @@ fn no_cycle_between_modules() {
 
 #[test]
 fn paths_are_read_from_use_groups_and_inline() {
-    let found = crate_paths(
-        "use crate::{tools::{Tool, ToolSpec}, core::Health, Thing};\n// crate::commented\nlet x = crate::api::x();\nmacro $crate::y",
-    );
+    let found = crate_paths(&code_only(
+        "use crate::{tools::{Tool, ToolSpec}, core::Health, Thing};\n// crate::commented\nlet x = crate::api::x(); /* crate::shell */ let s = \"crate::git\";\nmacro $crate::y",
+    ));
     assert_eq!(
         found.into_iter().collect::<Vec<_>>(),
         vec!["api".to_owned(), "core".to_owned(), "tools".to_owned()]
@@ -289,5 +382,59 @@ fn the_readme_layout_names_every_module_and_only_what_exists() {
             listed.contains(&as_dir) || listed.contains(&as_file),
             "README's Layout has no line for src/{module}"
         );
+    }
+}
+
+#[test]
+fn super_chains_that_leave_the_family_are_edges() {
+    let path = vec!["browser".to_owned(), "tools".to_owned()];
+    let found = super_paths("use super::super::shell::x; use super::session::y;", &path);
+    assert_eq!(
+        found.into_iter().collect::<Vec<_>>(),
+        vec!["shell".to_owned()]
+    );
+}
+
+/// The README's architecture block draws the layers top-down: each layer of [`LAYERS`] starts a line
+/// of it, lower layers further down.
+#[test]
+fn the_readme_draws_the_layers_in_their_order() {
+    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
+        .unwrap_or_default();
+    let block = readme
+        .split_once("## Architecture: layers, families, tools")
+        .and_then(|(_, rest)| rest.split_once("```\n"))
+        .and_then(|(_, rest)| rest.split_once("```"))
+        .map(|(block, _)| block)
+        .unwrap_or_default();
+    // A layer's line names its modules in its first column, before the gap to its description.
+    let line_of = |module: &str| {
+        block.lines().position(|line| {
+            !line.starts_with(' ')
+                && line
+                    .split("  ")
+                    .next()
+                    .unwrap_or_default()
+                    .split([' ', ','])
+                    .any(|word| word == module)
+        })
+    };
+    let mut below = usize::MAX;
+    for layer in LAYERS {
+        let mut highest = usize::MAX;
+        for module in *layer {
+            let line = line_of(module);
+            assert!(
+                line.is_some(),
+                "the README's architecture block has no line for {module}"
+            );
+            let line = line.unwrap_or_default();
+            assert!(
+                line < below,
+                "{module} is drawn below a layer that stands on it"
+            );
+            highest = highest.min(line);
+        }
+        below = highest;
     }
 }

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::wire::{Deadline, Direct, Output, Server, WireError};
-use crate::family::{Health, Loss, Owner, OwnerError};
+use crate::core::health::Health;
+use crate::core::owner::{Loss, Owner, OwnerError};
 
 /// Commands waiting for the device beyond this are refused as busy (429), not queued without end.
 pub const MAX_QUEUED_COMMANDS: usize = 64;

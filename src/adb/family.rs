@@ -15,8 +15,9 @@ use super::Adb;
 use super::device::{Device, Target};
 use super::wire::Server;
 use crate::core::child::Backoff;
+use crate::core::health::Health;
 use crate::family::limits::{Limit, count, seconds};
-use crate::family::{BoxFuture, Family, Health, Setup};
+use crate::family::{BoxFuture, Family, Setup};
 use crate::tools::Tool;
 
 /// How often a device that answered is checked again while nothing else talks to it.
@@ -92,7 +93,7 @@ fn ready_state(serial_and_state: &str, booted: &str) -> String {
     )
 }
 
-/// The `adb` family's flags.
+// The `adb` family's flags; not a doc comment, which clap would show as `serve`'s description.
 #[derive(Debug, clap::Args)]
 pub struct AdbArgs {
     /// The adb server the `adb` family asks for its device (`tcp:HOST:PORT`, as adb itself reads it).

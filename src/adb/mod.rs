@@ -32,9 +32,9 @@ use wire::Output;
 pub const GROUP: &str = "adb-control";
 
 /// An `input` command, `wm size`, a property read.
-pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
 /// `screencap -p` of a large screen takes a second or two on a slow emulator.
-pub const SCREENSHOT_TIMEOUT: Duration = Duration::from_secs(30);
+const SCREENSHOT_TIMEOUT: Duration = Duration::from_secs(30);
 /// Each typed character is a key event on the device.
 const PER_CHARACTER: Duration = Duration::from_millis(20);
 /// The IME that types any Unicode text from a broadcast (github.com/senzhk/ADBKeyBoard).
@@ -42,9 +42,9 @@ const ADB_KEYBOARD: &str = "com.android.adbkeyboard/.AdbIME";
 const PNG_SIGNATURE: &[u8] = b"\x89PNG\r\n\x1a\n";
 /// `uiautomator dump` fails now and then ("null root node") while the screen changes, and takes seconds
 /// on a busy device (6-15 s reported): a few tries, each bounded, all within one budget.
-pub const UI_DUMP_ATTEMPTS: u32 = 4;
-pub const UI_DUMP_TIMEOUT: Duration = Duration::from_secs(20);
-pub const UI_DUMP_BUDGET: Duration = Duration::from_secs(45);
+const UI_DUMP_ATTEMPTS: u32 = 4;
+const UI_DUMP_TIMEOUT: Duration = Duration::from_secs(20);
+const UI_DUMP_BUDGET: Duration = Duration::from_secs(45);
 const UI_DUMP_PAUSE: Duration = Duration::from_millis(300);
 const UI_DUMP_MIN_TRY: Duration = Duration::from_secs(2);
 /// Packages `list_apps` names; a device with more gets a notice.

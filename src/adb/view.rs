@@ -291,7 +291,7 @@ async fn input(
         ));
     }
     let arguments = AdbArguments::deserialize(arguments)
-        .map_err(|err| ApiError::BadRequest(format!("Invalid arguments for adb: {err}")))?;
+        .map_err(|err| ApiError::BadRequest(crate::tools::invalid_arguments("adb", &err)))?;
     let action = actions::parse(&arguments).map_err(ApiError::BadRequest)?;
     if !matches!(
         action,

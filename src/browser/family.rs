@@ -6,7 +6,6 @@ use std::sync::Arc;
 
 use super::launch::Options;
 use super::tools::Browser;
-use crate::core::confine::AllowedDirs;
 use crate::family::limits::{Limit, count, seconds};
 use crate::family::{BoxFuture, Family, Setup};
 use crate::tools::Tool;
@@ -39,7 +38,7 @@ impl Family for BrowserFamily {
     }
 }
 
-/// The `browser` family's flags.
+// The `browser` family's flags; not a doc comment, which clap would show as `serve`'s description.
 #[derive(Debug, clap::Args)]
 pub struct BrowserArgs {
     /// The Chromium the `browser` family starts (a name on PATH or a path).
@@ -70,9 +69,7 @@ pub fn family(setup: &Setup, args: &BrowserArgs) -> Result<Arc<dyn Family>, Stri
     // waits for them.
     super::warm::start(super::launch::program(&options));
     // Uploads come from the workspace or a directory the filesystem tools may use (`--allow-dir`).
-    let mut dirs = vec![setup.workspace.root().to_path_buf()];
-    dirs.extend(setup.allowed_dirs.iter().cloned());
-    let uploads = AllowedDirs::new(&dirs).map_err(|err| format!("--allow-dir: {err}"))?;
+    let uploads = setup.allowed_dirs()?;
     Ok(Arc::new(BrowserFamily {
         browser: Arc::new(Browser::new(options, setup.workspace.clone(), uploads)),
     }))

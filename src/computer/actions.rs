@@ -82,7 +82,7 @@ impl<'de> Deserialize<'de> for BatchAction {
         Ok(match ComputerArguments::deserialize(value) {
             Ok(arguments) => BatchAction::Read(Box::new(arguments)),
             // The words the `computer` tool answers for the same arguments.
-            Err(err) => BatchAction::Unreadable(format!("Invalid arguments for computer: {err}")),
+            Err(err) => BatchAction::Unreadable(crate::tools::invalid_arguments("computer", &err)),
         })
     }
 }

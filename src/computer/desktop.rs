@@ -6,7 +6,8 @@
 use std::sync::Arc;
 
 use super::x11::{Session, XError};
-use crate::family::{Health, Loss, Owner, OwnerError};
+use crate::core::health::Health;
+use crate::core::owner::{Loss, Owner, OwnerError};
 
 /// Actions waiting for the desktop beyond this are refused as busy (429), not queued without end.
 pub const MAX_QUEUED_ACTIONS: usize = 64;

@@ -9,8 +9,9 @@ use std::time::Duration;
 use super::Computer;
 use super::desktop::Desktop;
 use crate::core::child::Backoff;
+use crate::core::health::Health;
 use crate::family::limits::{Limit, count, seconds};
-use crate::family::{BoxFuture, Family, Health, Setup};
+use crate::family::{BoxFuture, Family, Setup};
 use crate::tools::Tool;
 
 struct ComputerFamily {
@@ -58,7 +59,7 @@ impl Family for ComputerFamily {
     }
 }
 
-/// The `computer` family's flags.
+// The `computer` family's flags; not a doc comment, which clap would show as `serve`'s description.
 #[derive(Debug, clap::Args)]
 pub struct ComputerArgs {
     /// The X display the `computer` family drives (images run Xvfb on `:1`).

@@ -20,7 +20,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::core::error::ApiError;
-use crate::family::OwnerError;
+use crate::core::owner::OwnerError;
 use crate::tools::{
     BadArguments, CallToolResult, ContentItem, Tool, ToolError, ToolResult, ToolSpec,
 };

@@ -20,7 +20,7 @@ pub enum TimeoutError {
 }
 
 /// A flag's seconds as a positive duration, or the start-up error naming the flag.
-pub fn flag_seconds(flag: &str, seconds: f64) -> Result<Duration, String> {
+pub fn positive_seconds(flag: &str, seconds: f64) -> Result<Duration, String> {
     Duration::try_from_secs_f64(seconds)
         .ok()
         .filter(|duration| !duration.is_zero())

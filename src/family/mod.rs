@@ -4,8 +4,7 @@
 
 pub mod limits;
 
-pub use crate::core::health::{Health, Status, WAIT_FOR_START};
-pub use crate::core::owner::{Loss, Owner, OwnerError};
+use crate::core::health::{Health, Status};
 
 use std::future::Future;
 use std::pin::Pin;
@@ -184,12 +183,22 @@ async fn admit_route(
 /// What a family is built from besides its own flags: the parts every family shares.
 pub struct Setup<'a> {
     /// More directories than the workspace that tools may use (`--allow-dir`).
-    pub allowed_dirs: &'a [std::path::PathBuf],
+    pub allow_dirs: &'a [std::path::PathBuf],
     /// Cap in bytes on each of a command's or a cell's stdout and stderr (`--max-output`).
     pub max_output: usize,
     pub workspace: &'a crate::core::confine::Workspace,
     /// The registry, for a family that registers tools while it runs (hosted MCP servers).
     pub tools: &'a Arc<ToolRegistry>,
+}
+
+impl Setup<'_> {
+    /// The workspace and every `--allow-dir`, as the tools that take paths from anywhere in them
+    /// confine them.
+    pub fn allowed_dirs(&self) -> Result<crate::core::confine::AllowedDirs, String> {
+        let mut dirs = vec![self.workspace.root().to_path_buf()];
+        dirs.extend(self.allow_dirs.iter().cloned());
+        crate::core::confine::AllowedDirs::new(&dirs).map_err(|err| format!("--allow-dir: {err}"))
+    }
 }
 
 /// A family as its builder makes it, or why it cannot be built (boxd stops at start with that message).

@@ -25,9 +25,7 @@ impl Family for Filesystem {
 }
 
 pub fn family(setup: &Setup) -> Result<Arc<dyn Family>, String> {
-    let mut dirs = vec![setup.workspace.root().to_path_buf()];
-    dirs.extend(setup.allowed_dirs.iter().cloned());
-    let allowed = super::AllowedDirs::new(&dirs).map_err(|err| format!("--allow-dir: {err}"))?;
+    let allowed = setup.allowed_dirs()?;
     Ok(Arc::new(Filesystem {
         tools: super::tools(allowed),
     }))

@@ -28,10 +28,10 @@ use node_error::{Syscall, describe};
 pub const GROUP: &str = "filesystem";
 
 /// Files larger than this are refused by the reading tools: their text would not fit a tool answer.
-pub const MAX_READ_BYTES: u64 = 32 * 1024 * 1024;
+const MAX_READ_BYTES: u64 = 32 * 1024 * 1024;
 /// One call's deadline: far above any honest call (32 MiB reads, 100 000-entry walks, the edit match's
 /// budget), short enough that a hung network filesystem does not hold the caller forever.
-pub const TOOL_DEADLINE: std::time::Duration = std::time::Duration::from_secs(120);
+const TOOL_DEADLINE: std::time::Duration = std::time::Duration::from_secs(120);
 
 pub fn tools(allowed: AllowedDirs) -> Vec<Tool> {
     let allowed = Arc::new(allowed);

@@ -25,13 +25,13 @@ use crate::api::extract::{ApiJson, ApiQuery};
 use crate::core::error::{ApiError, ApiResult};
 
 /// `git_logs` without `limit` returns this many commits (upstream returned all, each with its full diff).
-pub const DEFAULT_LOG_LIMIT: usize = 100;
+const DEFAULT_LOG_LIMIT: usize = 100;
 /// The largest `limit` `git_logs` accepts.
-pub const MAX_LOG_LIMIT: usize = 1000;
+const MAX_LOG_LIMIT: usize = 1000;
 /// One commit's diff in `git_logs` is cut beyond this (the same figure as one file's diff).
 const MAX_COMMIT_DIFF_BYTES: usize = diff_text::MAX_FILE_DIFF_BYTES;
 /// All diff text of one answer (`generate_diff`, or every commit of a `git_logs` page together).
-pub const MAX_RESPONSE_DIFF_BYTES: usize = 32 * 1024 * 1024;
+const MAX_RESPONSE_DIFF_BYTES: usize = 32 * 1024 * 1024;
 
 /// Times one operation is run when files keep changing under it (see `AttemptError::Changed`).
 const ATTEMPTS: usize = 5;

@@ -4,12 +4,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::core::health::Health;
 use crate::family::limits::{Limit, bytes, count, flag_seconds, seconds};
-use crate::family::{BoxFuture, Family, Health, Setup};
+use crate::family::{BoxFuture, Family, Setup};
 use crate::tools::Tool;
 
 /// How long a timed-out cell has to stop on SIGINT before the kernel is killed.
-pub const INTERRUPT_GRACE: Duration = Duration::from_secs(3);
+const INTERRUPT_GRACE: Duration = Duration::from_secs(3);
 
 struct Ipython {
     config: super::KernelConfig,
@@ -35,7 +36,7 @@ impl Family for Ipython {
     }
 }
 
-/// The `ipython` family's flags.
+// The `ipython` family's flags; not a doc comment, which clap would show as `serve`'s description.
 #[derive(Debug, clap::Args)]
 pub struct IpythonArgs {
     /// Python interpreter for the IPython kernel (IPython must be importable there).
@@ -50,7 +51,10 @@ pub fn family(setup: &Setup, args: &IpythonArgs) -> Result<Arc<dyn Family>, Stri
     let config = super::KernelConfig {
         python: interpreter_path(&args.python),
         workspace: setup.workspace.real_root().to_path_buf(),
-        default_timeout: crate::core::deadline::flag_seconds("--cell-timeout", args.cell_timeout)?,
+        default_timeout: crate::core::deadline::positive_seconds(
+            "--cell-timeout",
+            args.cell_timeout,
+        )?,
         interrupt_grace: INTERRUPT_GRACE,
         start_timeout: Duration::from_secs(60),
         max_output_bytes: setup.max_output,

@@ -21,7 +21,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::core::child::{self, Backoff, ChildGroup, Grouping, StderrTail};
 use crate::core::error::ApiError;
-use crate::family::Health;
+use crate::core::health::Health;
 use crate::tools::admission::BUSY_RETRY_AFTER_SECONDS;
 use crate::tools::{
     BadArguments, CallContext, CallToolResult, ContentItem, GENERIC_GROUP, ProgressSink, Tool,
@@ -34,10 +34,10 @@ mod family;
 const HELPER: &str = include_str!("helper.py");
 /// Cells waiting behind the running one, at most; one more is answered 429 with `Retry-After` at once.
 /// One agent runs one cell at a time: a long queue only means many clients share the kernel.
-pub const MAX_QUEUED_CELLS: usize = 16;
+const MAX_QUEUED_CELLS: usize = 16;
 /// How long a queued cell waits for its turn; a cell not started by then is not run, and its caller
 /// gets a 429 with `Retry-After` (the kernel is busy with earlier cells) rather than a long stall.
-pub const CELL_QUEUE_WAIT: Duration = Duration::from_secs(5);
+const CELL_QUEUE_WAIT: Duration = Duration::from_secs(5);
 /// Answers carry whole cell outputs; a large buffer avoids ping-ponging the pipe in small reads.
 const ANSWER_BUFFER: usize = 1024 * 1024;
 

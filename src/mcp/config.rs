@@ -9,10 +9,10 @@ use serde_json::Value;
 use crate::core::error::{ApiError, ApiResult};
 
 /// Handshake bound when a config gives no `timeout`: a server that cannot initialise in this long fails.
-pub const DEFAULT_INITIALIZE_TIMEOUT: Duration = Duration::from_secs(30);
+pub(super) const DEFAULT_INITIALIZE_TIMEOUT: Duration = Duration::from_secs(30);
 /// The longest handshake a config may ask for (10 min: room for `npx`/`uvx` to download a server on its
 /// first start). A longer one is refused rather than trusted: a hung server holds its name until then.
-pub const MAX_INITIALIZE_TIMEOUT: Duration = Duration::from_secs(600);
+pub(super) const MAX_INITIALIZE_TIMEOUT: Duration = Duration::from_secs(600);
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Transport {

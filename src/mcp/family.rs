@@ -7,8 +7,9 @@ use std::sync::Arc;
 
 use axum::Router;
 
+use crate::core::health::Health;
 use crate::family::limits::{Limit, seconds};
-use crate::family::{BoxFuture, Family, Health, Setup};
+use crate::family::{BoxFuture, Family, Setup};
 
 struct Hosting {
     host: Arc<super::McpHost>,
@@ -52,7 +53,7 @@ impl Family for Hosting {
     }
 }
 
-/// The `mcp` family's flags.
+// The `mcp` family's flags; not a doc comment, which clap would show as `serve`'s description.
 #[derive(Debug, clap::Args)]
 pub struct McpArgs {
     /// MCP servers to host at start-up (upstream's mcp_server_configs.json format).

@@ -25,14 +25,14 @@ use crate::core::error::{ApiError, ApiResult};
 use crate::tools::{CallToolResult, ContentItem, Tool, ToolRegistry};
 
 /// A call that gets no answer in this long fails (the server may still be working; it is not retried).
-pub const CALL_TIMEOUT: Duration = Duration::from_secs(300);
+pub(super) const CALL_TIMEOUT: Duration = Duration::from_secs(300);
 const STOP_GRACE: Duration = Duration::from_secs(2);
 /// A stdio server's group gets this long after SIGTERM before SIGKILL.
 const TERM_GRACE: Duration = Duration::from_millis(500);
 /// After a failed restart, the next is tried no sooner than this (doubling up to `MAX_RESTART_BACKOFF`
 /// while it keeps failing); calls meanwhile get the failure at once, not another wait for a handshake.
-pub const FIRST_RESTART_BACKOFF: Duration = Duration::from_secs(1);
-pub const MAX_RESTART_BACKOFF: Duration = Duration::from_secs(30);
+pub(super) const FIRST_RESTART_BACKOFF: Duration = Duration::from_secs(1);
+pub(super) const MAX_RESTART_BACKOFF: Duration = Duration::from_secs(30);
 
 pub struct HostedServer {
     spec: ServerSpec,

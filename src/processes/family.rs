@@ -30,7 +30,7 @@ impl Family for Processes {
     }
 }
 
-/// The `processes` family's flags.
+// The `processes` family's flags; not a doc comment, which clap would show as `serve`'s description.
 #[derive(Debug, clap::Args)]
 pub struct ProcessesArgs {
     /// Live processes (`/processes`) running at once.
@@ -49,7 +49,7 @@ pub fn family(setup: &Setup, args: &ProcessesArgs) -> Result<Arc<dyn Family>, St
         max_running: args.max_processes.max(1),
         max_kept: args.max_processes.saturating_mul(4).max(64),
         buffer_bytes: args.process_buffer.max(4096),
-        retention: crate::core::deadline::flag_seconds(
+        retention: crate::core::deadline::positive_seconds(
             "--process-retention",
             args.process_retention,
         )?,

@@ -12,9 +12,9 @@ use crate::tools::admission::Admission;
 /// place at most [`COMMAND_ADMISSION_WAIT`], then is answered 429 with `Retry-After`. Long jobs
 /// belong in `/processes`, which has its own cap. 128: a burst of an agent's parallel tool calls runs at
 /// once (#21), while a runaway client still cannot fork without bound.
-pub const MAX_CONCURRENT_COMMANDS: usize = 128;
+const MAX_CONCURRENT_COMMANDS: usize = 128;
 /// How long a command waits for a place under [`MAX_CONCURRENT_COMMANDS`] before the busy answer.
-pub const COMMAND_ADMISSION_WAIT: Duration = Duration::from_millis(500);
+const COMMAND_ADMISSION_WAIT: Duration = Duration::from_millis(500);
 
 struct Shell {
     tool: Tool,
@@ -30,7 +30,7 @@ impl Family for Shell {
     }
 }
 
-/// The `shell` family's flags.
+// The `shell` family's flags; not a doc comment, which clap would show as `serve`'s description.
 #[derive(Debug, clap::Args)]
 pub struct ShellArgs {
     /// Default seconds before a shell command's process group is killed.
@@ -40,7 +40,7 @@ pub struct ShellArgs {
 
 pub fn family(setup: &Setup, args: &ShellArgs) -> Result<Arc<dyn Family>, String> {
     let limits = super::ShellLimits {
-        default_timeout: crate::core::deadline::flag_seconds(
+        default_timeout: crate::core::deadline::positive_seconds(
             "--command-timeout",
             args.command_timeout,
         )?,

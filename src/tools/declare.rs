@@ -109,11 +109,13 @@ impl ToolSpec {
             bad_arguments,
             error_prefix,
         } = self;
-        let checked_schema = (bad_arguments == BadArguments::ZodIssues).then(|| schema.clone());
         let reading = Arc::new(ArgumentReading {
             name,
-            policy: bad_arguments,
-            schema: checked_schema,
+            rule: match bad_arguments {
+                BadArguments::ZodIssues => ReadingRule::AgainstSchema(schema.clone()),
+                BadArguments::Unprocessable => ReadingRule::Unprocessable,
+                BadArguments::Reported => ReadingRule::Reported,
+            },
         });
         let handler = Arc::new(handler);
         Tool::with_context(
@@ -139,25 +141,36 @@ impl ToolSpec {
 
 struct ArgumentReading {
     name: &'static str,
-    policy: BadArguments,
-    /// Only for [`BadArguments::ZodIssues`].
-    schema: Option<Value>,
+    rule: ReadingRule,
+}
+
+/// [`BadArguments`] with what each needs to read arguments.
+enum ReadingRule {
+    Unprocessable,
+    Reported,
+    AgainstSchema(Value),
 }
 
 impl ArgumentReading {
     fn read<A: DeserializeOwned>(&self, arguments: Value) -> Result<A, ToolError> {
         let name = self.name;
-        match (self.policy, &self.schema) {
-            (BadArguments::ZodIssues, Some(schema)) => {
+        match &self.rule {
+            ReadingRule::AgainstSchema(schema) => {
                 super::zod::parse(name, schema, arguments).map_err(ToolError::Reported)
             }
-            (BadArguments::Unprocessable, _) => serde_json::from_value(arguments).map_err(|err| {
+            ReadingRule::Unprocessable => serde_json::from_value(arguments).map_err(|err| {
                 ApiError::Unprocessable(format!("invalid arguments for {name}: {err}")).into()
             }),
-            _ => serde_json::from_value(arguments)
-                .map_err(|err| ToolError::Reported(format!("Invalid arguments for {name}: {err}"))),
+            ReadingRule::Reported => serde_json::from_value(arguments)
+                .map_err(|err| ToolError::Reported(invalid_arguments(name, &err))),
         }
     }
+}
+
+/// What a tool whose bad arguments are [`BadArguments::Reported`] answers for arguments serde could
+/// not read; also for its arguments read elsewhere (a batch's actions, a route taking the same ones).
+pub fn invalid_arguments(tool: &str, err: &serde_json::Error) -> String {
+    format!("Invalid arguments for {tool}: {err}")
 }
 
 /// The fields serde reads for `A`, when `A` is a plain struct (not flattened, not an enum): what its

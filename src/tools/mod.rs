@@ -10,7 +10,7 @@ mod zod;
 pub use context::{CallContext, PROGRESS_CAPACITY, ProgressSink};
 #[cfg(test)]
 use declare::disagreement;
-pub use declare::{BadArguments, ToolError, ToolResult, ToolSpec};
+pub use declare::{BadArguments, ToolError, ToolResult, ToolSpec, invalid_arguments};
 
 pub use result::{CallToolResult, ContentItem};
 

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use crate::family::limits::{Limit, count};
 use crate::family::{Family, RoutesOnly, Setup};
 
-/// The `watch` family's flags.
+// The `watch` family's flags; not a doc comment, which clap would show as `serve`'s description.
 #[derive(Debug, clap::Args)]
 pub struct WatchArgs {
     /// Workspace watch streams open at once.

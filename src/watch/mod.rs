@@ -29,7 +29,7 @@ use crate::core::confine::Workspace;
 use crate::core::error::{ApiError, ApiResult};
 
 /// Events queued for one slow client before the stream reports an overflow and drops some.
-pub const QUEUE: usize = 1024;
+const QUEUE: usize = 1024;
 
 pub struct WatchHub {
     workspace: Arc<Workspace>,

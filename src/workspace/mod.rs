@@ -31,7 +31,7 @@ use upload::{StagedFile, is_staging_name};
 
 const READ_CHUNK: usize = 256 * 1024;
 /// All `paths` fields of one batch upload together: far more than any real list of target paths.
-pub const MAX_BATCH_PATHS_BYTES: usize = 1024 * 1024;
+const MAX_BATCH_PATHS_BYTES: usize = 1024 * 1024;
 
 pub fn routes<S>() -> Router<S>
 where
