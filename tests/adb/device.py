@@ -742,7 +742,7 @@ def sync_discard_until_done(stream):
         pass
 
 
-def prepare_target(path, mode):
+def prepare_target(path):
     """The parents of `path` made (the fixed_push_mkdir feature) and what was there removed, unless it
     is a directory a file cannot replace anyway."""
     os.makedirs(os.path.dirname(path) or "/", exist_ok=True)
@@ -763,12 +763,13 @@ def parse_unsigned(text):
 def sync_send(stream, spec):
     """SEND `PATH,MODE`, then DATA chunks, then DONE carrying the mtime; OKAY or FAIL."""
     path, comma, mode_text = spec.rpartition(",")
+    if not comma:
+        sync_fail(stream, "missing , in SEND")
+        return False
     try:
-        if not comma:
-            raise ValueError("missing , in SEND")
         mode = parse_unsigned(mode_text)
     except ValueError:
-        sync_fail(stream, "bad mode" if comma else "missing , in SEND")
+        sync_fail(stream, "bad mode")
         return False
     try:
         if stat.S_ISLNK(mode):
@@ -776,7 +777,7 @@ def sync_send(stream, spec):
             kind_done, mtime = sync_next_chunk(stream)
             if kind != "DATA" or kind_done != "DONE":
                 raise ValueError("invalid data message")
-            prepare_target(path, mode)
+            prepare_target(path)
             os.symlink(target.rstrip(b"\0").decode("utf-8", "surrogateescape"), path)
         else:
             # As adbd: the owner's permission bits are copied to group and others.
@@ -784,7 +785,7 @@ def sync_send(stream, spec):
             permissions |= (permissions >> 3) & 0o070
             permissions |= (permissions >> 3) & 0o007
             try:
-                prepare_target(path, mode)
+                prepare_target(path)
                 target = open(path, "wb")
             except OSError as error:
                 sync_fail(stream, f"couldn't create file: {error.strerror}")
