@@ -1,5 +1,6 @@
-"""The `adb` tool: latency through /mcp/call_tool (as MobileSandbox calls it) against fake-adbd, the device
-side of the real ADB protocol (../shared/tools/fake-adbd), with the stand-ins of tests/adb/fakebin.
+"""The `adb` tool: latency through /mcp/call_tool (as MobileSandbox calls it) against the project's device
+stand-in (tests/adb/device.py, the device side of the real ADB protocol), with the stand-ins of
+tests/adb/fakebin.
 
 Prints one table (action, p50/p95 ms, samples) and writes bench-out/mobile.json. The fake runs each
 command through `sh` on this host, so the figures are boxd plus the protocol plus one shell start (a real
@@ -17,7 +18,7 @@ import time
 
 from family_bench import OUT, ROOT, Boxd, free_port, timed
 
-FAKE = ROOT.parent / "shared" / "tools" / "fake-adbd"
+DEVICE = ROOT / "tests" / "adb" / "device.py"
 FAKEBIN = ROOT / "tests" / "adb" / "fakebin"
 
 
@@ -34,13 +35,13 @@ def wait_for_line(stream, needle, seconds):
 
 def start_device(directory):
     port = free_port()
-    env = {**os.environ, "FAKEBIN": str(FAKEBIN), "FAKE_SHARED_BIN": str(FAKE / "fakebin"),
+    env = {**os.environ, "FAKEBIN": str(FAKEBIN),
            "FAKE_INPUT_LOG": str(directory / "input.log"), "TMPDIR": str(directory)}
-    proc = subprocess.Popen([sys.executable, str(FAKE / "fake_adbd.py"), str(port)], env=env,
+    proc = subprocess.Popen([sys.executable, str(DEVICE), str(port)], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     if not wait_for_line(proc.stdout, "listening", 10):
         proc.kill()
-        raise RuntimeError("fake-adbd did not start within 10 s")
+        raise RuntimeError("the device stand-in did not start within 10 s")
     return proc, port
 
 
@@ -55,8 +56,6 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--boxd", default=str(ROOT / "target" / "release" / "boxd"))
     args = parser.parse_args()
-    if not (FAKE / "fake_adbd.py").exists():
-        sys.exit(f"missing {FAKE}/fake_adbd.py")
     if not pathlib.Path(args.boxd).exists():
         sys.exit(f"missing {args.boxd}: cargo build --release")
     directory = pathlib.Path(tempfile.mkdtemp(prefix="bench-mobile-device-"))
@@ -79,7 +78,7 @@ def main():
             device.kill()
     OUT.mkdir(exist_ok=True)
     (OUT / "mobile.json").write_text(json.dumps(results, indent=2))
-    print(f"{'adb action (fake-adbd)':<24} {'p50 ms':>8} {'p95 ms':>8} {'n':>5}")
+    print(f"{'adb action (device.py)':<24} {'p50 ms':>8} {'p95 ms':>8} {'n':>5}")
     for name, _, _ in WORKLOAD:
         row = results[name]
         print(f"{name:<24} {row['p50_ms']:>8.2f} {row['p95_ms']:>8.2f} {row['n']:>5}")

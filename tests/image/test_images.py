@@ -35,7 +35,8 @@ from agentscope_runtime.sandbox.client.http_client import SandboxHttpClient
 from agentscope_runtime.sandbox.model import ContainerModel
 
 TOKEN = os.urandom(12).hex()  # VNC authenticates with its first 8 characters
-FAKE_ADBD = pathlib.Path(__file__).resolve().parents[2].parent / "shared" / "tools" / "fake-adbd"
+# The project's device stand-in (tests/adb/device.py and its fakebin), mounted into the second container.
+DEVICE_DIR = pathlib.Path(__file__).resolve().parents[2] / "tests" / "adb"
 GOALS = {"base": 300e6, "gui": 700e6, "browser": 1000e6}
 ENGINE = "podman"
 SHOTS = None
@@ -520,9 +521,9 @@ def test_mobile(figures):
         print(f"  start -> healthz {healthy:.2f} s")
         figures.append(("mobile", size, healthy, None, None, box.engine_run))
         device = engine("run", "-d", "--rm", "--network", f"container:{box.container}",
-                        "-v", f"{FAKE_ADBD}:/fake-adbd:ro", "-v", f"{log_dir}:/log",
+                        "-v", f"{DEVICE_DIR}:/device:ro", "-v", f"{log_dir}:/log",
                         "-e", "FAKE_INPUT_LOG=/log/input.log", "--entrypoint", "python3", "boxd-base:latest",
-                        "/fake-adbd/fake_adbd.py", "15555").stdout.strip()
+                        "/device/device.py", "15555").stdout.strip()
         sandbox = bind(MobileSandbox, box.client)
         deadline = time.perf_counter() + 30
         while box.readyz()["families"]["adb"]["status"] != "ready":  # boxd retries the device by itself
@@ -562,9 +563,9 @@ def test_mobile(figures):
     try:
         box.wait_healthy()
         device = engine("run", "-d", "--rm", "--network", f"container:{box.container}",
-                        "-v", f"{FAKE_ADBD}:/fake-adbd:ro", "-v", f"{log_dir}:/log",
+                        "-v", f"{DEVICE_DIR}:/device:ro", "-v", f"{log_dir}:/log",
                         "-e", "FAKE_INPUT_LOG=/log/input.log", "--entrypoint", "python3", "boxd-base:latest",
-                        "/fake-adbd/fake_adbd.py", "15555").stdout.strip()
+                        "/device/device.py", "15555").stdout.strip()
         deadline = time.perf_counter() + 30
         while "127.0.0.1:15555\tdevice" not in box.shell("adb connect 127.0.0.1:15555 >/dev/null; adb devices")[0]:
             assert time.perf_counter() < deadline, "adb connect never saw the device"

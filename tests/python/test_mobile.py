@@ -1,5 +1,6 @@
-"""The `adb` tool through the SDK's own `MobileSandbox` methods, against fake-adbd (the device side of the
-real ADB protocol; ../shared/tools/fake-adbd) whose shell runs tests/adb/fakebin's stand-ins for Android's
+"""The `adb` tool through the SDK's own `MobileSandbox` methods, against the project's device stand-in
+(tests/adb/device.py: the device side of the real ADB protocol) whose shell runs tests/adb/fakebin's
+stand-ins for Android's
 `input`, `wm`, `screencap`, `getprop`, `settings`, `am`, `pm`, `monkey` and `uiautomator`. What reached
 the device is read from the fake's input log: the exact commands, and nothing at all for bad arguments."""
 import base64
@@ -20,13 +21,9 @@ from agentscope_runtime.sandbox.box.mobile.mobile_sandbox import MobileSandbox
 
 from conftest import ROOT, TOKEN, Boxd
 
-SHARED_FAKE = ROOT.parent / "shared" / "tools" / "fake-adbd"
+DEVICE = ROOT / "tests" / "adb" / "device.py"
 FAKEBIN = ROOT / "tests" / "adb" / "fakebin"
 ADB_KEYBOARD = "com.android.adbkeyboard/.AdbIME"
-
-pytestmark = pytest.mark.skipif(
-    not (SHARED_FAKE / "fake_adbd.py").exists(), reason=f"fake-adbd not found at {SHARED_FAKE}"
-)
 
 
 def free_port():
@@ -36,9 +33,10 @@ def free_port():
 
 
 class FakeDevice:
-    """fake-adbd on a port of its own, with its own input log and switches."""
+    """tests/adb/device.py on a port of its own, with its own input log and switches; `flags` are the
+    device's own (--auth, --keys FILE, --accept-new-keys)."""
 
-    def __init__(self, directory: pathlib.Path, port=None):
+    def __init__(self, directory: pathlib.Path, port=None, flags=()):
         directory.mkdir(parents=True, exist_ok=True)
         self.log = directory / "input.log"
         self.fail = directory / "input-fails"
@@ -49,13 +47,13 @@ class FakeDevice:
         self.tmp = directory / "tmp"
         self.tmp.mkdir(exist_ok=True)
         self.port = port or free_port()
+        self.flags = list(flags)
         self.start()
 
     def start(self):
         env = {
             **os.environ,
             "FAKEBIN": str(FAKEBIN),
-            "FAKE_SHARED_BIN": str(SHARED_FAKE / "fakebin"),
             "FAKE_INPUT_LOG": str(self.log),
             "FAKE_INPUT_FAIL": str(self.fail),
             "FAKE_IME_FILE": str(self.ime),
@@ -64,7 +62,7 @@ class FakeDevice:
             "TMPDIR": str(self.tmp),
         }
         self.proc = subprocess.Popen(
-            [sys.executable, str(SHARED_FAKE / "fake_adbd.py"), str(self.port)],
+            [sys.executable, str(DEVICE), str(self.port), *self.flags],
             env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
         )
         listening = threading.Event()
@@ -76,7 +74,7 @@ class FakeDevice:
         threading.Thread(target=wait_for_banner, daemon=True).start()
         if not listening.wait(10):
             self.stop()
-            raise RuntimeError("fake-adbd did not start within 10 s")
+            raise RuntimeError("the device stand-in did not start within 10 s")
 
     def lines(self):
         return self.log.read_text().splitlines() if self.log.exists() else []
@@ -161,7 +159,7 @@ def test_upstream_actions_texts_and_device_commands(mobile, device):
     assert shot["isError"] is False
     [image] = shot["content"]
     assert image["type"] == "image" and image["mimeType"] == "image/png"
-    assert base64.b64decode(image["data"]) == (SHARED_FAKE / "fakebin" / "shot.png").read_bytes()
+    assert base64.b64decode(image["data"]) == (FAKEBIN / "shot.png").read_bytes()
     # adb_use, the generic dispatcher, sends the same arguments.
     assert texts(mobile.adb_use("tap", coordinate=[5, 6])) == ["Tapped at (5, 6)"]
     assert device.lines()[-1] == "input tap 5 6"

@@ -1,6 +1,6 @@
 """The live view of the device (`GET /adb/view`, what nginx serves at `/websockify/` for
 `MobileSandbox.mobile_url`): the page, its frames (`/adb/screen`, `/adb/stream`) and its input
-(`/adb/input`), against fake-adbd as in test_mobile.py."""
+(`/adb/input`), against the project's device stand-in (tests/adb/device.py) as in test_mobile.py."""
 import io
 import os
 import re
@@ -15,11 +15,7 @@ from PIL import Image
 import test_mobile
 from conftest import TOKEN, Boxd
 # `boxd` is test_mobile's fixture; it starts boxd on this module's `device` (which counts captures).
-from test_mobile import FAKEBIN, SHARED_FAKE, FakeDevice, boxd, free_port, wait_for  # noqa: F401
-
-pytestmark = pytest.mark.skipif(
-    not (SHARED_FAKE / "fake_adbd.py").exists(), reason=f"fake-adbd not found at {SHARED_FAKE}"
-)
+from test_mobile import FAKEBIN, FakeDevice, boxd, free_port, wait_for  # noqa: F401
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 # src/adb/view.rs
