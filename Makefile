@@ -5,7 +5,8 @@ PORT ?= 8000
 PYTHON ?=
 TARGET := x86_64-unknown-linux-gnu
 STATIC_BIN := target/$(TARGET)/release/boxd
-ENGINE ?= $(shell command -v podman || command -v docker)
+# Read before container-setup may have installed podman: fall back to the name.
+ENGINE ?= $(or $(shell command -v podman || command -v docker),podman)
 IMAGE_BASE ?= boxd-base:latest
 # The five sandbox images: boxd-TYPE:latest, each also tagged with the name the SDK's manager runs
 # (docker.io/agentscope/runtime-sandbox-TYPE:latest; fully qualified, or podman would file it under localhost/).
@@ -17,7 +18,7 @@ STATIC_DEP := $(if $(filter 1,$(SKIP_STATIC)),,static)
 
 .PHONY: run build kernel-venv test setup lint unit python-tests smoke-release fuzz static bench image-base \
 	image-test clean load faults kube-manifests images image-gui image-browser image-filesystem \
-	image-mobile image-base-node
+	image-mobile image-base-node containers
 
 run: build
 	@PORT='$(PORT)' PYTHON='$(PYTHON)' ./scripts/run.sh
@@ -72,30 +73,35 @@ static:
 	file $(STATIC_BIN)
 	@ls -l $(STATIC_BIN)
 
-# The images (podman or docker; here: ../shared/tools/container-setup.sh makes podman work). Each one
-# starts FROM the one before it: base -> gui -> browser, filesystem; base -> mobile, base-node.
+# Podman made to work on this machine (no Docker engine, no systemd, no image registry): packages,
+# configuration, a local debian:bookworm-slim, the API socket. Idempotent; under a second once done.
+containers:
+	$(if $(filter podman,$(notdir $(ENGINE))),./scripts/container-setup.sh,@echo "containers: ENGINE=$(ENGINE), not podman: nothing set up")
+
+# The images (podman, or docker where one runs: `make images ENGINE=docker`). Each one starts FROM the one
+# before it: base -> gui -> browser, filesystem; base -> mobile, base-node.
 define build_image # TYPE, FROM-image build argument
 	$(ENGINE) build -f images/$(1)/Dockerfile $(2) -t boxd-$(1):latest .
 	$(if $(filter $(1),$(IMAGE_TYPES)),$(ENGINE) tag boxd-$(1):latest $(SDK_IMAGE_PREFIX)$(1):latest)
 endef
 
-image-base: $(STATIC_DEP)
+image-base: containers $(STATIC_DEP)
 	$(ENGINE) build -f images/base/Dockerfile -t $(IMAGE_BASE) .
 	$(ENGINE) tag $(IMAGE_BASE) $(SDK_IMAGE_PREFIX)base:latest
-image-gui: image-base
+image-gui: containers image-base
 	$(call build_image,gui,--build-arg BASE=$(IMAGE_BASE))
-image-browser: image-gui
+image-browser: containers image-gui
 	$(call build_image,browser,--build-arg GUI=boxd-gui:latest)
-image-filesystem: image-gui
+image-filesystem: containers image-gui
 	$(call build_image,filesystem,--build-arg GUI=boxd-gui:latest)
-image-mobile: image-base
+image-mobile: containers image-base
 	$(call build_image,mobile,--build-arg BASE=$(IMAGE_BASE))
 # The base image plus Node (npm, npx) for users' own Node MCP servers; not one of the SDK's types.
-image-base-node: image-base
+image-base-node: containers image-base
 	$(call build_image,base-node,--build-arg BASE=$(IMAGE_BASE))
 
 # All five, then the layers no tag uses any more (each rebuild leaves the previous ones dangling).
-images: image-base image-gui image-browser image-filesystem image-mobile
+images: containers image-base image-gui image-browser image-filesystem image-mobile
 	$(ENGINE) image prune -f >/dev/null
 	$(ENGINE) images --filter reference='boxd-*'
 
@@ -103,7 +109,7 @@ images: image-base image-gui image-browser image-filesystem image-mobile
 # bind-mounted) and drives it through nginx with the real client bound as the SDK's classes, prints sizes
 # and start-up times; then the SDK's own SandboxManager runs each one through podman's socket. Podman
 # only for the last step. Not part of `make test`.
-image-test: setup images
+image-test: containers setup images
 	.venv/bin/python tests/image/test_base_image.py --engine $(ENGINE) --image $(IMAGE_BASE)
 	.venv/bin/python tests/image/test_images.py --engine $(ENGINE)
 	.venv/bin/python tests/image/test_sdk_manager.py
