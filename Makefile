@@ -46,7 +46,7 @@ unit:
 # `cargo build`) keeps the test build's feature set, so CI does not compile every dependency twice.
 python-tests:
 	cargo test --no-run -q
-	.venv/bin/python -m pytest -q -p no:cacheprovider -W ignore::DeprecationWarning tests/python
+	.venv/bin/python -m pytest -q -rs -p no:cacheprovider -W ignore::DeprecationWarning tests/python
 
 # deploy/kubernetes/ checked offline: vendored agent-sandbox CRDs + kubernetes-validate's Kubernetes 1.37 schemas.
 kube-manifests: setup

@@ -20,7 +20,7 @@ python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || missing+=(python3-venv)
 # The computer family's tests: a virtual X server and a real Tk window (Debian's python3) to drive.
 need Xvfb xvfb
 /usr/bin/python3 -c 'import tkinter' >/dev/null 2>&1 || missing+=(python3-tk)
-# The adb family's tests: Debian's adb server, to reach fake-adbd devices as an image's server would.
+# The adb family's tests: Debian's adb server, to reach the device stand-in (tests/adb/device.py) as an image's server would.
 need adb adb
 # The browser family's tests: Debian's Chromium, driven headless over the DevTools protocol; headless,
 # boxd prefers Chromium's headless shell (same version, about half the start time) when it is installed.

@@ -510,11 +510,12 @@ def test_filesystem(figures):
 
 
 def test_mobile(figures):
-    """fake-adbd (a device speaking the real ADB protocol) in a second container sharing the first one's
-    network namespace: the two-container pod of images/mobile/README.md, with redroid replaced."""
+    """The project's device stand-in (tests/adb/device.py, the real ADB protocol) in a second container
+    sharing the first one's network namespace: the two-container pod of images/mobile/README.md, with
+    redroid replaced."""
     image = "boxd-mobile:latest"
     size = image_size(image)
-    log_dir = pathlib.Path(tempfile.mkdtemp(prefix="boxd-fake-adbd-"))
+    log_dir = pathlib.Path(tempfile.mkdtemp(prefix="boxd-device-"))
     box, device, failed = Box(image, env=["BOXD_ADB_CONNECT=127.0.0.1:15555"]), None, True
     try:
         healthy = box.wait_healthy()
@@ -541,7 +542,7 @@ def test_mobile(figures):
         assert log == ["input tap 100 200", "input text it's $(here)", "input keyevent 3"], log
         ready = box.readyz()
         assert ready["families"]["adb"]["status"] == "ready", ready
-        print(f"  adb through MobileSandbox against fake-adbd in the pod's second container: ok "
+        print(f"  adb through MobileSandbox against the device stand-in in the pod's second container: ok "
               f"({ready['families']['adb'].get('reason', '')})")
         view = requests.get(f"{box.base}/websockify/?password={TOKEN}", timeout=10)
         assert view.headers.get("referrer-policy") == "no-referrer", view.headers
