@@ -93,11 +93,24 @@ pub struct Refs {
 pub struct Located {
     /// The session of the renderer holding it: the tab's own for the page and its same-process
     /// frames, a frame's own for a frame in another process.
-    pub session: String,
-    pub backend: i64,
+    session: String,
+    backend: i64,
     /// The `<iframe>` elements hosting its frame when that runs in another process, innermost
     /// first, each as (the session of its renderer, its backend node id there).
-    pub hosts: Vec<(String, i64)>,
+    hosts: Vec<(String, i64)>,
+}
+
+/// A ref's element, found live in its page: what tools act on, without the protocol's ids.
+pub struct Element {
+    node: Located,
+    /// The protocol's handle of the element in its renderer.
+    object: String,
+}
+
+impl Element {
+    pub fn node(&self) -> &Located {
+        &self.node
+    }
 }
 
 impl Refs {
@@ -826,7 +839,7 @@ impl Running {
 
     /// The JS object of a ref's element (in its renderer's session), checked to be still in the
     /// document.
-    pub async fn element(&mut self, reference: &str) -> Result<(Located, String), ToolError> {
+    pub async fn element(&mut self, reference: &str) -> Result<Element, ToolError> {
         let node = self.node_of(reference)?;
         let session = node.session.clone();
         let gone = || {
@@ -854,10 +867,10 @@ impl Running {
             .and_then(Value::as_str)
             .ok_or_else(gone)?
             .to_owned();
+        let element = Element { node, object };
         let connected = self
             .call_on(
-                &session,
-                &object,
+                &element,
                 "function() { return this.isConnected; }",
                 json!([]),
             )
@@ -865,18 +878,18 @@ impl Running {
         if connected != json!(true) {
             return Err(gone());
         }
-        Ok((node, object))
+        Ok(element)
     }
 
     /// Calls `function` with `this` = the object (of the renderer of `session`) and `arguments`
     /// (JSON values); its value.
     pub async fn call_on(
         &self,
-        session: &str,
-        object: &str,
+        element: &Element,
         function: &str,
         arguments: Value,
     ) -> Result<Value, ToolError> {
+        let (session, object) = (element.node.session.as_str(), element.object.as_str());
         let arguments: Vec<Value> = arguments
             .as_array()
             .map(|list| list.iter().map(|value| json!({"value": value})).collect())

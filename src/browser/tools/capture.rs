@@ -115,9 +115,9 @@ async fn start_screenshot(
     }
     let clip = match reference {
         Some(reference) => {
-            let (node, _) = running.element(reference).await?;
-            let _ = running.center(&node, reference).await?;
-            Some(running.element_clip(&node, reference).await?)
+            let element = running.element(reference).await?;
+            let _ = running.center(element.node(), reference).await?;
+            Some(running.element_clip(element.node(), reference).await?)
         }
         None => None,
     };

@@ -105,8 +105,8 @@ fn click(call: PageCall<'_>, args: ElementArguments) -> BoxFuture<'_, Result<Ans
     Box::pin(async move {
         let running = call.page;
         let reference = required(&args.reference, "ref")?;
-        let (node, _) = running.element(reference).await?;
-        let point = running.center(&node, reference).await?;
+        let element = running.element(reference).await?;
+        let point = running.center(element.node(), reference).await?;
         let before = running.marks()?;
         running
             .racing(async {
@@ -127,8 +127,8 @@ fn hover(call: PageCall<'_>, args: ElementArguments) -> BoxFuture<'_, Result<Ans
     Box::pin(async move {
         let running = call.page;
         let reference = required(&args.reference, "ref")?;
-        let (node, _) = running.element(reference).await?;
-        let point = running.center(&node, reference).await?;
+        let element = running.element(reference).await?;
+        let point = running.center(element.node(), reference).await?;
         let before = running.marks()?;
         running.racing(running.mouse_move(point, 0)).await?;
         running.settle(before).await?;
@@ -244,9 +244,9 @@ async fn type_text(running: &mut Running, args: TypeArguments) -> Result<String,
     }
     let submit = args.submit.unwrap_or(false);
     let slowly = args.slowly.unwrap_or(false);
-    let (node, object) = running.element(reference).await?;
+    let element = running.element(reference).await?;
     let refused = running
-        .call_on(&node.session, &object, FOCUS_FOR_TYPING, json!([!slowly]))
+        .call_on(&element, FOCUS_FOR_TYPING, json!([!slowly]))
         .await?;
     if let Some(reason) = refused.as_str().filter(|reason| !reason.is_empty()) {
         return Err(ToolError::Reported(format!(
@@ -308,10 +308,10 @@ async fn select_option(running: &mut Running, args: SelectArguments) -> Result<S
         .as_ref()
         .map(|list| list.iter().map(String::as_str).collect())
         .ok_or_else(|| ToolError::Reported("values must be a list of option values".into()))?;
-    let (node, object) = running.element(reference).await?;
+    let element = running.element(reference).await?;
     let before = running.marks()?;
     let outcome = running
-        .racing(running.call_on(&node.session, &object, SELECT_OPTIONS, json!([values])))
+        .racing(running.call_on(&element, SELECT_OPTIONS, json!([values])))
         .await?
         .unwrap_or(Value::Null);
     if let Some(error) = outcome.get("error").and_then(Value::as_str) {
@@ -330,10 +330,10 @@ async fn select_option(running: &mut Running, args: SelectArguments) -> Result<S
 async fn drag(running: &mut Running, args: DragArguments) -> Result<String, ToolError> {
     let start_ref = required(&args.start_ref, "startRef")?;
     let end_ref = required(&args.end_ref, "endRef")?;
-    let (start_node, _) = running.element(start_ref).await?;
-    let (end_node, _) = running.element(end_ref).await?;
-    let start = running.center(&start_node, start_ref).await?;
-    let end = running.center(&end_node, end_ref).await?;
+    let start_element = running.element(start_ref).await?;
+    let end_element = running.element(end_ref).await?;
+    let start = running.center(start_element.node(), start_ref).await?;
+    let end = running.center(end_element.node(), end_ref).await?;
     let before = running.marks()?;
     running.events(|events| events.drag = None)?;
     running.intercept_drags(true).await?;
