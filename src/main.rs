@@ -321,45 +321,33 @@ mod tests {
         }
     }
 
-    /// Every family of the list, built as `serve --tools <all of them>` builds it.
-    fn every_family() -> Vec<Arc<dyn family::Family>> {
-        static SCRATCH: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-        let workspace = std::env::temp_dir().join(format!(
-            "boxd-families-{}-{}",
-            std::process::id(),
-            SCRATCH.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-        ));
+    /// Every family's tools, registered as `serve --tools <all of them>` registers them.
+    fn every_tool() -> Vec<Arc<tools::Tool>> {
+        let workspace = std::env::temp_dir().join(format!("boxd-families-{}", std::process::id()));
+        let args = every_family_on(&workspace);
+        let opened = core::confine::Workspace::open(&args.workspace);
+        let Ok(opened) = opened else {
+            panic!("workspace: {:?}", opened.err());
+        };
         let registry = Arc::new(ToolRegistry::default());
-        let built = FAMILIES
-            .iter()
-            .map(|entry| {
-                let args = every_family_on(&workspace);
-                let opened = core::confine::Workspace::open(&args.workspace);
-                let Ok(opened) = opened else {
-                    panic!("workspace: {:?}", opened.err());
-                };
-                let setup = Setup {
-                    allow_dirs: &args.allow_dirs,
-                    max_output: args.max_output,
-                    workspace: &opened,
-                    tools: &registry,
-                };
-                match (entry.build)(&setup, &args) {
-                    Ok(family) => family,
-                    Err(err) => panic!("family {}: {err}", entry.name),
-                }
-            })
-            .collect();
+        let setup = Setup {
+            allow_dirs: &args.allow_dirs,
+            max_output: args.max_output,
+            workspace: &opened,
+            tools: &registry,
+        };
+        let families = match build_families(&setup, &args) {
+            Ok(families) => families,
+            Err(err) => panic!("families: {err}"),
+        };
+        assert!(families.register_tools(&registry).is_ok());
         let _ = std::fs::remove_dir_all(&workspace);
-        built
+        registry.snapshot()
     }
 
     #[tokio::test]
     async fn every_tool_is_typed_and_its_schema_and_argument_struct_agree() {
-        let tools: Vec<tools::Tool> = every_family()
-            .into_iter()
-            .flat_map(|family| family.tools())
-            .collect();
+        let tools = every_tool();
         assert!(tools.len() > 30, "{} tools", tools.len());
         for tool in tools {
             assert!(
