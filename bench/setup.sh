@@ -40,3 +40,50 @@ if [[ ! -f $stamp || $(cat "$stamp") != "$wanted" ]]; then
 fi
 
 # The reference browser server is installed by scripts/setup.sh (the differential test needs it too).
+
+# bench/training.py: upstream's BFCL training env service (agentscope-runtime's training_box on Ray) in
+# bench-out/upstream-training, and a minimal venv for boxd's training worker (bfcl-eval without its
+# dependency tree, plus the worker's own list).
+requirements=bench/upstream-training-requirements.txt
+venv=bench-out/upstream-training
+stamp=$venv/.requirements.sha256
+wanted=$(sha256sum "$requirements" | cut -d' ' -f1)
+if [[ ! -x $venv/bin/python || ! -f $stamp || $(cat "$stamp") != "$wanted" ]]; then
+  mkdir -p bench-out
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check -r "$requirements"
+  "$venv/bin/pip" install -q --disable-pip-version-check --no-deps $(sed -n 's/^# no-deps: //p' "$requirements")
+  # The image's layout (its Dockerfile copies training_box/ to /agentscope_runtime/training_box and runs
+  # `python -m training_box.env_service` from /agentscope_runtime): training_box as a top-level package.
+  app=$venv/app
+  rm -rf "$app"
+  mkdir -p "$app"
+  package=$("$venv/bin/python" -c \
+    'import importlib.util; print(importlib.util.find_spec("agentscope_runtime").submodule_search_locations[0])')
+  cp -r "$package/sandbox/box/training_box" "$app/"
+  rm -rf "$app/training_box/__pycache__"
+  # The one-line stand-in. The published training_box/__init__.py is
+  # `from .training_box import APPWorldSandbox, BFCLSandbox` (the SDK-side sandbox classes), and that
+  # module does `from ...utils import build_image_uri`: with training_box top-level, as in the image,
+  # importing it fails ("attempted relative import beyond top-level package") in the server and in every
+  # Ray actor. The env service needs nothing from it, so the bench's copy gets an empty package marker.
+  echo '# bench stand-in for the SDK-side re-export, whose relative import cannot resolve here' \
+    > "$app/training_box/__init__.py"
+  echo "$wanted" > "$stamp"
+fi
+venv=bench-out/training-worker-venv
+stamp=$venv/.requirements.sha256
+worker_requirements=src/training/requirements.txt
+wanted=$({ echo "bfcl-eval==2025.8.25 --no-deps"; cat "$worker_requirements" 2>/dev/null || echo mpmath==1.3.0; } \
+  | sha256sum | cut -d' ' -f1)
+if [[ ! -x $venv/bin/python || ! -f $stamp || $(cat "$stamp") != "$wanted" ]]; then
+  mkdir -p bench-out
+  python3 -m venv "$venv"
+  if [[ -f $worker_requirements ]]; then
+    "$venv/bin/pip" install -q --disable-pip-version-check -r "$worker_requirements"
+  else
+    "$venv/bin/pip" install -q --disable-pip-version-check mpmath==1.3.0
+  fi
+  "$venv/bin/pip" install -q --disable-pip-version-check --no-deps bfcl-eval==2025.8.25
+  echo "$wanted" > "$stamp"
+fi

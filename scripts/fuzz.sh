@@ -147,6 +147,8 @@ for body in '{"command": "sleep 600"}' '{"command": "cat", "pty": true}'; do
   process_ids+=("$("$root/.venv/bin/python" -c 'import json, sys; print(json.load(sys.stdin)["id"])' <<<"$answer")")
 done
 
+# The training family's routes (tag `training`) are left out: that family is off here (it needs an
+# environment library); tests/python/test_training.py drives them with the real client.
 started=$(date +%s)
 status=0
 FUZZ_BASE_URL=$base FUZZ_TOKEN=$token FUZZ_PROCESS_IDS=$(IFS=,; echo "${process_ids[*]}") \
@@ -162,6 +164,7 @@ timeout --kill-after=10 "$time_limit" "$schemathesis" --config-file "$root/tests
   --request-timeout 30 \
   --generation-database none \
   --exclude-path-regex '^/(watch|processes/\{id\}/(events|ws)|tools/\{tool_name\}/stream|mcp)$' \
+  --exclude-tag training \
   --report har --report-dir "$root/target/fuzz-report" \
   --no-color || status=$?
 elapsed=$(($(date +%s) - started))

@@ -51,6 +51,17 @@ if [[ ! -x .venv/bin/python || ! -f $stamp || $(cat "$stamp") != "$wanted" ]]; t
   echo "$wanted" > "$stamp"
 fi
 
+# The training family's worker (tests/python/test_training*.py): bfcl-eval without its declared
+# dependencies (torch and CUDA, 6 GB, that the multi-turn simulator never imports) plus what it imports.
+stamp=.venv/.training-requirements.sha256
+wanted=$(cat src/training/requirements.txt | sha256sum | cut -d' ' -f1)
+if [[ ! -f $stamp || $(cat "$stamp") != "$wanted" ]]; then
+  echo "setup: installing the training worker's libraries (bfcl-eval) into .venv"
+  .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps bfcl-eval==2025.8.25 \
+    -r src/training/requirements.txt
+  echo "$wanted" > "$stamp"
+fi
+
 # The reference filesystem MCP server (npm, pinned by its lock file) for the differential test.
 reference=tests/reference-fs
 stamp=$reference/node_modules/.lock.sha256

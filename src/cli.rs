@@ -69,8 +69,8 @@ pub struct ServeArgs {
     pub pool_secret_file: Option<PathBuf>,
 
     /// Families to enable (comma-separated): their tools and their routes. An image offers only what
-    /// it needs. Default: every family that needs no display, browser or device (all but `computer`,
-    /// `adb` and `browser`).
+    /// it needs. Default: every family that needs no display, browser, device or environment library
+    /// (all but `computer`, `adb`, `browser` and `training`).
     #[arg(
         long,
         env = "BOXD_TOOLS",
@@ -122,4 +122,7 @@ pub struct ServeArgs {
 
     #[command(flatten)]
     pub browser: crate::browser::BrowserArgs,
+
+    #[command(flatten)]
+    pub training: crate::training::TrainingArgs,
 }

@@ -18,6 +18,7 @@ mod mcp_server;
 mod processes;
 mod shell;
 mod tools;
+mod training;
 mod watch;
 mod workspace;
 
@@ -81,6 +82,7 @@ const FAMILIES: &[FamilyEntry] = &[
     family!(computer, on_by_default: false, flags),
     family!(adb, on_by_default: false, flags),
     family!(browser, on_by_default: false, flags),
+    family!(training, on_by_default: false, flags),
 ];
 
 fn family_names() -> impl Iterator<Item = &'static str> {

@@ -98,8 +98,13 @@ const WITH_ADB: &[&str] = &[
     "127.0.0.1:9",
 ];
 
-/// Every (path, method) of the served `/openapi.json`.
+/// Every (path, method) of the served `/openapi.json` but the training family's (tagged `training`:
+/// served without a token, and only with that family; see `the_training_routes_need_no_token`).
 async fn documented_operations(server: &Server) -> Vec<(String, reqwest::Method)> {
+    operations_tagged(server, false).await
+}
+
+async fn operations_tagged(server: &Server, training: bool) -> Vec<(String, reqwest::Method)> {
     let document = server.get("/openapi.json").fetch_json().await;
     let paths = document["paths"].as_object().unwrap();
     assert!(paths.len() >= 30);
@@ -109,10 +114,93 @@ async fn documented_operations(server: &Server) -> Vec<(String, reqwest::Method)
             operations
                 .as_object()
                 .unwrap()
-                .keys()
-                .map(|method| (path.clone(), method.to_uppercase().parse().unwrap()))
+                .iter()
+                .filter(move |(_, operation)| {
+                    let tagged = operation["tags"]
+                        .as_array()
+                        .is_some_and(|tags| tags.iter().any(|tag| tag == "training"));
+                    tagged == training
+                })
+                .map(|(method, _)| (path.clone(), method.to_uppercase().parse().unwrap()))
         })
         .collect()
+}
+
+/// The training client sends no token: with the family on, its routes and `/healthz` answer without
+/// one (a broken interpreter makes create a 503 that says why); without it they do not exist and
+/// `/healthz` wants the token.
+#[tokio::test]
+async fn the_training_routes_need_no_token() {
+    let server = Server::start_with(&[
+        "--tools",
+        "shell,training",
+        "--training-python",
+        "/nonexistent/python3",
+    ]);
+    let operations = operations_tagged(&server, true).await;
+    assert_eq!(operations.len(), 6, "{operations:?}");
+    for (path, method) in operations {
+        for prefix in ["", "/fastapi"] {
+            let response = server
+                .anonymous()
+                .request(method.clone(), server.url(&format!("{prefix}{path}")))
+                .json(&serde_json::json!({}))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(response.status(), 400, "{method} {prefix}{path}");
+            let detail = response.json::<serde_json::Value>().await.unwrap()["detail"].clone();
+            assert!(
+                detail.as_str().unwrap().ends_with("is required"),
+                "{path}: {detail}"
+            );
+        }
+    }
+    let health = server
+        .anonymous()
+        .get(server.url("/healthz"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(health.status(), 200);
+    let create = server
+        .anonymous()
+        .post(server.url("/create"))
+        .json(&serde_json::json!({"env_type": "bfcl", "task_id": "multi_turn_base_0"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(create.status(), 503);
+    let detail = create.json::<serde_json::Value>().await.unwrap()["detail"].clone();
+    assert!(
+        detail.as_str().unwrap().contains("/nonexistent/python3"),
+        "{detail}"
+    );
+    let other = server
+        .anonymous()
+        .post(server.url("/create"))
+        .json(&serde_json::json!({"env_type": "webshop", "task_id": "1"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(other.status(), 400);
+
+    let without = Server::start_with(&["--tools", "shell"]);
+    let health = without
+        .anonymous()
+        .get(without.url("/healthz"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(health.status(), 403);
+    let create = without
+        .anonymous()
+        .post(without.url("/create"))
+        .json(&serde_json::json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(create.status(), 404);
 }
 
 #[tokio::test]

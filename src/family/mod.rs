@@ -46,6 +46,12 @@ pub trait Family: Send + Sync + 'static {
         Router::new()
     }
 
+    /// Whether this family's clients probe `GET /healthz` without a token (agentscope-runtime's training
+    /// client does); then `/healthz` answers without one, for everyone. It tells only that boxd is up.
+    fn health_without_token(&self) -> bool {
+        false
+    }
+
     /// What every child of boxd (commands, cells, processes, servers) gets in its environment from this
     /// family, such as the display its desktop runs on.
     fn child_environment(&self) -> Vec<(String, String)> {
@@ -100,6 +106,13 @@ impl Families {
             }
         }
         Ok(())
+    }
+
+    /// Whether an enabled family needs `/healthz` open (see [`Family::health_without_token`]).
+    pub fn health_without_token(&self) -> bool {
+        self.running
+            .iter()
+            .any(|running| running.family.health_without_token())
     }
 
     /// What the enabled families add to every child's environment, in family order (a later family's

@@ -42,8 +42,13 @@ pub fn router(core: Core) -> Router {
         .with_state(Arc::clone(&core.tools));
     let readiness = Arc::clone(&core.families);
     let family_pages = core.families.public_routes();
-    let api: Router = Router::new()
-        .route("/healthz", get(healthz))
+    let health = Router::new().route("/healthz", get(healthz));
+    let (open_health, bearer_health) = if core.families.health_without_token() {
+        (health, Router::new())
+    } else {
+        (Router::new(), health)
+    };
+    let api: Router = bearer_health
         .route("/openapi.json", get(openapi))
         .route(
             "/readyz",
@@ -71,6 +76,7 @@ pub fn router(core: Core) -> Router {
                 .with_state(core.auth)
                 .layer(DefaultBodyLimit::max(init::MAX_INIT_BODY)),
         )
+        .merge(open_health)
         .merge(family_pages);
     public
         .clone()

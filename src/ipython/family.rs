@@ -49,7 +49,7 @@ pub struct IpythonArgs {
 
 pub fn family(setup: &Setup, args: &IpythonArgs) -> Result<Arc<dyn Family>, String> {
     let config = super::KernelConfig {
-        python: interpreter_path(&args.python),
+        python: crate::core::child::interpreter_path(&args.python),
         workspace: setup.workspace.real_root().to_path_buf(),
         default_timeout: crate::core::deadline::positive_seconds(
             "--cell-timeout",
@@ -65,19 +65,6 @@ pub fn family(setup: &Setup, args: &IpythonArgs) -> Result<Arc<dyn Family>, Stri
         tool: super::tool(bridge.clone()),
         bridge,
     }))
-}
-
-/// A relative interpreter path (`.venv/bin/python`) means relative to where boxd was started, not to the
-/// workspace the kernel runs in; a bare name (`python3`) is looked up on PATH as usual.
-fn interpreter_path(python: &str) -> String {
-    let path = std::path::Path::new(python);
-    if path.is_relative()
-        && path.components().count() > 1
-        && let Ok(cwd) = std::env::current_dir()
-    {
-        return cwd.join(path).to_string_lossy().into_owned();
-    }
-    python.to_owned()
 }
 
 /// The bounds the `ipython` family keeps, for `boxd limits`.

@@ -15,13 +15,13 @@ TOKEN = "python-client-token"
 
 
 class Boxd:
-    def __init__(self, workspace: pathlib.Path, *extra: str):
+    def __init__(self, workspace: pathlib.Path, *extra: str, env: dict | None = None):
         binary = os.environ.get("BOXD_BIN", str(ROOT / "target" / "debug" / "boxd"))
         self.workspace = workspace
         self.proc = subprocess.Popen(
             [binary, "serve", "--host", "127.0.0.1", "--port", "0",
              "--workspace", str(workspace), "--python", sys.executable, *extra],
-            env={**os.environ, "SECRET_TOKEN": TOKEN},
+            env={**os.environ, "SECRET_TOKEN": TOKEN, **(env or {})},
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
             text=True,
         )

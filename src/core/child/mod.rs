@@ -16,7 +16,7 @@ pub use group::OwnedGroup;
 pub use leftovers::{instance_key, mark_children, stop_leftovers};
 pub use piped::spawn_piped;
 pub use spawn::{
-    Backoff, CHILD_OOM_SCORE_ADJ, ChildGroup, Grouping, command, set_family_environment,
-    spawn_failure,
+    Backoff, CHILD_OOM_SCORE_ADJ, ChildGroup, Grouping, command, interpreter_path,
+    set_family_environment, spawn_failure,
 };
 pub use stderr::{STDERR_LINE_MAX, STDERR_TAIL_LINES, StderrTail};

@@ -125,6 +125,19 @@ fn raise_oom_score(value: &[u8]) {
     }
 }
 
+/// A relative interpreter path (`.venv/bin/python`) means relative to where boxd was started, not to the
+/// workspace the kernel runs in; a bare name (`python3`) is looked up on PATH as usual.
+pub fn interpreter_path(python: &str) -> String {
+    let path = std::path::Path::new(python);
+    if path.is_relative()
+        && path.components().count() > 1
+        && let Ok(cwd) = std::env::current_dir()
+    {
+        return cwd.join(path).to_string_lossy().into_owned();
+    }
+    python.to_owned()
+}
+
 /// The process group (or terminal session) of a child boxd started, killed when this is dropped:
 /// a child that wraps itself (`sh -c`, `npx`) leaves its real work in processes that its leader's death
 /// does not take down.
@@ -147,6 +160,12 @@ impl ChildGroup {
     /// Sends `signal` to every member; false once nothing of the group is left.
     pub fn signal(&self, signal: i32) -> bool {
         self.group.signal(signal)
+    }
+
+    /// The group itself, to signal it from where the owner is out of reach (a request holds the owner
+    /// while another must stop it); dropping it does not kill.
+    pub fn shared(&self) -> Arc<OwnedGroup> {
+        Arc::clone(&self.group)
     }
 
     /// Tells the group its leader was reaped (only needed where pidfds are missing).

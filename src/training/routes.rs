@@ -1,0 +1,152 @@
+//! The env-service routes of agentscope-runtime's `TrainingSandboxClient`, at the root and without a
+//! token (the client sends none). Every POST takes `{env_type, task_id, instance_id, messages, params}`
+//! (other fields ignored) and answers `{"success": true, "data": ...}`; errors are `{"detail": ...}`.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::routing::post;
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+
+use super::instances::{Environment, INSTANCE_ID_MAX};
+use crate::api::extract::ApiJson;
+use crate::core::error::ApiError;
+
+pub fn routes(environment: Arc<Environment>) -> Router {
+    Router::new()
+        .route("/get_env_profile", post(profile))
+        .route("/create", post(create))
+        .route("/step", post(step))
+        .route("/evaluate", post(evaluate))
+        .route("/get_info", post(get_info))
+        .route("/release", post(release))
+        .with_state(environment)
+}
+
+/// The one body of every route. `messages` and `params` must be objects when given (`null` is refused,
+/// as upstream's FastAPI model does).
+#[derive(Debug, Deserialize)]
+struct EnvRequest {
+    #[serde(default)]
+    env_type: Option<String>,
+    #[serde(default)]
+    task_id: Option<String>,
+    #[serde(default)]
+    instance_id: Option<String>,
+    #[serde(default)]
+    messages: Map<String, Value>,
+    #[serde(default)]
+    params: Map<String, Value>,
+}
+
+type Answer = Result<Json<Value>, ApiError>;
+
+fn success(data: Value) -> Answer {
+    Ok(Json(json!({"success": true, "data": data})))
+}
+
+/// The request's `env_type`, which must be the one this sandbox serves.
+fn served_env_type(environment: &Environment, request: &EnvRequest) -> Result<(), ApiError> {
+    match request.env_type.as_deref() {
+        None | Some("") => Err(ApiError::BadRequest("env_type is required".into())),
+        Some(asked) if asked == environment.name() => Ok(()),
+        Some(asked) => Err(ApiError::BadRequest(format!(
+            "unknown env_type {asked:?}: this sandbox serves {:?}",
+            environment.name()
+        ))),
+    }
+}
+
+fn required_instance_id(request: &EnvRequest) -> Result<&str, ApiError> {
+    match request.instance_id.as_deref() {
+        None | Some("") => Err(ApiError::BadRequest("instance_id is required".into())),
+        Some(id) => Ok(id),
+    }
+}
+
+async fn profile(
+    State(environment): State<Arc<Environment>>,
+    ApiJson(request): ApiJson<EnvRequest>,
+) -> Answer {
+    served_env_type(&environment, &request)?;
+    let mut fields = Map::new();
+    fields.insert("params".into(), Value::Object(request.params));
+    success(environment.ask_spare("profile", fields).await?)
+}
+
+async fn create(
+    State(environment): State<Arc<Environment>>,
+    ApiJson(request): ApiJson<EnvRequest>,
+) -> Answer {
+    let task_id = match request.task_id.as_deref() {
+        None | Some("") => return Err(ApiError::BadRequest("task_id is required".into())),
+        Some(task_id) => task_id.to_owned(),
+    };
+    served_env_type(&environment, &request)?;
+    let instance_id = match request.instance_id.as_deref() {
+        None | Some("") => generated_instance_id()?,
+        Some(id) if id.len() > INSTANCE_ID_MAX || id.chars().any(char::is_control) => {
+            return Err(ApiError::BadRequest(format!(
+                "instance_id must be at most {INSTANCE_ID_MAX} bytes without control characters"
+            )));
+        }
+        Some(id) => id.to_owned(),
+    };
+    success(
+        environment
+            .create(&task_id, &instance_id, request.params)
+            .await?,
+    )
+}
+
+/// `exp_{unix seconds}_{8 hex digits}`, upstream's form.
+fn generated_instance_id() -> Result<String, ApiError> {
+    let mut random = [0u8; 4];
+    getrandom::fill(&mut random)
+        .map_err(|err| ApiError::Internal(format!("no randomness for an instance id: {err}")))?;
+    let seconds = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|elapsed| elapsed.as_secs())
+        .unwrap_or(0);
+    Ok(format!("exp_{seconds}_{}", hex::encode(random)))
+}
+
+async fn ask_instance(environment: &Environment, op: &str, request: EnvRequest) -> Answer {
+    let instance_id = required_instance_id(&request)?.to_owned();
+    let mut fields = Map::new();
+    fields.insert("messages".into(), Value::Object(request.messages));
+    fields.insert("params".into(), Value::Object(request.params));
+    success(environment.ask(&instance_id, op, fields).await?)
+}
+
+async fn step(
+    State(environment): State<Arc<Environment>>,
+    ApiJson(request): ApiJson<EnvRequest>,
+) -> Answer {
+    ask_instance(&environment, "step", request).await
+}
+
+async fn evaluate(
+    State(environment): State<Arc<Environment>>,
+    ApiJson(request): ApiJson<EnvRequest>,
+) -> Answer {
+    ask_instance(&environment, "evaluate", request).await
+}
+
+async fn get_info(
+    State(environment): State<Arc<Environment>>,
+    ApiJson(request): ApiJson<EnvRequest>,
+) -> Answer {
+    ask_instance(&environment, "get_info", request).await
+}
+
+/// Always 200: `success` says whether there was such an instance (upstream's contract).
+async fn release(
+    State(environment): State<Arc<Environment>>,
+    ApiJson(request): ApiJson<EnvRequest>,
+) -> Answer {
+    let released = environment.release(required_instance_id(&request)?).await;
+    Ok(Json(json!({"success": released, "data": null})))
+}

@@ -1,0 +1,244 @@
+"""The training family through the real agentscope-runtime TrainingSandboxClient against boxd
+(`--tools training --training-env bfcl`), on BFCL data prepared by src/training/prepare_bfcl.py."""
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import requests
+from agentscope_runtime.sandbox.client.training_client import TrainingSandboxClient
+
+from conftest import Boxd
+from test_training_worker import PREPARE, block, bfcl_env, named_call, replay, say
+
+
+@pytest.fixture(scope="module")
+def bfcl_data(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bfcl")
+    done = subprocess.run(
+        [sys.executable, str(PREPARE), "--out", str(out), "--subset", "multi_turn"],
+        capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    with open(out / "multi_turn_processed.jsonl") as f:
+        tasks = {task["id"]: task for task in map(json.loads, f)}
+    return out, tasks
+
+
+def start_boxd(tmp_path_factory, bfcl_data):
+    workspace = tmp_path_factory.mktemp("workspace")
+    return Boxd(workspace, "--tools", "training", "--training-env", "bfcl",
+                "--training-python", sys.executable, env=bfcl_env(bfcl_data[0]))
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, bfcl_data):
+    boxd = start_boxd(tmp_path_factory, bfcl_data)
+    yield boxd
+    boxd.stop()
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    with TrainingSandboxClient(base_url=f"http://127.0.0.1:{server.port}") as client:
+        yield client
+
+
+class Episode:
+    """One instance, with the worker tests' `data(op, ...)` shape so their replay drives it."""
+
+    def __init__(self, client, instance_id):
+        self.client, self.instance_id = client, instance_id
+
+    def data(self, op, messages=None, params=None):
+        if op == "step":
+            return self.client.step(self.instance_id, action=messages, params=params)
+        if op == "evaluate":
+            return self.client.evaluate(self.instance_id, messages=messages, params=params)
+        if op == "get_info":
+            return self.client.get_tools_info(self.instance_id, messages=messages, params=params)
+        raise AssertionError(op)
+
+
+def create(client, task_id, instance_id=None):
+    data = client.create_instance("bfcl", task_id, instance_id=instance_id)
+    return Episode(client, data["info"]["instance_id"]), data
+
+
+def error_of(call):
+    with pytest.raises(ValueError) as raised:
+        call()
+    return str(raised.value)
+
+
+def test_health_and_profile(server, client):
+    health = requests.get(f"http://127.0.0.1:{server.port}/healthz", timeout=10)
+    assert health.status_code == 200 and health.text == "OK"
+    train = client.get_env_profile("bfcl", split="train")
+    val = client.get_env_profile("bfcl", split="val")
+    assert len(train) == 400 and len(val) == 400 and not set(train) & set(val)
+    assert train[0] == "multi_turn_base_0" and val[0] == "multi_turn_miss_func_0"
+    assert error_of(lambda: client.get_env_profile("bfcl", split="test")) == \
+        "HTTP Error 400: unknown split 'test': train or val"
+
+
+@pytest.mark.parametrize("task_id", ["multi_turn_base_0", "multi_turn_miss_func_0"])
+def test_ground_truth_replay(client, bfcl_data, task_id):
+    episode, created = create(client, task_id)
+    assert re.fullmatch(r"exp_\d+_[0-9a-f]{8}", episode.instance_id)
+    assert created["info"]["task_id"] == task_id and created["info"]["test_id"] == task_id
+    system, user = created["state"]
+    assert system["role"] == "system" and "<tools>" in system["content"]
+    assert "- cd" in client.get_tools_info(episode.instance_id).splitlines()
+    last = replay(episode, bfcl_data[1][task_id])
+    assert last["is_terminated"] is True and last["reward"] == 1.0
+    assert client.evaluate(episode.instance_id, params={"sparse": True}) == 1.0
+    assert client.evaluate(episode.instance_id, params={"sparse": False})["accuracy"] == 1.0
+    assert client.release_instance(episode.instance_id) is True
+    assert client.release_instance(episode.instance_id) is False
+
+
+def test_errors(server, client):
+    url = f"http://127.0.0.1:{server.port}"
+    assert error_of(lambda: client.create_instance("bfcl", None)) == \
+        "HTTP Error 400: task_id is required"
+    assert error_of(lambda: client.create_instance("", "multi_turn_base_0")) == \
+        "HTTP Error 400: env_type is required"
+    message = error_of(lambda: client.create_instance("appworld", "multi_turn_base_0"))
+    assert re.match(r"HTTP Error 4\d\d: ", message) and "\n" not in message
+    assert error_of(lambda: client.create_instance("bfcl", "nope")) == \
+        "HTTP Error 400: unknown task 'nope' for bfcl: see get_env_profile"
+    assert error_of(lambda: client.step(None, action=say("x"))) == \
+        "HTTP Error 400: instance_id is required"
+    for call in (lambda: client.step("ghost", action=say("x")),
+                 lambda: client.evaluate("ghost", params={"sparse": True}),
+                 lambda: client.get_tools_info("ghost")):
+        assert error_of(call) == "HTTP Error 400: Instance ghost not found!"
+    assert client.release_instance("ghost") is False
+    answer = requests.post(f"{url}/release", json={"env_type": "bfcl"}, timeout=10)
+    assert answer.status_code == 400 and answer.json()["detail"] == "instance_id is required"
+    # A step the worker refuses leaves the instance alive.
+    episode, _ = create(client, "multi_turn_base_0", "refused")
+    assert error_of(lambda: client.step("refused", action={"content": 5})) == \
+        "HTTP Error 400: messages.content must be a string"
+    assert episode.data("step", messages=say("next"))["is_terminated"] is False
+    client.release_instance("refused")
+
+
+def test_reused_instance_id_replaces(client):
+    create(client, "multi_turn_base_0", "reused")
+    client.step("reused", action=say(block("cd", {"folder": "document"})))
+    _, created = create(client, "multi_turn_base_1", "reused")
+    assert created["info"] == {**created["info"], "instance_id": "reused",
+                               "task_id": "multi_turn_base_1"}
+    dense = client.evaluate("reused", params={})
+    assert dense["test_id"] == "multi_turn_base_1" and dense["turn_count"] == 0
+    assert client.release_instance("reused") is True
+
+
+def ls(client, instance_id):
+    content = client.step(instance_id, action=say(block("ls", {})))["state"][0]["content"]
+    return json.loads(content.split("\n")[1])["content"]
+
+
+def test_instances_are_isolated(client):
+    create(client, "multi_turn_base_0", "iso-a")
+    create(client, "multi_turn_base_0", "iso-b")
+    for name in ("iso-a", "iso-b"):
+        client.step(name, action=say(block("cd", {"folder": "document"})))
+    client.step("iso-a", action=say(block("mkdir", {"dir_name": "only_in_a"})))
+    assert "only_in_a" in ls(client, "iso-a")["current_directory_content"]
+    assert "only_in_a" not in ls(client, "iso-b")["current_directory_content"]
+    for name in ("iso-a", "iso-b"):
+        assert client.release_instance(name) is True
+
+
+def worker_pids(boxd_pid):
+    """The environment workers boxd started (its children running `-c <worker> --env bfcl`)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                parent = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                args = f.read().split(b"\0")
+        except (OSError, IndexError, ValueError):
+            continue
+        if parent == boxd_pid and b"-c" in args and args[-3:-1] == [b"--env", b"bfcl"]:
+            pids.append(int(entry))
+    return set(pids)
+
+
+def wait_for(condition, seconds=30):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError("timed out")
+
+
+def test_killed_worker(tmp_path_factory, bfcl_data):
+    """A worker killed mid-episode: the next call on its instance answers a clear error, the
+    instance is gone, and the others go on."""
+    boxd = start_boxd(tmp_path_factory, bfcl_data)
+    try:
+        with TrainingSandboxClient(base_url=f"http://127.0.0.1:{boxd.port}") as client:
+            spare = wait_for(lambda: worker_pids(boxd.proc.pid))
+            assert len(spare) == 1
+            create(client, "multi_turn_base_0", "doomed")
+            victim = spare.pop()  # the spare became the instance's worker
+            create(client, "multi_turn_base_0", "survivor")
+            client.step("doomed", action=say(block("cd", {"folder": "document"})))
+            os.kill(victim, signal.SIGKILL)
+            message = error_of(lambda: client.step("doomed", action=say(block("ls", {}))))
+            assert re.match(r"HTTP Error 5\d\d: .*the environment worker exited", message), message
+            assert "\n" not in message
+            assert error_of(lambda: client.step("doomed", action=say("x"))) == \
+                "HTTP Error 400: Instance doomed not found!"
+            assert client.release_instance("doomed") is False
+            step = client.step("survivor", action=say(block("pwd", {})))
+            assert '"name": "pwd_1"' in step["state"][0]["content"]
+            assert client.evaluate("survivor", params={"sparse": True}) == 0.0
+    finally:
+        boxd.stop()
+
+
+def test_cap_idle_release_and_malformed_bodies(tmp_path_factory, bfcl_data):
+    """`--training-max-instances` answers 429 past it; an instance idle past
+    `--training-idle-release` is released (and its worker stopped); bodies that do not fit are 422."""
+    workspace = tmp_path_factory.mktemp("workspace")
+    boxd = Boxd(workspace, "--tools", "training", "--training-env", "bfcl",
+                "--training-python", sys.executable, "--training-max-instances", "1",
+                "--training-idle-release", "1", env=bfcl_env(bfcl_data[0]))
+    url = f"http://127.0.0.1:{boxd.port}"
+    try:
+        with TrainingSandboxClient(base_url=url) as client:
+            create(client, "multi_turn_base_0", "only")
+            message = error_of(lambda: client.create_instance("bfcl", "multi_turn_base_1"))
+            assert message.startswith("HTTP Error 429: 1 instances are live"), message
+            # Reusing the live id is not a second instance.
+            create(client, "multi_turn_base_1", "only")
+            # The instance's worker and the next spare; untouched, the instance goes (a request
+            # would count as use, so only the processes are watched).
+            wait_for(lambda: len(worker_pids(boxd.proc.pid)) == 2, seconds=15)
+            wait_for(lambda: len(worker_pids(boxd.proc.pid)) == 1, seconds=15)
+            assert error_of(lambda: client.get_tools_info("only")) == \
+                "HTTP Error 400: Instance only not found!"
+            create(client, "multi_turn_base_1", "again")
+            for body, wrong in (({"instance_id": "x", "messages": None}, "messages"),
+                                ({"instance_id": "x", "params": []}, "params")):
+                answer = requests.post(f"{url}/step", json=body, timeout=10)
+                assert answer.status_code == 422, answer.text
+                assert "invalid type" in answer.json()["detail"], (wrong, answer.text)
+            broken = requests.post(f"{url}/create", data=b"{", timeout=10)
+            assert broken.status_code == 422
+            assert requests.get(f"{url}/create", timeout=10).status_code == 405
+    finally:
+        boxd.stop()

@@ -1,0 +1,3 @@
+from typing import Literal
+
+TASK_STATUS_LITERAL = Literal["success", "failure"]
