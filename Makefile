@@ -8,9 +8,11 @@ STATIC_BIN := target/$(TARGET)/release/boxd
 # Read before container-setup may have installed podman: fall back to the name.
 ENGINE ?= $(or $(shell command -v podman || command -v docker),podman)
 IMAGE_BASE ?= boxd-base:latest
-# The five sandbox images: boxd-TYPE:latest, each also tagged with the name the SDK's manager runs
+# The sandbox images: boxd-TYPE:latest, each also tagged with the name the SDK's manager runs
 # (docker.io/agentscope/runtime-sandbox-TYPE:latest; fully qualified, or podman would file it under localhost/).
-IMAGE_TYPES := base gui browser filesystem mobile
+IMAGE_TYPES := base gui browser filesystem mobile bfcl appworld
+# AppWorld's task data for image-appworld: a path under images/ (see images/README.md); empty: none.
+APPWORLD_DATA ?=
 SDK_IMAGE_PREFIX ?= docker.io/agentscope/runtime-sandbox-
 # The images ship the static binary at $(STATIC_BIN). `make images` builds it first (`make static`);
 # SKIP_STATIC=1 uses the one already there (e.g. copied from another checkout) without touching cargo.
@@ -18,7 +20,7 @@ STATIC_DEP := $(if $(filter 1,$(SKIP_STATIC)),,static)
 
 .PHONY: run build kernel-venv test setup lint unit python-tests smoke-release fuzz static bench image-base \
 	image-test clean load faults kube-manifests images image-gui image-browser image-filesystem \
-	image-mobile image-base-node containers
+	image-mobile image-base-node containers image-bfcl image-appworld
 
 run: build
 	@PORT='$(PORT)' PYTHON='$(PYTHON)' ./scripts/run.sh
@@ -96,12 +98,17 @@ image-filesystem: containers image-gui
 	$(call build_image,filesystem,--build-arg GUI=boxd-gui:latest)
 image-mobile: containers image-base
 	$(call build_image,mobile,--build-arg BASE=$(IMAGE_BASE))
+# The training images (TrainingSandbox): BFCL, and AppWorld with its task data only from APPWORLD_DATA.
+image-bfcl: containers image-base
+	$(call build_image,bfcl,--build-arg BASE=$(IMAGE_BASE))
+image-appworld: containers image-base
+	$(call build_image,appworld,--build-arg BASE=$(IMAGE_BASE) --build-arg APPWORLD_DATA=$(APPWORLD_DATA))
 # The base image plus Node (npm, npx) for users' own Node MCP servers; not one of the SDK's types.
 image-base-node: containers image-base
 	$(call build_image,base-node,--build-arg BASE=$(IMAGE_BASE))
 
-# All five, then the layers no tag uses any more (each rebuild leaves the previous ones dangling).
-images: containers image-base image-gui image-browser image-filesystem image-mobile
+# All of them, then the layers no tag uses any more (each rebuild leaves the previous ones dangling).
+images: containers image-base image-gui image-browser image-filesystem image-mobile image-bfcl image-appworld
 	$(ENGINE) image prune -f >/dev/null
 	$(ENGINE) images --filter reference='boxd-*'
 
@@ -113,6 +120,7 @@ image-test: containers setup images
 	.venv/bin/python tests/image/test_base_image.py --engine $(ENGINE) --image $(IMAGE_BASE)
 	.venv/bin/python tests/image/test_images.py --engine $(ENGINE)
 	.venv/bin/python tests/image/test_sdk_manager.py
+	.venv/bin/python tests/image/test_training_images.py --engine $(ENGINE)
 	.venv/bin/python tests/image/test_launch.py --boxd $(STATIC_BIN) --image $(IMAGE_BASE) --every-type
 
 # boxd against the upstream Python server, side by side, one run; not part of `make test`.
@@ -124,6 +132,7 @@ bench: static setup
 	python3 bench/computer.py --boxd $(BENCH_BIN)
 	python3 bench/mobile.py --boxd $(BENCH_BIN)
 	python3 bench/browser.py --boxd $(BENCH_BIN)
+	python3 bench/training.py --boxd $(BENCH_BIN)
 
 # The issue #15 request mix with wrk (Debian package `wrk`) against a release boxd at 1, 64 and 512
 # connections; DURATION (30s) per level, LEVELS to choose them. Not part of `make test`.

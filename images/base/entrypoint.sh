@@ -26,6 +26,9 @@ if ((NGINX_TIMEOUT > 10)); then limit=$((NGINX_TIMEOUT - 5)); else limit=$((NGIN
 ((limit >= 1)) || limit=1
 export BOXD_COMMAND_TIMEOUT=${BOXD_COMMAND_TIMEOUT:-$limit}
 export BOXD_CELL_TIMEOUT=${BOXD_CELL_TIMEOUT:-$limit}
+# A training call (create, step, ...) too: past it boxd stops the instance and says so, rather than nginx
+# answering 504 while the instance goes on in an unknown state.
+export BOXD_TRAINING_CALL_TIMEOUT=${BOXD_TRAINING_CALL_TIMEOUT:-$limit}
 # Idle streams (SSE, NDJSON, terminal WebSockets) send keep-alives well inside nginx's read timeout.
 keep_alive=$((NGINX_TIMEOUT / 2 < 15 ? NGINX_TIMEOUT / 2 : 15))
 ((keep_alive >= 1)) || keep_alive=1
@@ -35,6 +38,10 @@ if [[ -z ${BOXD_MCP_CONFIG:-} && -f /etc/boxd/mcp_server_configs.json ]]; then
   export BOXD_MCP_CONFIG=/etc/boxd/mcp_server_configs.json
 fi
 sed "s/@NGINX_TIMEOUT@/${NGINX_TIMEOUT}/g" /etc/boxd/nginx.conf.template > /etc/nginx/nginx.conf
+# An image's own nginx locations that need the timeout too: nginx.d/NAME.conf.template -> NAME.conf.
+for template in /etc/boxd/nginx.d/*.conf.template; do
+  [[ -f $template ]] && sed "s/@NGINX_TIMEOUT@/${NGINX_TIMEOUT}/g" "$template" > "${template%.template}"
+done
 mkdir -p /run/boxd
 # Image-specific preparation (the desktop images write the VNC password file here), sourced so that
 # nothing secret ever reaches a command line.

@@ -43,6 +43,22 @@ impl Family for Training {
                 "loading the {} environment",
                 self.environment.name()
             ));
+            let directory = self.environment.directory().to_path_buf();
+            let made = tokio::task::spawn_blocking(move || {
+                use std::os::unix::fs::DirBuilderExt;
+                std::fs::DirBuilder::new()
+                    .mode(0o700)
+                    .create(&directory)
+                    .map_err(|err| format!("cannot create {}: {err}", directory.display()))
+            })
+            .await;
+            match made {
+                Ok(Ok(())) => {}
+                Ok(Err(reason)) => return health.failed(reason),
+                Err(err) => {
+                    return health.failed(format!("cannot create the workers' directory: {err}"));
+                }
+            }
             let sweeper = Arc::clone(&self.environment);
             tokio::spawn(async move {
                 let period = (sweeper.limits().idle_release / 4)
@@ -51,7 +67,7 @@ impl Family for Training {
                 ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
                 loop {
                     ticks.tick().await;
-                    sweeper.release_idle().await;
+                    sweeper.release_idle();
                 }
             });
             self.environment.start(health).await;
@@ -59,7 +75,11 @@ impl Family for Training {
     }
 
     fn stop(&self) -> BoxFuture<'_, ()> {
-        Box::pin(self.environment.stop())
+        Box::pin(async move {
+            self.environment.stop().await;
+            let directory = self.environment.directory().to_path_buf();
+            let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(directory)).await;
+        })
     }
 }
 
@@ -82,6 +102,9 @@ pub struct TrainingArgs {
     /// Seconds one create, step, evaluate or get_info may take before its worker is stopped.
     #[arg(long, env = "BOXD_TRAINING_CALL_TIMEOUT", default_value_t = 600.0)]
     pub training_call_timeout: f64,
+    /// MiB of address space one instance's worker may map (its `RLIMIT_AS`).
+    #[arg(long, env = "BOXD_TRAINING_MEMORY_MAX", default_value_t = 4096)]
+    pub training_memory_max: u64,
 }
 
 pub fn family(_setup: &Setup, args: &TrainingArgs) -> Result<Arc<dyn Family>, String> {
@@ -89,8 +112,9 @@ pub fn family(_setup: &Setup, args: &TrainingArgs) -> Result<Arc<dyn Family>, St
     let launch = Launch {
         python: crate::core::child::interpreter_path(&args.training_python),
         environment: args.training_env.clone(),
-        directory: std::env::temp_dir(),
+        directory: scratch_directory()?,
         start_timeout: WORKER_START_TIMEOUT,
+        memory_max: args.training_memory_max.max(64).saturating_mul(1024 * 1024),
     };
     let limits = InstanceLimits {
         max_live: args.training_max_instances.max(1),
@@ -100,6 +124,19 @@ pub fn family(_setup: &Setup, args: &TrainingArgs) -> Result<Arc<dyn Family>, St
     Ok(Arc::new(Training {
         environment: Arc::new(Environment::new(launch, limits)),
     }))
+}
+
+/// The workers' working directory: this boxd's own, private (0700, made by `start`), under the
+/// temporary directory (bfcl-eval writes beside its cwd; a shared, predictable `/tmp` path would be
+/// anyone's to plant).
+fn scratch_directory() -> Result<std::path::PathBuf, String> {
+    let mut random = [0u8; 6];
+    getrandom::fill(&mut random).map_err(|err| format!("no randomness: {err}"))?;
+    Ok(std::env::temp_dir().join(format!(
+        "boxd-training-{}-{}",
+        std::process::id(),
+        hex::encode(random)
+    )))
 }
 
 /// The bounds the `training` family keeps, for `boxd limits`.
@@ -131,6 +168,18 @@ pub fn limits(args: &TrainingArgs) -> Vec<Limit> {
             "loading an environment (a worker's start)",
             seconds(WORKER_START_TIMEOUT),
             "503 naming the cause; `/readyz` says it",
+        ),
+        Limit::new(
+            "training",
+            "address space of one instance's worker",
+            format!("{} MiB (`--training-memory-max`)", args.training_memory_max),
+            "allocations fail in that worker: an error answer (500), or the instance is gone (502)",
+        ),
+        Limit::new(
+            "training",
+            "one step: content, tool calls, results (BFCL)",
+            "256 Ki characters; 128 calls; 8 Mi characters of results",
+            "400; calls past the results bound are not run and say so",
         ),
         Limit::new(
             "training",

@@ -1,9 +1,11 @@
 //! The live instances of one environment and the warm spare worker that the next `create` takes.
 //!
-//! An instance is a worker that took a task: requests to it run one at a time (its mutex), it is
-//! released by `release`, by a later `create` reusing its id, by idleness, or by its own death; in every
-//! case its process group is killed. Nothing about a failed `create` stays behind: its worker is killed
-//! and no id is registered.
+//! An instance is a worker that took a task: one request at a time reaches it (a second one meanwhile
+//! is refused with 409), and a request's exchange with its worker runs to its end even when the caller
+//! goes away (an abandoned answer left in the pipe would answer the next request). It is released by
+//! `release`, by a later `create` reusing its id, by idleness, or by its own death; in every case its
+//! process group is killed. Nothing about a failed `create` stays behind: its worker is killed (or, when
+//! it only refused the task, goes back to being the spare) and no id is registered.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -14,7 +16,7 @@ use tokio::sync::Mutex as AsyncMutex;
 use tokio::task::JoinHandle;
 
 use super::worker::{Launch, Worker, WorkerError};
-use crate::core::child::OwnedGroup;
+use crate::core::child::{Backoff, OwnedGroup};
 use crate::core::error::ApiError;
 use crate::core::health::Health;
 
@@ -28,12 +30,16 @@ pub struct InstanceLimits {
     pub call_timeout: Duration,
 }
 
-/// The longest instance id accepted.
-pub const INSTANCE_ID_MAX: usize = 256;
+/// The longest instance id and task id accepted.
+pub const ID_MAX: usize = 256;
+/// How long a failed worker start answers for itself: requests meanwhile get its error at once
+/// instead of starting a Python process each.
+const START_FAILURE_HOLD: Duration = Duration::from_secs(10);
 
 struct Instance {
     task_id: String,
-    worker: AsyncMutex<Option<Worker>>,
+    /// `None` once the worker is gone (released, dead, timed out).
+    worker: Arc<AsyncMutex<Option<Worker>>>,
     /// Kills the worker while a request holds it.
     group: Arc<OwnedGroup>,
     last_used: Mutex<Instant>,
@@ -60,19 +66,36 @@ struct Live {
     pending: usize,
 }
 
+type Starting = JoinHandle<Result<Worker, WorkerError>>;
+
 pub struct Environment {
     launch: Launch,
     limits: InstanceLimits,
     live: Mutex<Live>,
     /// The next worker, started ahead so that `create` does not wait for Python's imports.
-    spare: AsyncMutex<Option<JoinHandle<Result<Worker, WorkerError>>>>,
+    spare: AsyncMutex<Option<Starting>>,
+    /// The last failed start and when it happened (see [`START_FAILURE_HOLD`]).
+    start_failure: Mutex<Option<(Instant, String)>>,
     health: Mutex<Option<Health>>,
     started: std::sync::atomic::AtomicU64,
 }
 
-/// A removed admission slot on every exit path of `create`.
+/// A create's place under the cap, from its admission to its registration (or its failure).
 struct Admission<'a> {
     environment: &'a Environment,
+}
+
+impl Admission<'_> {
+    /// Registers `instance` under `id` and frees the place in one step, so that no other create sees
+    /// it counted twice; returns the instance it replaced.
+    fn register(self, id: &str, instance: Arc<Instance>) -> Option<Arc<Instance>> {
+        let mut live = lock(&self.environment.live);
+        live.pending = live.pending.saturating_sub(1);
+        let replaced = live.instances.insert(id.to_owned(), instance);
+        drop(live);
+        std::mem::forget(self);
+        replaced
+    }
 }
 
 impl Drop for Admission<'_> {
@@ -89,6 +112,7 @@ impl Environment {
             limits,
             live: Mutex::new(Live::default()),
             spare: AsyncMutex::new(None),
+            start_failure: Mutex::new(None),
             health: Mutex::new(None),
             started: std::sync::atomic::AtomicU64::new(0),
         }
@@ -102,32 +126,73 @@ impl Environment {
         &self.limits
     }
 
-    /// Starts the first spare and reports, through `health`, whether the environment loads.
+    /// The workers' working directory.
+    pub fn directory(&self) -> &std::path::Path {
+        &self.launch.directory
+    }
+
+    /// Starts the first spare and keeps trying, with a backoff, until the environment loads; `health`
+    /// says how it goes (so a readiness probe sees the environment come up once it can).
     pub async fn start(self: &Arc<Self>, health: Health) {
         *lock(&self.health) = Some(health);
-        let mut spare = self.spare.lock().await;
-        let first = spare.take().unwrap_or_else(|| self.start_worker());
-        match first.await {
-            Ok(Ok(worker)) => {
-                *spare = Some(tokio::spawn(async move { Ok(worker) }));
-                self.report(Ok(()));
+        let mut backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(30));
+        loop {
+            let loaded = {
+                let mut spare = self.spare.lock().await;
+                let first = spare.take().unwrap_or_else(|| self.start_worker());
+                match self.settle(first).await {
+                    Ok(worker) => {
+                        *spare = Some(ready(worker));
+                        true
+                    }
+                    Err(_) => false,
+                }
+            };
+            if loaded {
+                return;
             }
-            Ok(Err(err)) => self.report(Err(err.to_string())),
-            Err(err) => self.report(Err(format!("the worker start task failed: {err}"))),
+            tokio::time::sleep(backoff.next_delay()).await;
+            lock(&self.start_failure).take();
         }
     }
 
-    fn report(&self, outcome: Result<(), String>) {
-        let Some(health) = lock(&self.health).clone() else {
-            return;
+    /// Waits for a starting worker and records how its start went (health, the failure hold).
+    async fn settle(&self, starting: Starting) -> Result<Worker, ApiError> {
+        let outcome = match starting.await {
+            Ok(outcome) => outcome,
+            Err(err) => Err(WorkerError::NotStarted(format!(
+                "the worker start task failed: {err}"
+            ))),
         };
-        match outcome {
-            Ok(()) => health.ready_with(format!("environment {}", self.launch.environment)),
-            Err(reason) => health.unavailable(reason),
+        let health = lock(&self.health).clone();
+        match &outcome {
+            Ok(_) => {
+                lock(&self.start_failure).take();
+                if let Some(health) = health {
+                    health.ready_with(format!("environment {}", self.launch.environment));
+                }
+            }
+            Err(err) => {
+                *lock(&self.start_failure) = Some((Instant::now(), err.to_string()));
+                if let Some(health) = health {
+                    health.unavailable(err.to_string());
+                }
+            }
+        }
+        Ok(outcome?)
+    }
+
+    /// The error of a start that failed less than [`START_FAILURE_HOLD`] ago.
+    fn recent_start_failure(&self) -> Result<(), ApiError> {
+        match &*lock(&self.start_failure) {
+            Some((when, message)) if when.elapsed() < START_FAILURE_HOLD => {
+                Err(ApiError::from(WorkerError::NotStarted(message.clone())))
+            }
+            _ => Ok(()),
         }
     }
 
-    fn start_worker(self: &Arc<Self>) -> JoinHandle<Result<Worker, WorkerError>> {
+    fn start_worker(self: &Arc<Self>) -> Starting {
         let number = self
             .started
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -138,15 +203,22 @@ impl Environment {
 
     /// The spare worker, for good: a new one starts at once for the next caller.
     async fn take_spare(self: &Arc<Self>) -> Result<Worker, ApiError> {
+        self.recent_start_failure()?;
         let taken = {
             let mut spare = self.spare.lock().await;
             let taken = spare.take().unwrap_or_else(|| self.start_worker());
             *spare = Some(self.start_worker());
             taken
         };
-        let worker = taken.await?;
-        self.report(worker.as_ref().map(|_| ()).map_err(ToString::to_string));
-        Ok(worker?)
+        self.settle(taken).await
+    }
+
+    /// Makes `worker`, which took no task, the spare again (the one starting meanwhile is stopped).
+    async fn return_spare(&self, worker: Worker) {
+        let mut spare = self.spare.lock().await;
+        if let Some(starting) = spare.replace(ready(worker)) {
+            starting.abort();
+        }
     }
 
     /// Asks the spare worker something that does not bind it to a task (the task ids of a split); it
@@ -156,15 +228,14 @@ impl Environment {
         op: &str,
         fields: Map<String, Value>,
     ) -> Result<Value, ApiError> {
+        self.recent_start_failure()?;
         let mut spare = self.spare.lock().await;
-        let handle = spare.take().unwrap_or_else(|| self.start_worker());
-        let outcome = handle.await?;
-        self.report(outcome.as_ref().map(|_| ()).map_err(ToString::to_string));
-        let mut worker = outcome?;
+        let starting = spare.take().unwrap_or_else(|| self.start_worker());
+        let mut worker = self.settle(starting).await?;
         let answer = worker.ask(op, fields, self.limits.call_timeout).await;
         *spare = Some(match &answer {
             Err(err) if err.is_fatal() => self.start_worker(),
-            _ => tokio::spawn(async move { Ok(worker) }),
+            _ => ready(worker),
         });
         Ok(answer?)
     }
@@ -183,26 +254,32 @@ impl Environment {
                 "create reuses the id; released the old instance"
             );
         }
-        let _admission = self.admit()?;
+        let admission = self.admit()?;
         let mut worker = self.take_spare().await?;
         let mut fields = Map::new();
         fields.insert("task_id".into(), json!(task_id));
         fields.insert("instance_id".into(), json!(instance_id));
         fields.insert("params".into(), Value::Object(params));
-        // On any error the worker is dropped here, which kills it: a failed create leaves nothing.
-        let answer = worker
-            .ask("create", fields, self.limits.call_timeout)
-            .await?;
+        let answer = match worker.ask("create", fields, self.limits.call_timeout).await {
+            Ok(answer) => answer,
+            // The worker refused the task before taking it (an unknown id): still a clean spare.
+            Err(WorkerError::Refused {
+                status: 400,
+                message,
+            }) => {
+                self.return_spare(worker).await;
+                return Err(ApiError::BadRequest(message));
+            }
+            // Otherwise dropping the worker kills it: a failed create leaves nothing.
+            Err(err) => return Err(err.into()),
+        };
         let instance = Arc::new(Instance {
             task_id: task_id.to_owned(),
             group: worker.group(),
-            worker: AsyncMutex::new(Some(worker)),
+            worker: Arc::new(AsyncMutex::new(Some(worker))),
             last_used: Mutex::new(Instant::now()),
         });
-        let replaced = lock(&self.live)
-            .instances
-            .insert(instance_id.to_owned(), instance);
-        if let Some(replaced) = replaced {
+        if let Some(replaced) = admission.register(instance_id, instance) {
             // Two creates of one id at once: the later one wins, as a sequential reuse would.
             replaced.kill();
         }
@@ -231,38 +308,58 @@ impl Environment {
     /// Sends `op` to the instance's worker. A worker that dies, hangs or breaks the protocol takes its
     /// instance with it; the error says so.
     pub async fn ask(
-        &self,
+        self: &Arc<Self>,
         instance_id: &str,
         op: &str,
         fields: Map<String, Value>,
     ) -> Result<Value, ApiError> {
-        let instance = lock(&self.live)
-            .instances
-            .get(instance_id)
-            .cloned()
-            .ok_or_else(|| not_found(instance_id))?;
-        let mut held = instance.worker.lock().await;
-        let Some(worker) = held.as_mut() else {
-            return Err(not_found(instance_id));
+        let instance = {
+            let live = lock(&self.live);
+            let instance = live
+                .instances
+                .get(instance_id)
+                .cloned()
+                .ok_or_else(|| not_found(instance_id))?;
+            // Under the lock the idle sweep takes: a request that found the instance keeps it.
+            instance.touch();
+            instance
         };
-        instance.touch();
-        let answer = worker.ask(op, fields, self.limits.call_timeout).await;
-        instance.touch();
-        match answer {
-            Ok(data) => Ok(data),
-            Err(err) if err.is_fatal() => {
-                held.take();
-                instance.kill();
-                self.forget(instance_id, &instance);
-                tracing::warn!(instance = instance_id, task = %instance.task_id, error = %err, "instance lost");
-                let message = format!("instance {instance_id} is gone (create it again): {err}");
-                Err(match err {
-                    WorkerError::TimedOut { .. } => ApiError::GatewayTimeout(message),
-                    _ => ApiError::BadGateway(message),
-                })
+        let Ok(mut held) = Arc::clone(&instance.worker).try_lock_owned() else {
+            return Err(ApiError::Conflict(format!(
+                "a request is in flight on instance {instance_id}; send one at a time"
+            )));
+        };
+        // The exchange runs in a task of its own: a caller that goes away must not leave the answer
+        // unread in the pipe, where the next request would read it as its own.
+        let environment = Arc::clone(self);
+        let instance_id = instance_id.to_owned();
+        let op = op.to_owned();
+        let exchange = tokio::spawn(async move {
+            let Some(worker) = held.as_mut() else {
+                return Err(not_found(&instance_id));
+            };
+            let answer = worker
+                .ask(&op, fields, environment.limits.call_timeout)
+                .await;
+            instance.touch();
+            match answer {
+                Ok(data) => Ok(data),
+                Err(err) if err.is_fatal() => {
+                    held.take();
+                    instance.kill();
+                    environment.forget(&instance_id, &instance);
+                    tracing::warn!(instance = %instance_id, task = %instance.task_id, error = %err, "instance lost");
+                    let message =
+                        format!("instance {instance_id} is gone (create it again): {err}");
+                    Err(match err {
+                        WorkerError::TimedOut { .. } => ApiError::GatewayTimeout(message),
+                        _ => ApiError::BadGateway(message),
+                    })
+                }
+                Err(err) => Err(err.into()),
             }
-            Err(err) => Err(err.into()),
-        }
+        });
+        exchange.await?
     }
 
     /// Removes `instance_id` if it is still `instance` (a create may have reused the id since).
@@ -284,30 +381,33 @@ impl Environment {
         let Some(instance) = removed else {
             return false;
         };
-        instance.kill();
-        // Reaps it; a request still holding the worker drops it itself.
-        if let Ok(mut held) = instance.worker.try_lock() {
-            held.take();
-        }
+        finish(&instance);
         tracing::info!(instance = instance_id, task = %instance.task_id, "instance released");
         true
     }
 
     /// Releases every instance idle for longer than `idle_release` (one with a request in flight is
-    /// not idle); returns how many.
-    pub async fn release_idle(&self) -> usize {
-        let idle: Vec<String> = lock(&self.live)
-            .instances
-            .iter()
-            .filter(|(_, instance)| {
-                instance.idle_for() >= self.limits.idle_release
-                    && instance.worker.try_lock().is_ok()
-            })
-            .map(|(id, _)| id.clone())
-            .collect();
-        for id in &idle {
-            tracing::info!(instance = %id, "releasing an idle instance");
-            self.release(id).await;
+    /// not idle); returns how many. Decided and removed under one lock, so an id reused meanwhile or a
+    /// request that just found its instance is never hit.
+    pub fn release_idle(&self) -> usize {
+        let idle: Vec<(String, Arc<Instance>)> = {
+            let mut live = lock(&self.live);
+            let ids: Vec<String> = live
+                .instances
+                .iter()
+                .filter(|(_, instance)| {
+                    instance.idle_for() >= self.limits.idle_release
+                        && instance.worker.try_lock().is_ok()
+                })
+                .map(|(id, _)| id.clone())
+                .collect();
+            ids.into_iter()
+                .filter_map(|id| live.instances.remove(&id).map(|instance| (id, instance)))
+                .collect()
+        };
+        for (id, instance) in &idle {
+            finish(instance);
+            tracing::info!(instance = %id, task = %instance.task_id, "released an idle instance");
         }
         idle.len()
     }
@@ -320,7 +420,7 @@ impl Environment {
             .map(|(_, instance)| instance)
             .collect();
         for instance in instances {
-            instance.kill();
+            finish(&instance);
         }
         if let Some(spare) = self.spare.lock().await.take() {
             spare.abort();
@@ -329,6 +429,19 @@ impl Environment {
             }
         }
     }
+}
+
+/// Kills an instance's worker; reaps it now unless a request holds it (that request drops it).
+fn finish(instance: &Instance) {
+    instance.kill();
+    if let Ok(mut held) = instance.worker.try_lock() {
+        held.take();
+    }
+}
+
+/// A spare that is already there, in the slot's form.
+fn ready(worker: Worker) -> Starting {
+    tokio::spawn(async move { Ok(worker) })
 }
 
 fn not_found(instance_id: &str) -> ApiError {

@@ -10,7 +10,7 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use super::instances::{Environment, INSTANCE_ID_MAX};
+use super::instances::{Environment, ID_MAX};
 use crate::api::extract::ApiJson;
 use crate::core::error::ApiError;
 
@@ -82,14 +82,19 @@ async fn create(
 ) -> Answer {
     let task_id = match request.task_id.as_deref() {
         None | Some("") => return Err(ApiError::BadRequest("task_id is required".into())),
+        Some(task_id) if task_id.len() > ID_MAX => {
+            return Err(ApiError::BadRequest(format!(
+                "task_id must be at most {ID_MAX} bytes"
+            )));
+        }
         Some(task_id) => task_id.to_owned(),
     };
     served_env_type(&environment, &request)?;
     let instance_id = match request.instance_id.as_deref() {
         None | Some("") => generated_instance_id()?,
-        Some(id) if id.len() > INSTANCE_ID_MAX || id.chars().any(char::is_control) => {
+        Some(id) if id.len() > ID_MAX || id.chars().any(char::is_control) => {
             return Err(ApiError::BadRequest(format!(
-                "instance_id must be at most {INSTANCE_ID_MAX} bytes without control characters"
+                "instance_id must be at most {ID_MAX} bytes without control characters"
             )));
         }
         Some(id) => id.to_owned(),
@@ -113,7 +118,7 @@ fn generated_instance_id() -> Result<String, ApiError> {
     Ok(format!("exp_{seconds}_{}", hex::encode(random)))
 }
 
-async fn ask_instance(environment: &Environment, op: &str, request: EnvRequest) -> Answer {
+async fn ask_instance(environment: &Arc<Environment>, op: &str, request: EnvRequest) -> Answer {
     let instance_id = required_instance_id(&request)?.to_owned();
     let mut fields = Map::new();
     fields.insert("messages".into(), Value::Object(request.messages));

@@ -105,7 +105,8 @@ TASK_HEAD = re.compile(r'\{"id": ("(?:[^"\\]|\\.)*"), "involved_classes": (\[[^\
 BFCL_DEFAULT_DATA = "/agentscope_runtime/training_box/bfcl/multi_turn/multi_turn_processed.jsonl"
 BFCL_DEFAULT_SPLITS = "/agentscope_runtime/training_box/bfcl/multi_turn/multi_turn_split_ids.json"
 APPWORLD_DATA_HINT = (
-    "build the image with --build-arg APPWORLD_DATA=<dir or archive> (appworld install + data)"
+    "build the image with `make image-appworld APPWORLD_DATA=images/appworld/data/<dir, "
+    "data-0.1.0.bundle or archive>` (see images/README.md)"
 )
 ERROR_MAX = 2000
 
@@ -191,7 +192,29 @@ def message_text(messages, required=True):
 # ------------------------------------------------------------------------------------------------
 # BFCL
 
-TOOL_CALL = re.compile(r"<tool_call>\s*\n?({.*?})\s*\n?</tool_call>", re.DOTALL)
+TOOL_CALL_OPEN, TOOL_CALL_CLOSE = "<tool_call>", "</tool_call>"
+# Bounds of one step, so that a policy's output cannot make a worker work or grow without end.
+CONTENT_MAX = 256 * 1024  # characters of one step's content
+CALLS_MAX = 128  # tool calls in one step
+RESULTS_MAX = 8 * 1024 * 1024  # characters of one step's results: later calls are not run
+STEPS_MAX = 2000  # steps with calls in one episode
+
+
+def tool_call_blocks(content):
+    """The JSON text of each `<tool_call>{...}</tool_call>` block, in order: one linear scan (a
+    backtracking pattern is quadratic on a content of repeated openings)."""
+    blocks, position = [], 0
+    while True:
+        start = content.find(TOOL_CALL_OPEN, position)
+        if start < 0:
+            return blocks
+        end = content.find(TOOL_CALL_CLOSE, start + len(TOOL_CALL_OPEN))
+        if end < 0:
+            return blocks
+        inner = content[start + len(TOOL_CALL_OPEN):end].strip()
+        if inner.startswith("{") and inner.endswith("}"):
+            blocks.append(inner)
+        position = end + len(TOOL_CALL_CLOSE)
 COMPLETED = "[CONVERSATION_COMPLETED]"
 VALUE_DEPTH_MAX = 32
 STEP_MODEL = "boxd"  # names this worker's bfcl instances (one process, one episode)
@@ -382,7 +405,7 @@ class Bfcl:
 
     def _load(self, task_id):
         number = self.index.get(task_id)
-        if number is None and task_id.isdigit():
+        if number is None and task_id.isascii() and task_id.isdigit() and len(task_id) <= 9:
             number = int(task_id)
         if number is None or number >= len(self.lines):
             raise Refused(f"unknown task {task_id!r} for bfcl: see get_env_profile")
@@ -528,25 +551,43 @@ class Bfcl:
         content = message_text(messages)
         if self.completed:
             raise Refused("the episode is over ([CONVERSATION_COMPLETED]): evaluate or release it")
+        if len(content) > CONTENT_MAX:
+            raise Refused(f"messages.content has {len(content)} characters; a step takes at most "
+                          f"{CONTENT_MAX}")
         calls = []
-        for match in TOOL_CALL.finditer(content):
+        for block in tool_call_blocks(content):
             try:
-                call = json.loads(match.group(1).strip())
+                call = json.loads(block)
             except (ValueError, RecursionError):
                 continue
             if isinstance(call, dict) and "name" in call and "arguments" in call:
                 calls.append(call)
         if not calls:
             return self._end_turn()
+        if len(calls) > CALLS_MAX:
+            raise Refused(f"{len(calls)} tool calls in one step; at most {CALLS_MAX}")
+        if sum(len(steps) for steps in self.turns) >= STEPS_MAX:
+            raise Refused(f"the episode has had {STEPS_MAX} steps with calls, the most it takes: "
+                          "evaluate or release it")
 
         checked = [self._check_call(call["name"], call["arguments"]) for call in calls]
-        runnable = [text for text, error in checked if text is not None]
-        results = iter(self._execute(runnable) if runnable else [])
-        if runnable:
-            self.turns[self.turn].append(runnable)
+        # One call at a time, so that results past RESULTS_MAX stop the step before more run.
+        ran, outcomes, size = [], [], 0
+        for text, error in checked:
+            if text is None:
+                outcomes.append(error)
+            elif size > RESULTS_MAX:
+                outcomes.append(f"Error: not run: this step's results passed {RESULTS_MAX} "
+                                "characters; send the rest in another step")
+            else:
+                result = self._execute([text])[0]
+                ran.append(text)
+                size += len(result) if isinstance(result, str) else len(repr(result))
+                outcomes.append(result)
+        if ran:
+            self.turns[self.turn].append(ran)
         answer = []
-        for number, (call, (text, error)) in enumerate(zip(calls, checked), start=1):
-            result = error if text is None else next(results)
+        for number, (call, result) in enumerate(zip(calls, outcomes), start=1):
             if isinstance(result, str) and result.strip().startswith(("{", "[")):
                 try:
                     result = json.loads(result)

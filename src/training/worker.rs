@@ -31,6 +31,9 @@ pub struct Launch {
     pub directory: PathBuf,
     /// How long importing the library and loading the data may take.
     pub start_timeout: Duration,
+    /// The address space one worker may map, in bytes (`RLIMIT_AS`): past it allocations fail in the
+    /// worker (an error answer), not in its neighbours or boxd.
+    pub memory_max: u64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -94,7 +97,23 @@ pub struct Worker {
 impl Worker {
     pub async fn start(launch: &Launch, name: String) -> Result<Worker, WorkerError> {
         let started = Instant::now();
-        let mut child = child::command(&launch.python, Grouping::OwnGroup)
+        let mut command = child::command(&launch.python, Grouping::OwnGroup);
+        let memory_max = launch.memory_max;
+        // SAFETY: between fork and exec the closure makes one async-signal-safe system call
+        // (setrlimit) on a value computed before the fork.
+        unsafe {
+            command.pre_exec(move || {
+                let limit = libc::rlimit {
+                    rlim_cur: memory_max,
+                    rlim_max: memory_max,
+                };
+                if libc::setrlimit(libc::RLIMIT_AS, &limit) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let mut child = command
             .args(["-u", "-c", WORKER_SOURCE, "--env", &launch.environment])
             .current_dir(&launch.directory)
             .stdin(Stdio::piped())

@@ -242,3 +242,27 @@ def test_cap_idle_release_and_malformed_bodies(tmp_path_factory, bfcl_data):
             assert requests.get(f"{url}/create", timeout=10).status_code == 405
     finally:
         boxd.stop()
+
+
+def test_an_abandoned_request_does_not_shift_the_answers(server, client):
+    """A caller that gives up on a slow step must not leave its answer for the next request; a
+    request sent while one is in flight on the same instance is refused, not queued."""
+    url = f"http://127.0.0.1:{server.port}"
+    create(client, "multi_turn_base_15", "slow")
+    slow = say(block("power", {"base": 7, "exponent": 5_000_000}))
+    with pytest.raises(requests.exceptions.ReadTimeout):
+        requests.post(f"{url}/step", json={"instance_id": "slow", "messages": slow}, timeout=0.3)
+    busy = requests.post(f"{url}/step", json={"instance_id": "slow", "messages": say("x")},
+                         timeout=10)
+    assert busy.status_code == 409 and "in flight" in busy.json()["detail"], busy.text
+
+    def added():
+        try:
+            return client.step("slow", action=say(block("add", {"a": 1, "b": 2})))
+        except ValueError as err:
+            assert "HTTP Error 409" in str(err), err
+            return None
+
+    answer = wait_for(added, seconds=60)["state"][0]["content"]
+    assert json.loads(answer.split("\n")[1]) == {"name": "add_1", "content": {"result": 3}}
+    assert client.release_instance("slow") is True

@@ -377,6 +377,31 @@ def test_caller_mistakes(bfcl):
     assert worker.data("step", messages=say("next"))["is_terminated"] is False
 
 
+def test_step_bounds(bfcl):
+    """A policy's output cannot make a worker work or grow without end: the scan of a content full of
+    openings is linear, and a step's size, its calls and its results are bounded."""
+    worker = bfcl()
+    worker.data("create", task_id="multi_turn_base_0", instance_id="a", params={})
+    started = time.monotonic()
+    answer = worker.data("step", messages=say('<tool_call>{"' * 20000))
+    assert time.monotonic() - started < 5 and answer["state"][0]["content"]
+    too_long = worker.ask("step", messages=say("x" * (256 * 1024 + 1)))
+    assert too_long["status"] == 400 and "at most 262144" in too_long["error"]
+    many = worker.ask("step", messages=say(block("pwd", {}) * 129))
+    assert many["status"] == 400 and many["error"] == "129 tool calls in one step; at most 128"
+    big = "y" * 200_000
+    worker.data("step", messages=say(block("echo", {"content": big, "file_name": "big.txt"})))
+    # 128 reads of 200 000 characters: the calls past 8 MiB of results are not run, and say so.
+    content = worker.data("step", messages=say(block("cat", {"file_name": "big.txt"}) * 128))
+    results = content["state"][0]["content"].split("</tool_call>\n")[:-1]
+    assert len(results) == 128
+    assert "not run: this step's results passed" in results[-1]
+    assert big in results[0]
+    assert len(content["state"][0]["content"]) < 9 * 1024 * 1024
+    # Still serving.
+    assert worker.data("step", messages=say("next"))["is_terminated"] is False
+
+
 def test_single_turn_task_refused(bfcl, bfcl_data):
     worker = bfcl(**bfcl_env(bfcl_data[0], "all"))
     assert worker.ready["tasks"] == 3891
@@ -508,7 +533,8 @@ def test_appworld_without_data_or_library(appworld, tmp_path):
     assert worker.ready["ready"] is False
     assert worker.ready["error"].startswith("AppWorld task data not installed")
     assert worker.ready["error"].endswith(
-        "build the image with --build-arg APPWORLD_DATA=<dir or archive> (appworld install + data)")
+        "build the image with `make image-appworld APPWORLD_DATA=images/appworld/data/<dir, "
+        "data-0.1.0.bundle or archive>` (see images/README.md)")
     bare = Worker("appworld", tmp_path, {"APPWORLD_ROOT": str(empty)})  # no stand-in, no library
     assert bare.ready["ready"] is False
     assert bare.ready["error"].startswith("the environment library appworld is not installed in ")
