@@ -18,7 +18,8 @@ SDK_IMAGE_PREFIX ?= docker.io/agentscope/runtime-sandbox-
 # SKIP_STATIC=1 uses the one already there (e.g. copied from another checkout) without touching cargo.
 STATIC_DEP := $(if $(filter 1,$(SKIP_STATIC)),,static)
 
-.PHONY: run build kernel-venv test setup lint unit python-tests smoke-release fuzz static bench image-base \
+.PHONY: run build kernel-venv test setup lint format unit python-tests smoke-release fuzz fuzz-quick static \
+	bench image-base \
 	image-test clean load faults kube-manifests images image-gui image-browser image-filesystem \
 	image-mobile image-base-node containers image-bfcl image-appworld
 
@@ -32,16 +33,24 @@ build:
 kernel-venv:
 	@./scripts/kernel-venv.sh >/dev/null
 
-test: setup lint unit python-tests kube-manifests smoke-release fuzz
+test: setup format unit python-tests kube-manifests smoke-release fuzz-quick
 
 setup:
 	./scripts/setup.sh
 
-lint:
-	cargo fmt --all -- --check
+lint: format
 	cargo clippy --all-targets -- -D warnings
 
+format:
+	cargo fmt --all -- --check
+
+# The tests, built with clippy as the compiler of this crate's own targets (RUSTC_WORKSPACE_WRAPPER and
+# the deny-warnings argument, as `cargo clippy` itself passes them): the lint of `make lint` without a
+# second build of every dependency in check mode. Crates already built are not linted again: on a clean
+# checkout (CI) everything is; locally, `make lint` checks all.
 unit:
+	driver=$$(rustup which clippy-driver) && \
+	RUSTC_WORKSPACE_WRAPPER="$$driver" CLIPPY_ARGS=-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__ \
 	cargo test
 
 # The real agentscope-runtime client against the debug binary `cargo test` builds. `--no-run` (not
@@ -67,6 +76,10 @@ faults: setup
 # workspace, fixed seed, bounded examples (a few minutes): any 5xx, schema mismatch or dead server fails.
 fuzz: build
 	./scripts/fuzz.sh
+
+# `make test`'s share of it: the same run with 100 examples per operation and phase (~2 min, not ~5).
+fuzz-quick: build
+	FUZZ_EXAMPLES=100 ./scripts/fuzz.sh
 
 # Fully static release binary (glibc static-pie), with fat LTO: what images ship.
 static:
