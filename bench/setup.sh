@@ -73,17 +73,13 @@ if [[ ! -x $venv/bin/python || ! -f $stamp || $(cat "$stamp") != "$wanted" ]]; t
 fi
 venv=bench-out/training-worker-venv
 stamp=$venv/.requirements.sha256
-worker_requirements=src/training/requirements.txt
-wanted=$({ echo "bfcl-eval==2025.8.25 --no-deps"; cat "$worker_requirements" 2>/dev/null || echo mpmath==1.3.0; } \
-  | sha256sum | cut -d' ' -f1)
+wanted=$(sha256sum src/training/requirements.txt | cut -d' ' -f1)
 if [[ ! -x $venv/bin/python || ! -f $stamp || $(cat "$stamp") != "$wanted" ]]; then
   mkdir -p bench-out
   python3 -m venv "$venv"
-  if [[ -f $worker_requirements ]]; then
-    "$venv/bin/pip" install -q --disable-pip-version-check -r "$worker_requirements"
-  else
-    "$venv/bin/pip" install -q --disable-pip-version-check mpmath==1.3.0
-  fi
-  "$venv/bin/pip" install -q --disable-pip-version-check --no-deps bfcl-eval==2025.8.25
+  # As scripts/setup.sh installs it for the tests: bfcl-eval without its dependency tree, plus what the
+  # worker imports.
+  "$venv/bin/pip" install -q --disable-pip-version-check --no-deps bfcl-eval==2025.8.25 \
+    -r src/training/requirements.txt
   echo "$wanted" > "$stamp"
 fi

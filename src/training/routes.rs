@@ -18,9 +18,18 @@ pub fn routes(environment: Arc<Environment>) -> Router {
     Router::new()
         .route("/get_env_profile", post(profile))
         .route("/create", post(create))
-        .route("/step", post(step))
-        .route("/evaluate", post(evaluate))
-        .route("/get_info", post(get_info))
+        .route(
+            "/step",
+            post(|state, body| ask_instance(state, "step", body)),
+        )
+        .route(
+            "/evaluate",
+            post(|state, body| ask_instance(state, "evaluate", body)),
+        )
+        .route(
+            "/get_info",
+            post(|state, body| ask_instance(state, "get_info", body)),
+        )
         .route("/release", post(release))
         .with_state(environment)
 }
@@ -118,33 +127,18 @@ fn generated_instance_id() -> Result<String, ApiError> {
     Ok(format!("exp_{seconds}_{}", hex::encode(random)))
 }
 
-async fn ask_instance(environment: &Arc<Environment>, op: &str, request: EnvRequest) -> Answer {
+/// `/step`, `/evaluate` and `/get_info`: `op` with the request's messages and params, to the worker of
+/// its instance.
+async fn ask_instance(
+    State(environment): State<Arc<Environment>>,
+    op: &'static str,
+    ApiJson(request): ApiJson<EnvRequest>,
+) -> Answer {
     let instance_id = required_instance_id(&request)?.to_owned();
     let mut fields = Map::new();
     fields.insert("messages".into(), Value::Object(request.messages));
     fields.insert("params".into(), Value::Object(request.params));
     success(environment.ask(&instance_id, op, fields).await?)
-}
-
-async fn step(
-    State(environment): State<Arc<Environment>>,
-    ApiJson(request): ApiJson<EnvRequest>,
-) -> Answer {
-    ask_instance(&environment, "step", request).await
-}
-
-async fn evaluate(
-    State(environment): State<Arc<Environment>>,
-    ApiJson(request): ApiJson<EnvRequest>,
-) -> Answer {
-    ask_instance(&environment, "evaluate", request).await
-}
-
-async fn get_info(
-    State(environment): State<Arc<Environment>>,
-    ApiJson(request): ApiJson<EnvRequest>,
-) -> Answer {
-    ask_instance(&environment, "get_info", request).await
 }
 
 /// Always 200: `success` says whether there was such an instance (upstream's contract).

@@ -22,7 +22,6 @@ import json
 import os
 import pathlib
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -34,27 +33,14 @@ from agentscope_runtime.sandbox.client.http_client import SandboxHttpClient
 from agentscope_runtime.sandbox.client.training_client import TrainingSandboxClient
 from agentscope_runtime.sandbox.model import ContainerModel
 
+import test_images
+from test_images import engine, free_port, image_size
+
 PREFIX = "docker.io/agentscope/runtime-sandbox-"
 TOKEN = os.urandom(12).hex()
 DATA_DIR = "/agentscope_runtime/training_box/bfcl/multi_turn"
 TASK = "multi_turn_base_0"
 ENGINE = "podman"
-
-
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def engine(*args, check=True, **kwargs):
-    return subprocess.run([ENGINE, *args], check=check, capture_output=True, text=True, **kwargs)
-
-
-def image_size(image):
-    size = int(engine("image", "inspect", "--format", "{{.Size}}", image).stdout)
-    print(f"image {image}: {size / 1e6:.0f} MB")
-    return size
 
 
 class Box:
@@ -295,7 +281,7 @@ def main():
     parser.add_argument("--appworld-image", default=f"{PREFIX}appworld:latest")
     parser.add_argument("--no-sdk-manager", action="store_true", help="skip the SandboxManager part")
     args = parser.parse_args()
-    ENGINE = args.engine
+    ENGINE = test_images.ENGINE = args.engine
     only = set(args.only.split(","))
     figures = []
     if "bfcl" in only:
