@@ -165,6 +165,7 @@ timeout --kill-after=10 "$time_limit" "$schemathesis" --config-file "$root/tests
   --generation-database none \
   --exclude-path-regex '^/(watch|processes/\{id\}/(events|ws)|tools/\{tool_name\}/stream|mcp)$' \
   --exclude-tag training \
+  --exclude-tag desktop \
   --report har --report-dir "$root/target/fuzz-report" \
   --no-color || status=$?
 elapsed=$(($(date +%s) - started))

@@ -22,6 +22,9 @@ pub struct Cli {
 pub enum Command {
     /// Serve the HTTP API.
     Serve(ServeArgs),
+    /// Be a container's first process: bind the public port, then start and keep running `boxd serve`
+    /// and the image's services, holding the token so that no other process sees it.
+    Init(crate::init::InitArgs),
     /// Be a stdio MCP server that relays to a remote boxd (for stdio-only MCP clients).
     McpStdio(McpStdioArgs),
     /// Print every bound boxd keeps (connections, sizes, concurrency, timeouts) for the configuration
@@ -61,6 +64,16 @@ pub struct ServeArgs {
     #[arg(long, env = "SECRET_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
 
+    /// Serve on this inherited listening socket instead of binding `--host`/`--port` (`boxd init`
+    /// passes it: the port is bound before boxd starts).
+    #[arg(long, hide = true)]
+    pub listen_fd: Option<i32>,
+
+    /// Read the token from this inherited descriptor to its end (`boxd init` passes it on a pipe, so it
+    /// is in no environment).
+    #[arg(long, hide = true)]
+    pub token_fd: Option<i32>,
+
     /// Pool mode, for a warm pool's pods that start before anyone claims them: the file holding the
     /// pool secret (a mounted Secret). Until one `POST /init` authenticated with it sets the session
     /// token, only `/livez`, `/readyz/status` and `/init` answer; afterwards only that token works.
@@ -98,6 +111,9 @@ pub struct ServeArgs {
     /// Cap in bytes on each of a command's stdout and stderr (head and tail are kept).
     #[arg(long, env = "BOXD_MAX_OUTPUT", default_value_t = 4 * 1024 * 1024)]
     pub max_output: usize,
+
+    #[command(flatten)]
+    pub front: crate::http::front::FrontArgs,
 
     #[command(flatten)]
     pub shell: crate::shell::ShellArgs,

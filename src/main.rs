@@ -10,6 +10,7 @@ mod family;
 mod filesystem;
 mod git;
 mod http;
+mod init;
 mod ipython;
 mod launch;
 mod limits;
@@ -124,9 +125,11 @@ fn main() -> std::process::ExitCode {
         print!("{}", limits::markdown(args));
         return std::process::ExitCode::SUCCESS;
     }
-    if let Command::Launch(args) = cli.command {
-        return launch::main(args);
-    }
+    let cli = match cli.command {
+        Command::Launch(args) => return launch::main(args),
+        Command::Init(args) => return init::main(args),
+        command => Cli { command },
+    };
     // Before any thread or child exists: the token was read into `cli`; no child may inherit it.
     core::child::withhold_from_children(&["SECRET_TOKEN"]);
     core::memory::configure_allocator();
@@ -135,7 +138,7 @@ fn main() -> std::process::ExitCode {
             &std::path::absolute(&args.workspace).unwrap_or_else(|_| args.workspace.clone()),
             args.port,
         )),
-        Command::McpStdio(_) | Command::Limits(_) | Command::Launch(_) => None,
+        Command::McpStdio(_) | Command::Limits(_) | Command::Launch(_) | Command::Init(_) => None,
     };
     if let Some(key) = &instance {
         core::child::mark_children(key);
@@ -162,7 +165,7 @@ fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::Serve(args) => runtime.block_on(serve(args, instance.unwrap_or_default())),
         Command::McpStdio(args) => runtime.block_on(mcp_server::relay::run(&args.url, &args.token)),
-        Command::Limits(_) | Command::Launch(_) => Ok(()),
+        Command::Limits(_) | Command::Launch(_) | Command::Init(_) => Ok(()),
     };
     // Dropping the runtime would wait without limit for blocking-pool threads; a stop is bounded.
     runtime.shutdown_timeout(BLOCKING_WORK_GRACE);
@@ -177,7 +180,14 @@ fn main() -> std::process::ExitCode {
 }
 
 async fn serve(args: ServeArgs, instance: String) -> Result<(), String> {
-    let token = args.token.clone().filter(|token| !token.is_empty());
+    // `/proc/<boxd>/mem`, `environ` and `fd` closed to the children (root included, without
+    // CAP_SYS_PTRACE): the token lives in this process's memory.
+    init::make_undumpable().map_err(|err| format!("cannot make boxd non-dumpable: {err}"))?;
+    let token = match args.token_fd {
+        Some(fd) => Some(auth::read_token_fd(fd)?),
+        None => args.token.clone(),
+    }
+    .filter(|token| !token.is_empty());
     let auth = match (&args.pool_secret_file, token) {
         (Some(_), Some(_)) => {
             return Err(
@@ -221,9 +231,12 @@ async fn serve(args: ServeArgs, instance: String) -> Result<(), String> {
     let stop_requested = stop_signal()?;
     // Idle clients must not be what runs boxd out of descriptors: take all the hard limit allows.
     let fd_limit = http::serve::raise_fd_limit();
-    let listener = TcpListener::bind((args.host.as_str(), args.port))
-        .await
-        .map_err(|err| format!("cannot listen on {}:{}: {err}", args.host, args.port))?;
+    let listener = match args.listen_fd {
+        Some(fd) => http::serve::inherited_listener(fd)?,
+        None => TcpListener::bind((args.host.as_str(), args.port))
+            .await
+            .map_err(|err| format!("cannot listen on {}:{}: {err}", args.host, args.port))?,
+    };
     let address: SocketAddr = listener.local_addr().map_err(|err| err.to_string())?;
     // Only once the port is ours: another live boxd of the same instance cannot exist then.
     let leftovers = tokio::task::spawn_blocking(move || core::child::stop_leftovers(&instance))
@@ -252,11 +265,13 @@ async fn serve(args: ServeArgs, instance: String) -> Result<(), String> {
         let _ = stop_tx.send(true);
     });
     let mut graceful_stop = stop_rx.clone();
+    let front = http::front::Front::new(&args.front, &auth)?;
     let router = http::router(http::Core {
         tools: Arc::clone(&tools),
         families: Arc::clone(&families),
         tool_routes: mcp_server::routes(Arc::clone(&tools)),
         auth,
+        front,
     });
     let limits = http::serve::Limits {
         max_connections: http::serve::connection_cap(fd_limit),

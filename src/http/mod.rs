@@ -2,6 +2,7 @@
 //! again under `/fastapi/` (the prefix the Python client appends, which nginx strips in images).
 
 pub mod auth;
+pub mod front;
 pub mod init;
 mod log;
 pub mod serve;
@@ -33,6 +34,8 @@ pub struct Core {
     /// Routes every image has whatever its families (the tool listing and call routes, `/mcp`).
     pub tool_routes: Router,
     pub auth: auth::Auth,
+    /// What nginx did in front of boxd in upstream's images (deadline, desktop pages and stream).
+    pub front: front::Front,
 }
 
 pub fn router(core: Core) -> Router {
@@ -78,11 +81,15 @@ pub fn router(core: Core) -> Router {
         )
         .merge(open_health)
         .merge(family_pages);
-    public
+    let front = core.front;
+    let routes = public
         .clone()
         .merge(api.clone())
         .nest("/fastapi", public.merge(api))
-        .fallback(|| async { ApiError::NotFound("no such route".into()) })
+        .merge(front.routes())
+        .fallback(|| async { ApiError::NotFound("no such route".into()) });
+    front
+        .wrap(routes)
         .layer(middleware::from_fn(log::log_request))
 }
 

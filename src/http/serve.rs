@@ -85,6 +85,20 @@ pub fn connection_cap(fd_limit: u64) -> usize {
         .clamp(1, MAX_CONNECTIONS)
 }
 
+/// The listening socket `boxd init` bound and passed at `fd`.
+pub fn inherited_listener(fd: i32) -> Result<TcpListener, String> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: `boxd init` placed its listener at this descriptor for this process alone.
+    let listener = unsafe { std::net::TcpListener::from_raw_fd(fd) };
+    listener
+        .local_addr()
+        .map_err(|err| format!("descriptor {fd} is not a listening socket: {err}"))?;
+    listener
+        .set_nonblocking(true)
+        .and_then(|()| TcpListener::from_std(listener))
+        .map_err(|err| format!("cannot serve on descriptor {fd}: {err}"))
+}
+
 pub struct Limits {
     pub max_connections: usize,
     pub header_timeout: Duration,

@@ -3,6 +3,7 @@ is there for (a copy of the manifests, broken one way per case)."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -55,7 +56,7 @@ CASES = [
     ("agent-sandbox/base.yaml", "SandboxTemplate", lambda t: set_path(t["metadata"], "labels", {"a": 1}), "metadata"),
     ("agent-sandbox/browser.yaml", "SandboxTemplate", lambda t: set_path(boxd(t), "livenessProbe.httpGet.path", "/livez"), "not a route boxd answers"),
     ("agent-sandbox/browser.yaml", "SandboxTemplate", lambda t: set_path(boxd(t), "readinessProbe.httpGet.path", "/fastapi/healthz"), "without the token"),
-    ("agent-sandbox/browser.yaml", "SandboxTemplate", lambda t: set_path(boxd(t), "readinessProbe.httpGet.port", 8000), "nginx's port 80"),
+    ("agent-sandbox/browser.yaml", "SandboxTemplate", lambda t: set_path(boxd(t), "readinessProbe.httpGet.port", 8000), "public port 80"),
     ("agent-sandbox/mobile.yaml", "SandboxTemplate", lambda t: set_path(boxd(t), "readinessProbe.httpGet.port", "web"), "no port of the container"),
     ("agent-sandbox/mobile.yaml", "SandboxTemplate", lambda t: boxd(t)["env"].append({"name": "SECRET_TOKEN", "value": "x"}), "POST /init"),
     ("agent-sandbox/mobile.yaml", "SandboxTemplate", lambda t: set_path(boxd(t), "env", []), "pool mode"),
@@ -125,3 +126,43 @@ def test_manifests_of_other_directories_get_the_schemas_but_not_our_hardening(tm
     pod["spec"]["containers"][0]["readinessProbe"]["httpGet"]["path"] = "/readyz"
     (root / "other.yaml").write_text(yaml.safe_dump(pod))
     assert any("not a route boxd answers" in f for f in validate.validate(root)[1])
+
+
+def test_the_public_port_comes_from_the_dockerfile_and_boxd_init():
+    """The port the probes, Services and policies must use is the one the images expose and `boxd init`
+    binds by default; a source that lacks it, or two that disagree, stop the validation with a message."""
+    assert validate.image_port() == 80
+
+
+def fake_repo(root: Path, dockerfile: str | None, init: str | None) -> Path:
+    if dockerfile is not None:
+        (root / "images" / "base").mkdir(parents=True)
+        (root / "images" / "base" / "Dockerfile").write_text(dockerfile)
+    if init is not None:
+        (root / "src" / "init").mkdir(parents=True)
+        (root / "src" / "init" / "mod.rs").write_text(init)
+    return root
+
+
+LISTEN = '''    #[arg(long, env = "BOXD_LISTEN", default_value = "0.0.0.0:{port}")]
+    pub listen: String,
+'''
+
+
+@pytest.mark.parametrize(
+    "dockerfile,init,expected",
+    [
+        ("FROM x\nEXPOSE 8080\n", LISTEN.format(port=80), "make them agree"),
+        ("FROM x\n", LISTEN.format(port=80), "expected one `EXPOSE PORT`"),
+        ("FROM x\nEXPOSE 80\nEXPOSE 81\n", LISTEN.format(port=80), "expected one `EXPOSE PORT`"),
+        ("FROM x\nEXPOSE 80\n", "pub struct InitArgs {}\n", "`--listen`"),
+        ("FROM x\nEXPOSE 80\n", '#[arg(long, env = "BOXD_LISTEN")]\n    pub listen: String,\n', "`--listen`"),
+        ("FROM x\nEXPOSE 80\n", None, "cannot read"),
+        (None, LISTEN.format(port=80), "cannot read"),
+    ],
+    ids=["disagree", "no-expose", "two-exposes", "no-listen", "no-default", "no-init", "no-dockerfile"],
+)
+def test_the_public_port_fails_clearly(tmp_path, dockerfile, init, expected):
+    with pytest.raises(SystemExit, match=re.escape(expected)):
+        validate.image_port(fake_repo(tmp_path, dockerfile, init))
+    assert validate.image_port(fake_repo(tmp_path / "good", "FROM x\nEXPOSE 80/tcp\n", LISTEN.format(port=80))) == 80

@@ -11,9 +11,11 @@
      metadata, against the Kubernetes 1.37 JSON schemas bundled in the PyPI package kubernetes-validate
      (`-local-strict` variants).
 3. What no schema says, for these manifests to work with boxd's images:
-   - each probe goes through nginx's port (the port `nginx/nginx.conf.template` listens on) to a route
-     boxd answers without the token (`/fastapi/livez`, `/fastapi/readyz/status`); probe ports, Service
-     target ports and volume mounts name things that exist;
+   - each probe targets the image's public port, which `boxd init` (the images' PID 1) binds and
+     `boxd serve` answers on: the one `EXPOSE` of images/base/Dockerfile, which must agree with the
+     default of `boxd init --listen` in src/init/mod.rs; its path is a route boxd answers without the
+     token (`/fastapi/livez`, `/fastapi/readyz/status`); probe ports, Service target ports and volume
+     mounts name things that exist;
    - references resolve: a warm pool's template, a claim's warm pool, a Service's and a NetworkPolicy's
      selector select a Pod of the same file;
    - for deploy/kubernetes/agent-sandbox/ and plain/ (ours; files others add get 1 and 2 and the checks
@@ -21,7 +23,7 @@
      (BOXD_POOL_SECRET_FILE, no SECRET_TOKEN) and refuse claim env (a cold start); boxd's container has
      a startup, liveness and readiness probe, requests and limits, no privilege escalation and all
      capabilities dropped but a listed few; every network policy is default-deny both ways, admits only
-     TCP port 80 in, and denies egress to private, link-local and shared ranges.
+     the image's public port (TCP) in, and denies egress to private, link-local and shared ranges.
 
 Not checked here (only a cluster can): that the images pull and start, that agent-sandbox's controller
 accepts and reconciles the objects (its webhooks and controller-side rules), that the CNI enforces the
@@ -52,12 +54,15 @@ KUBERNETES_VERSION = "1.37.0"
 IMAGE_TYPES = ("base", "gui", "browser", "filesystem", "mobile")
 # Ours: the stricter boxd rules (3, last item) apply to these directories only.
 OWN_DIRS = ("agent-sandbox", "plain")
-# Routes boxd serves without the token, as nginx exposes them (it strips /fastapi).
+# Routes boxd answers without the token on the image's public port (boxd serves its routes under
+# /fastapi/, as the Python client calls them, and at the root).
 TOKENLESS_PROBES = {"/fastapi/livez", "/fastapi/readyz/status"}
 LIVENESS = "/fastapi/livez"
 READINESS = "/fastapi/readyz/status"
-# What boxd's container may keep of the default capabilities: nginx binds 80 and switches its workers'
-# user; root in the container still owns and chowns the workspace's files and signals its children.
+# What boxd's container may keep of the default capabilities: boxd init binds port 80
+# (NET_BIND_SERVICE); root in the container owns and chowns the workspace's files and signals its
+# children (CHOWN, DAC_OVERRIDE, FOWNER, KILL). SETUID and SETGID served nginx's workers once; they stay
+# for the tenant's own tools that switch users (su, sudo, apt's sandbox user).
 ALLOWED_CAPABILITIES = {
     "CHOWN",
     "DAC_OVERRIDE",
@@ -211,13 +216,40 @@ def check_schemas(manifest: Manifest, crds: dict) -> Iterator[str]:
 # --- 3. what boxd's images need ---------------------------------------------------------------------
 
 
-def nginx_port() -> int:
-    """The port nginx listens on in the images, from the template the images render."""
-    text = (REPO / "nginx" / "nginx.conf.template").read_text()
-    ports = re.findall(r"^\s*listen\s+(\d+)\s*;", text, flags=re.MULTILINE)
-    if len(ports) != 1 or "location /fastapi/" not in text:
-        raise SystemExit("nginx/nginx.conf.template: expected one `listen PORT;` and `location /fastapi/`")
-    return int(ports[0])
+def image_port(repo: Path = REPO) -> int:
+    """The image's public port, which `boxd init` binds (and `boxd serve` answers on): the one
+    `EXPOSE PORT` of images/base/Dockerfile (every image starts FROM it), cross-checked with the default
+    of `boxd init --listen` in src/init/mod.rs. Exits with a message if either is missing or they
+    disagree."""
+    dockerfile = repo / "images" / "base" / "Dockerfile"
+    init = repo / "src" / "init" / "mod.rs"
+    try:
+        dockerfile_text = dockerfile.read_text()
+        init_text = init.read_text()
+    except OSError as error:
+        raise SystemExit(f"the image's public port: cannot read its sources: {error}") from None
+    exposed = re.findall(r"^\s*EXPOSE\s+(.*?)\s*$", dockerfile_text, flags=re.MULTILINE | re.IGNORECASE)
+    if len(exposed) != 1 or not re.fullmatch(r"\d+(/tcp)?", exposed[0], flags=re.IGNORECASE):
+        raise SystemExit(
+            f"{dockerfile}: expected one `EXPOSE PORT` (the port boxd init binds), found {exposed or 'none'}"
+        )
+    exposed_port = int(exposed[0].split("/")[0])
+    # The clap attribute right before `pub listen: String`, e.g.
+    # `#[arg(long, env = "BOXD_LISTEN", default_value = "0.0.0.0:80")]`.
+    listen = re.findall(r"#\[arg\(([^\]]*)\)\]\s*pub\s+listen\s*:", init_text)
+    defaults = [re.search(r'default_value\s*=\s*"([^"]*)"', args) for args in listen]
+    if len(defaults) != 1 or defaults[0] is None or not re.fullmatch(r".*:(\d+)", defaults[0].group(1)):
+        raise SystemExit(
+            f"{init}: expected one `--listen` argument with a `default_value = \"ADDRESS:PORT\"` "
+            f"(the address boxd init binds)"
+        )
+    listen_port = int(defaults[0].group(1).rsplit(":", 1)[1])
+    if listen_port != exposed_port:
+        raise SystemExit(
+            f"the image's public port: {dockerfile} says EXPOSE {exposed_port} but boxd init binds "
+            f"{defaults[0].group(1)} by default ({init}); make them agree"
+        )
+    return exposed_port
 
 
 def pod_spec_of(manifest: Manifest) -> tuple[dict, dict] | None:
@@ -266,17 +298,20 @@ def check_pod(manifest: Manifest, port: int) -> Iterator[str]:
                 yield f"container {name}: {probe_kind} port {get.get('port')!r} is no port of the container"
             if is_boxd(container):
                 if target != port:
-                    yield f"container {name}: {probe_kind} must go through nginx's port {port}, not {target}"
+                    yield (
+                        f"container {name}: {probe_kind} must target the image's public port {port} "
+                        f"(which boxd init binds), not {target}"
+                    )
                 if get.get("path") not in TOKENLESS_PROBES:
                     yield (
                         f"container {name}: {probe_kind} path {get.get('path')!r} is not a route boxd "
-                        f"answers without the token through nginx ({sorted(TOKENLESS_PROBES)})"
+                        f"answers without the token ({sorted(TOKENLESS_PROBES)})"
                     )
         if not is_boxd(container):
             continue
         boxd_containers += 1
         if port not in {p.get("containerPort") for p in container.get("ports") or []}:
-            yield f"container {name}: does not declare nginx's port {port}"
+            yield f"container {name}: does not declare the image's public port {port} (which boxd init binds)"
         if manifest.own:
             yield from check_own_boxd_container(manifest, container)
     if boxd_containers != 1:
@@ -331,7 +366,7 @@ def selects(selector: dict, labels: dict) -> bool:
     return bool(match) and all(labels.get(key) == value for key, value in match.items())
 
 
-def check_network_rules(where: str, ingress: list, egress: list) -> Iterator[str]:
+def check_network_rules(where: str, ingress: list, egress: list, api_port: int) -> Iterator[str]:
     if not ingress:
         yield f"{where}: no ingress rule admits the API port (everything, boxd's API too, is refused)"
     for rule in ingress:
@@ -339,8 +374,11 @@ def check_network_rules(where: str, ingress: list, egress: list) -> Iterator[str
         if not ports:
             yield f"{where}: an ingress rule without ports admits every port (redroid's adbd too)"
         for port in ports:
-            if port.get("port") != 80 or port.get("protocol", "TCP") != "TCP" or "endPort" in port:
-                yield f"{where}: ingress admits {port}, only TCP 80 (nginx) should be reachable"
+            if port.get("port") != api_port or port.get("protocol", "TCP") != "TCP" or "endPort" in port:
+                yield (
+                    f"{where}: ingress admits {port}, only TCP {api_port} (the image's public port, "
+                    f"which boxd init binds) should be reachable"
+                )
         if not rule.get("from"):
             yield f"{where}: an ingress rule without `from` admits every source"
     for rule in egress:
@@ -358,7 +396,7 @@ def check_network_rules(where: str, ingress: list, egress: list) -> Iterator[str
                     yield f"{where}: egress to {block['cidr']} does not except {private}"
 
 
-def check_own(manifests: list[Manifest]) -> Iterator[tuple[Manifest | None, str]]:
+def check_own(manifests: list[Manifest], port: int) -> Iterator[tuple[Manifest | None, str]]:
     own = [m for m in manifests if m.own]
     templates = {m.name: m for m in own if m.kind == "SandboxTemplate"}
     pools = {m.name: m for m in own if m.kind == "SandboxWarmPool"}
@@ -386,13 +424,13 @@ def check_own(manifests: list[Manifest]) -> Iterator[tuple[Manifest | None, str]
             yield template, "needs a managed networkPolicy admitting the API port"
         else:
             policy = spec["networkPolicy"]
-            for problem in check_network_rules("networkPolicy", policy.get("ingress") or [], policy.get("egress") or []):
+            for problem in check_network_rules("networkPolicy", policy.get("ingress") or [], policy.get("egress") or [], port):
                 yield template, problem
     for policy in (m for m in own if m.kind == "NetworkPolicy"):
         spec = policy.body.get("spec") or {}
         if set(spec.get("policyTypes") or []) != {"Ingress", "Egress"}:
             yield policy, "policyTypes must be [Ingress, Egress]: default deny both ways"
-        for problem in check_network_rules("spec", spec.get("ingress") or [], spec.get("egress") or []):
+        for problem in check_network_rules("spec", spec.get("ingress") or [], spec.get("egress") or [], port):
             yield policy, problem
     for claim in (m for m in own if m.kind == "SandboxClaim"):
         spec = claim.body.get("spec") or {}
@@ -464,7 +502,7 @@ def load(root: Path) -> tuple[list[Manifest], list[str]]:
 def validate(root: Path) -> tuple[list[Manifest], list[str]]:
     manifests, failures = load(root)
     crds = crd_schemas()
-    port = nginx_port()
+    port = image_port()
     for manifest in manifests:
         for problem in check_schemas(manifest, crds):
             failures.append(f"{manifest.where()}: schema: {problem}")
@@ -472,7 +510,7 @@ def validate(root: Path) -> tuple[list[Manifest], list[str]]:
             failures.append(f"{manifest.where()}: {problem}")
     for manifest, problem in check_references(manifests):
         failures.append(f"{manifest.where()}: {problem}")
-    for manifest, problem in check_own(manifests):
+    for manifest, problem in check_own(manifests, port):
         failures.append(f"{manifest.where() if manifest else root}: {problem}")
     return manifests, failures
 

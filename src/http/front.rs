@@ -1,0 +1,422 @@
+//! What nginx did in front of boxd in upstream's images, done by boxd itself on the public port, so
+//! that the port answers from the container's first millisecond and the desktop stream is gated by the
+//! whole token:
+//!
+//! - a deadline on every answer (`--response-timeout`, the images' `NGINX_TIMEOUT`): a request still
+//!   unanswered then gets 504, as nginx gave;
+//! - the desktop viewer's pages (noVNC) at `/vnc/`; opening one with the whole token in its query
+//!   (`GuiSandbox.desktop_url`: `/vnc/vnc_lite.html?password=TOKEN`) gives the browser a short-lived,
+//!   HttpOnly pass for the stream;
+//! - the desktop stream at `/websockify`, relayed to the VNC server on loopback only for a client that
+//!   shows the pass, the token as a bearer header, or the token in its query (the SDK's remote manager
+//!   relays the page's query): anyone else gets 403 before a single RFB byte;
+//! - `/websockify/`, the mobile image's device view, is boxd's `/adb/view`.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use clap::Args;
+use hyper_util::rt::TokioIo;
+use subtle::ConstantTimeEq;
+
+use super::auth::Auth;
+use crate::core::error::ApiError;
+
+#[derive(Debug, Args)]
+pub struct FrontArgs {
+    /// Seconds a request may go unanswered before it gets 504, as nginx's timeout in upstream's images
+    /// (`boxd init` sets it from `NGINX_TIMEOUT`). Unset: no deadline.
+    #[arg(long, env = "BOXD_RESPONSE_TIMEOUT")]
+    pub response_timeout: Option<f64>,
+
+    /// The desktop viewer's pages (noVNC's directory), served at `/vnc/`.
+    #[arg(long, env = "BOXD_DESKTOP_PAGES")]
+    pub desktop_pages: Option<PathBuf>,
+
+    /// The VNC server's address (loopback, speaking WebSocket itself, as x11vnc does): `/websockify`
+    /// is relayed there for clients that showed the whole token.
+    #[arg(long, env = "BOXD_DESKTOP_STREAM")]
+    pub desktop_stream: Option<SocketAddr>,
+}
+
+/// How long a pass from the viewer's page opens the stream: enough for the page to load and connect.
+const PASS_LIFETIME: Duration = Duration::from_secs(120);
+/// Passes kept at once; the oldest goes first (each page load makes one).
+const MAX_PASSES: usize = 64;
+const PASS_COOKIE: &str = "boxd_desktop";
+/// The VNC server must answer the relayed handshake within this.
+const STREAM_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// The device view's path in upstream's mobile image, and the boxd route that serves it.
+const DEVICE_VIEW_ALIAS: &str = "/websockify/";
+const DEVICE_VIEW: &str = "/adb/view";
+
+/// The front's settings, checked.
+#[derive(Clone)]
+pub struct Front {
+    response_timeout: Option<Duration>,
+    desktop: Option<Arc<Desktop>>,
+}
+
+struct Desktop {
+    pages: Option<PathBuf>,
+    stream: Option<SocketAddr>,
+    auth: Auth,
+    passes: Mutex<VecDeque<(String, Instant)>>,
+}
+
+impl Front {
+    pub fn new(args: &FrontArgs, auth: &Auth) -> Result<Front, String> {
+        let response_timeout = args
+            .response_timeout
+            .map(|seconds| crate::core::deadline::positive_seconds("--response-timeout", seconds))
+            .transpose()?;
+        if let Some(pages) = &args.desktop_pages
+            && !pages.is_dir()
+        {
+            return Err(format!(
+                "--desktop-pages {}: not a directory",
+                pages.display()
+            ));
+        }
+        let desktop = (args.desktop_pages.is_some() || args.desktop_stream.is_some()).then(|| {
+            Arc::new(Desktop {
+                pages: args.desktop_pages.clone(),
+                stream: args.desktop_stream,
+                auth: auth.clone(),
+                passes: Mutex::new(VecDeque::new()),
+            })
+        });
+        Ok(Front {
+            response_timeout,
+            desktop,
+        })
+    }
+
+    /// The desktop's routes (none without a desktop).
+    pub fn routes(&self) -> Router {
+        let Some(desktop) = &self.desktop else {
+            return Router::new();
+        };
+        let mut routes = Router::new();
+        if let Some(pages) = &desktop.pages {
+            let files =
+                tower_http::services::ServeDir::new(pages).append_index_html_on_directories(false);
+            routes = routes.merge(Router::new().nest_service("/vnc", files).layer(
+                middleware::from_fn_with_state(Arc::clone(desktop), viewer_page),
+            ));
+        }
+        if desktop.stream.is_some() {
+            routes = routes.route(
+                "/websockify",
+                get(relay_stream).with_state(Arc::clone(desktop)),
+            );
+        }
+        routes
+    }
+
+    /// `router` with the answer deadline and the device view's alias around it.
+    pub fn wrap(&self, router: Router) -> Router {
+        let router = match self.response_timeout {
+            Some(limit) => router.layer(middleware::from_fn_with_state(limit, answer_within)),
+            None => router,
+        };
+        let aliased = router.clone();
+        Router::new()
+            .route_service(
+                DEVICE_VIEW_ALIAS,
+                tower::util::MapRequest::new(aliased, to_device_view),
+            )
+            .fallback_service(router)
+    }
+}
+
+/// `/websockify/?password=...` (the SDK's `mobile_url`) is `/adb/view` with the same query.
+fn to_device_view(mut request: Request) -> Request {
+    let rewritten = match request.uri().query() {
+        Some(query) => format!("{DEVICE_VIEW}?{query}"),
+        None => DEVICE_VIEW.to_string(),
+    };
+    if let Ok(uri) = rewritten.parse::<Uri>() {
+        *request.uri_mut() = uri;
+    }
+    request
+}
+
+async fn answer_within(State(limit): State<Duration>, request: Request, next: Next) -> Response {
+    match tokio::time::timeout(limit, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => ApiError::GatewayTimeout(format!(
+            "no answer within {} s (the sandbox's NGINX_TIMEOUT)",
+            limit.as_secs_f64()
+        ))
+        .into_response(),
+    }
+}
+
+/// Serves a viewer page; when its query holds the whole token, with a pass for the stream. Pages hold
+/// no data, so they are served to anyone; the token is what the stream needs.
+async fn viewer_page(
+    State(desktop): State<Arc<Desktop>>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let pass = query_token(request.uri())
+        .filter(|token| desktop.auth.accepts(token.as_bytes()))
+        .map(|_| desktop.issue_pass());
+    if matches!(request.uri().path(), "/vnc" | "/vnc/")
+        && let Ok(uri) = "/vnc/vnc.html".parse::<Uri>()
+    {
+        *request.uri_mut() = uri;
+    }
+    let mut response = next.run(request).await;
+    let headers = response.headers_mut();
+    // The page's URL holds the token: browsers must not pass it on as a Referer.
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    if let Some(pass) = pass {
+        let cookie = format!(
+            "{PASS_COOKIE}={pass}; Path=/websockify; Max-Age={}; HttpOnly; SameSite=Strict",
+            PASS_LIFETIME.as_secs()
+        );
+        if let Ok(value) = HeaderValue::from_str(&cookie) {
+            headers.append(header::SET_COOKIE, value);
+        }
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    }
+    response
+}
+
+/// The `password` (the SDK's name) or `token` parameter of `uri`'s query.
+fn query_token(uri: &Uri) -> Option<String> {
+    let query = uri.query()?;
+    let pairs: Vec<(String, String)> = serde_urlencoded::from_str(query).ok()?;
+    pairs
+        .into_iter()
+        .find(|(name, _)| name == "password" || name == "token")
+        .map(|(_, value)| value)
+}
+
+impl Desktop {
+    fn issue_pass(&self) -> String {
+        let pass = super::auth::generate();
+        let now = Instant::now();
+        let mut passes = self
+            .passes
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        passes.retain(|(_, expires)| *expires > now);
+        while passes.len() >= MAX_PASSES {
+            passes.pop_front();
+        }
+        passes.push_back((pass.clone(), now + PASS_LIFETIME));
+        pass
+    }
+
+    fn holds_pass(&self, headers: &HeaderMap) -> bool {
+        let now = Instant::now();
+        let passes = self
+            .passes
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        headers
+            .get_all(header::COOKIE)
+            .iter()
+            .filter_map(|value| value.to_str().ok())
+            .flat_map(|value| value.split(';'))
+            .filter_map(|pair| pair.trim().strip_prefix(PASS_COOKIE)?.strip_prefix('='))
+            .any(|presented| {
+                passes.iter().any(|(pass, expires)| {
+                    *expires > now && bool::from(pass.as_bytes().ct_eq(presented.as_bytes()))
+                })
+            })
+    }
+
+    /// Whether this request may open the stream: a pass, the bearer token, or the token in the query.
+    fn admits(&self, request: &Request) -> bool {
+        self.holds_pass(request.headers())
+            || self.auth.check_headers(request.headers()).is_ok()
+            || query_token(request.uri()).is_some_and(|token| self.auth.accepts(token.as_bytes()))
+    }
+}
+
+/// Headers of the WebSocket handshake passed to the VNC server and back.
+const HANDSHAKE_REQUEST_HEADERS: &[header::HeaderName] = &[
+    header::UPGRADE,
+    header::CONNECTION,
+    header::SEC_WEBSOCKET_KEY,
+    header::SEC_WEBSOCKET_VERSION,
+    header::SEC_WEBSOCKET_PROTOCOL,
+    header::SEC_WEBSOCKET_EXTENSIONS,
+    header::ORIGIN,
+];
+const HANDSHAKE_RESPONSE_HEADERS: &[header::HeaderName] = &[
+    header::UPGRADE,
+    header::CONNECTION,
+    header::SEC_WEBSOCKET_ACCEPT,
+    header::SEC_WEBSOCKET_PROTOCOL,
+    header::SEC_WEBSOCKET_EXTENSIONS,
+];
+
+/// `GET /websockify`: the WebSocket handshake passed to the VNC server, then bytes both ways.
+async fn relay_stream(State(desktop): State<Arc<Desktop>>, mut request: Request) -> Response {
+    if !desktop.admits(&request) {
+        return ApiError::Forbidden(
+            "the desktop stream needs the sandbox's token: open the desktop_url page, or send \
+             Authorization: Bearer <token>"
+                .into(),
+        )
+        .into_response();
+    }
+    let Some(address) = desktop.stream else {
+        return ApiError::NotFound("no desktop stream here".into()).into_response();
+    };
+    let upstream = match tokio::time::timeout(
+        STREAM_CONNECT_TIMEOUT,
+        handshake(address, request.headers().clone()),
+    )
+    .await
+    {
+        Ok(Ok(upstream)) => upstream,
+        Ok(Err(detail)) => return ApiError::BadGateway(detail).into_response(),
+        Err(_) => {
+            return ApiError::GatewayTimeout(format!(
+                "the VNC server at {address} did not answer the handshake within {} s",
+                STREAM_CONNECT_TIMEOUT.as_secs()
+            ))
+            .into_response();
+        }
+    };
+    let mut upstream_response = upstream;
+    if upstream_response.status() != StatusCode::SWITCHING_PROTOCOLS {
+        return ApiError::BadGateway(format!(
+            "the VNC server refused the WebSocket handshake ({})",
+            upstream_response.status()
+        ))
+        .into_response();
+    }
+    let mut answer = Response::builder().status(StatusCode::SWITCHING_PROTOCOLS);
+    for name in HANDSHAKE_RESPONSE_HEADERS {
+        for value in upstream_response.headers().get_all(name) {
+            answer = answer.header(name, value);
+        }
+    }
+    let upstream_upgrade = hyper::upgrade::on(&mut upstream_response);
+    let client_upgrade = hyper::upgrade::on(&mut request);
+    tokio::spawn(async move {
+        let (client, upstream) = match tokio::try_join!(client_upgrade, upstream_upgrade) {
+            Ok(both) => both,
+            Err(err) => {
+                tracing::debug!("desktop stream upgrade failed: {err}");
+                return;
+            }
+        };
+        let mut client = TokioIo::new(client);
+        let mut upstream = TokioIo::new(upstream);
+        if let Err(err) = tokio::io::copy_bidirectional(&mut client, &mut upstream).await {
+            tracing::debug!("desktop stream ended: {err}");
+        }
+    });
+    answer.body(Body::empty()).unwrap_or_else(|err| {
+        ApiError::Internal(format!("cannot answer the handshake: {err}")).into_response()
+    })
+}
+
+/// Sends the handshake (`headers`, the client's) to the VNC server at `address`; its answer, not yet upgraded.
+async fn handshake(
+    address: SocketAddr,
+    headers: HeaderMap,
+) -> Result<hyper::Response<hyper::body::Incoming>, String> {
+    let stream = tokio::net::TcpStream::connect(address)
+        .await
+        .map_err(|err| format!("the desktop stream is not up (yet): {address}: {err}"))?;
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|err| format!("cannot talk to the VNC server: {err}"))?;
+    tokio::spawn(async move {
+        if let Err(err) = connection.with_upgrades().await {
+            tracing::debug!("desktop stream connection: {err}");
+        }
+    });
+    let mut forwarded = hyper::Request::builder()
+        .method(hyper::Method::GET)
+        .uri("/websockify")
+        .header(header::HOST, address.to_string());
+    for name in HANDSHAKE_REQUEST_HEADERS {
+        for value in headers.get_all(name) {
+            forwarded = forwarded.header(name, value);
+        }
+    }
+    // libvncserver refuses a handshake without Origin (browsers always send one).
+    if !headers.contains_key(header::ORIGIN) {
+        forwarded = forwarded.header(header::ORIGIN, format!("http://{address}"));
+    }
+    let forwarded = forwarded
+        .body(Body::empty())
+        .map_err(|err| format!("cannot build the handshake: {err}"))?;
+    let response = sender
+        .send_request(forwarded)
+        .await
+        .map_err(|err| format!("the VNC server did not answer the handshake: {err}"))?;
+    Ok(response)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_query_token_is_password_or_token() {
+        let uri: Uri = "/vnc/vnc_lite.html?autoconnect=1&password=a%2Bb"
+            .parse()
+            .unwrap_or_default();
+        assert_eq!(query_token(&uri).as_deref(), Some("a+b"));
+        let uri: Uri = "/websockify?token=t".parse().unwrap_or_default();
+        assert_eq!(query_token(&uri).as_deref(), Some("t"));
+        let uri: Uri = "/websockify".parse().unwrap_or_default();
+        assert_eq!(query_token(&uri), None);
+    }
+
+    #[test]
+    fn a_pass_opens_the_stream_until_it_expires() {
+        let desktop = Desktop {
+            pages: None,
+            stream: None,
+            auth: Auth::fixed("token"),
+            passes: Mutex::new(VecDeque::new()),
+        };
+        let pass = desktop.issue_pass();
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::COOKIE,
+            HeaderValue::from_str(&format!("other=1; {PASS_COOKIE}={pass}"))
+                .unwrap_or(HeaderValue::from_static("")),
+        );
+        assert!(desktop.holds_pass(&headers));
+        headers.insert(
+            header::COOKIE,
+            HeaderValue::from_static("boxd_desktop=forged"),
+        );
+        assert!(!desktop.holds_pass(&headers));
+        for _ in 0..MAX_PASSES {
+            desktop.issue_pass();
+        }
+        headers.insert(
+            header::COOKIE,
+            HeaderValue::from_str(&format!("{PASS_COOKIE}={pass}"))
+                .unwrap_or(HeaderValue::from_static("")),
+        );
+        assert!(!desktop.holds_pass(&headers), "the oldest pass makes room");
+    }
+}

@@ -1,0 +1,125 @@
+//! `boxd init`: the first process of every image (PID 1). It owns the public port from its first
+//! millisecond, so an orchestrator's first probe is answered rather than refused; it holds the token so
+//! that no other process's environment, argv or file does; and it keeps boxd and the image's own
+//! programs (Xvfb, the window manager, the VNC server) running.
+//!
+//! Why not a shell script under tini, as before: the port was bound only once bash had rendered nginx's
+//! configuration and nginx had started (the SDK's first probe at ~15 ms after the engine's start failed,
+//! and it sleeps a whole second on failure), and the token sat in the environment of tini, bash, nginx,
+//! Xvfb and every program started from the desktop.
+//!
+//! What it does, in order: takes `SECRET_TOKEN` out of its environment (blanking the bytes the kernel
+//! shows as `/proc/1/environ`) and makes itself non-dumpable, so `/proc/1/mem` and `/proc/1/fd` are
+//! closed to tenant code; binds the listener; starts `boxd serve` on that listener with the token on a
+//! pipe; starts `/etc/boxd/services/*`; then reaps every orphan and restarts whatever exits, with a
+//! backoff. `boxd serve` exiting with status 2 (a usage error: the same flags would fail forever) stops
+//! the container with boxd's message as its last words.
+
+mod settings;
+mod supervise;
+
+use std::ffi::OsString;
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+
+#[derive(Debug, Args)]
+pub struct InitArgs {
+    /// The public address, bound before anything else starts; `boxd serve` answers on it.
+    #[arg(long, env = "BOXD_LISTEN", default_value = "0.0.0.0:80")]
+    pub listen: String,
+
+    /// Programs to start beside boxd and restart when they exit (each executable file, in name order).
+    #[arg(long, env = "BOXD_SERVICES", default_value = "/etc/boxd/services")]
+    pub services: PathBuf,
+
+    /// Upstream's nginx timeout, in whole seconds: a request unanswered for this long gets 504, and
+    /// commands, cells and training calls stop 5 s before it so they answer first. Not a number: 60.
+    #[arg(long, env = "NGINX_TIMEOUT", default_value = "60")]
+    pub nginx_timeout: String,
+}
+
+/// The environment variable that carries the token to this process; nothing else ever sees it.
+const TOKEN_VARIABLE: &str = "SECRET_TOKEN";
+/// Pool mode: the token comes with the claim (`POST /init`), never from the environment.
+const POOL_SECRET_VARIABLE: &str = "BOXD_POOL_SECRET_FILE";
+
+pub fn main(args: InitArgs) -> ExitCode {
+    // First, while single-threaded: the token leaves the environment (and /proc/1/environ) before any
+    // child exists, and this process's memory and descriptors close to everyone else.
+    let token = std::env::var(TOKEN_VARIABLE)
+        .ok()
+        .filter(|token| !token.is_empty());
+    crate::core::child::withhold_from_children(&[TOKEN_VARIABLE]);
+    if let Err(err) = make_undumpable() {
+        eprintln!("boxd init: cannot make this process non-dumpable: {err}");
+        return ExitCode::FAILURE;
+    }
+    let token = if std::env::var_os(POOL_SECRET_VARIABLE).is_some() {
+        if token.is_some() {
+            eprintln!(
+                "boxd init: {POOL_SECRET_VARIABLE} is set (pool mode): the token comes with the claim; \
+                 {TOKEN_VARIABLE} is ignored"
+            );
+        }
+        None
+    } else {
+        Some(token.unwrap_or_else(|| {
+            let token = crate::http::auth::generate();
+            // Printed once, to the container's log: the only place the operator can read it from.
+            eprintln!("boxd init: {TOKEN_VARIABLE} is not set; generated token: {token}");
+            token
+        }))
+    };
+    if token
+        .as_ref()
+        .is_some_and(|token| token.len() > crate::http::auth::MAX_TOKEN_BYTES)
+    {
+        eprintln!(
+            "boxd init: {TOKEN_VARIABLE} is longer than {} bytes",
+            crate::http::auth::MAX_TOKEN_BYTES
+        );
+        return ExitCode::from(2);
+    }
+    let listener = match TcpListener::bind(args.listen.as_str()) {
+        Ok(listener) => listener,
+        Err(err) => {
+            eprintln!("boxd init: cannot listen on {}: {err}", args.listen);
+            return ExitCode::FAILURE;
+        }
+    };
+    let timeout = settings::nginx_timeout(&args.nginx_timeout);
+    let executable = match std::env::current_exe() {
+        Ok(path) => path,
+        Err(err) => {
+            eprintln!("boxd init: cannot find its own executable: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let boxd = supervise::Program::boxd(
+        executable,
+        listener,
+        token.map(String::into_bytes),
+        settings::serve_environment(timeout, &base_environment()),
+    );
+    let mut programs = vec![boxd];
+    programs.extend(supervise::Program::services(&args.services));
+    supervise::run(programs)
+}
+
+/// This process's environment as children get it (the token already removed).
+fn base_environment() -> Vec<(OsString, OsString)> {
+    std::env::vars_os().collect()
+}
+
+/// Non-dumpable: `/proc/<pid>/mem`, `environ` and `fd` need `CAP_SYS_PTRACE`, which containers lack
+/// by default, even for root. Children start dumpable again (an exec resets it).
+pub fn make_undumpable() -> std::io::Result<()> {
+    // SAFETY: prctl with integer arguments only.
+    if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } == -1 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}

@@ -1,0 +1,391 @@
+//! Keeping the container's programs running: `boxd serve` first, then each service. A program that
+//! exits is started again after 1, 2, 4 ... 30 s (back to 1 s once it had run a minute); restarts are
+//! scheduled, so one program's backoff never delays another's. Orphans of any program are reaped here,
+//! as PID 1 must. SIGTERM, SIGINT or SIGQUIT stop everything: SIGTERM to each program, SIGKILL to what
+//! remains after a grace period.
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::net::TcpListener;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+/// The first restart's delay; it doubles with each exit up to [`MAX_RESTART_DELAY`].
+const FIRST_RESTART_DELAY: Duration = Duration::from_secs(1);
+const MAX_RESTART_DELAY: Duration = Duration::from_secs(30);
+/// A program that ran this long before exiting starts over at the first delay.
+const STABLE_RUN: Duration = Duration::from_secs(60);
+/// How long programs may take to stop after SIGTERM; engines send SIGKILL 10 s after their SIGTERM.
+const STOP_GRACE: Duration = Duration::from_secs(8);
+/// The longest the loop sleeps when nothing is due (a wake-up costs nothing; it bounds every wait).
+const IDLE_WAKE: Duration = Duration::from_secs(3600);
+/// `boxd serve`'s exit status for flags or environment it rejects: the same start would fail again.
+const USAGE_ERROR: i32 = 2;
+/// Where `boxd serve` finds its listener and the token's pipe.
+const LISTENER_FD: RawFd = 3;
+const TOKEN_FD: RawFd = 4;
+/// Descriptors are first moved at or above this, so placing one at 3 or 4 cannot overwrite another.
+const SCRATCH_FD_FLOOR: RawFd = 10;
+
+enum Kind {
+    Boxd {
+        executable: PathBuf,
+        listener: TcpListener,
+        token: Option<Vec<u8>>,
+        environment: Vec<(OsString, OsString)>,
+    },
+    Service(PathBuf),
+}
+
+pub struct Program {
+    name: String,
+    kind: Kind,
+    pid: Option<libc::pid_t>,
+    started: Instant,
+    delay: Duration,
+    due: Option<Instant>,
+}
+
+impl Program {
+    fn new(name: String, kind: Kind) -> Program {
+        Program {
+            name,
+            kind,
+            pid: None,
+            started: Instant::now(),
+            delay: FIRST_RESTART_DELAY,
+            due: Some(Instant::now()),
+        }
+    }
+
+    /// `boxd serve` on `listener`, with `token` (none in pool mode) on a pipe.
+    pub fn boxd(
+        executable: PathBuf,
+        listener: TcpListener,
+        token: Option<Vec<u8>>,
+        environment: Vec<(OsString, OsString)>,
+    ) -> Program {
+        Program::new(
+            "boxd".into(),
+            Kind::Boxd {
+                executable,
+                listener,
+                token,
+                environment,
+            },
+        )
+    }
+
+    /// Every executable file in `dir`, in name order; none when it does not exist.
+    pub fn services(dir: &Path) -> Vec<Program> {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return Vec::new();
+        };
+        let mut paths: Vec<PathBuf> = entries
+            .filter_map(|entry| entry.ok().map(|entry| entry.path()))
+            .filter(|path| is_executable_file(path))
+            .collect();
+        paths.sort();
+        paths
+            .into_iter()
+            .map(|path| {
+                let name = path
+                    .file_name()
+                    .map(|name| name.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                Program::new(name, Kind::Service(path))
+            })
+            .collect()
+    }
+
+    fn start(&mut self) {
+        self.due = None;
+        self.started = Instant::now();
+        match self.spawn() {
+            Ok(pid) => self.pid = Some(pid),
+            Err(err) => {
+                eprintln!("boxd init: cannot start {}: {err}", self.name);
+                self.schedule_restart();
+            }
+        }
+    }
+
+    fn spawn(&self) -> std::io::Result<libc::pid_t> {
+        let child = match &self.kind {
+            Kind::Service(path) => {
+                let mut command = Command::new(path);
+                // Its own group: SIGTERM reaches what the program started too (a script's children).
+                command.stdin(Stdio::null()).process_group(0);
+                // SAFETY: the closure calls only sigprocmask, which is async-signal-safe.
+                unsafe {
+                    command.pre_exec(unblock_signals);
+                }
+                command.spawn()?
+            }
+            Kind::Boxd {
+                executable,
+                listener,
+                token,
+                environment,
+            } => {
+                let address = listener.local_addr()?;
+                let mut command = Command::new(executable);
+                command
+                    .arg("serve")
+                    .arg("--host")
+                    .arg(address.ip().to_string())
+                    .arg("--port")
+                    .arg(address.port().to_string())
+                    .arg("--listen-fd")
+                    .arg(LISTENER_FD.to_string())
+                    .env_clear()
+                    .envs(environment.iter().map(|(name, value)| (name, value)))
+                    .stdin(Stdio::null());
+                let token_pipe = match token {
+                    Some(token) => {
+                        command.arg("--token-fd").arg(TOKEN_FD.to_string());
+                        Some(token_pipe(token)?)
+                    }
+                    None => None,
+                };
+                let mut placements = vec![(listener.as_raw_fd(), LISTENER_FD)];
+                if let Some(pipe) = &token_pipe {
+                    placements.push((pipe.as_raw_fd(), TOKEN_FD));
+                }
+                // SAFETY: the closure calls only fcntl, dup2 and sigprocmask, which are async-signal-safe, on
+                // descriptors this process owns until the spawn returns.
+                unsafe {
+                    command.pre_exec(move || {
+                        place_descriptors(&placements)?;
+                        unblock_signals()
+                    });
+                }
+                // The pipe's read end closes here, once the child has its own copy.
+                let child = command.spawn()?;
+                drop(token_pipe);
+                child
+            }
+        };
+        libc::pid_t::try_from(child.id()).map_err(|_| std::io::Error::other("pid out of range"))
+    }
+
+    fn schedule_restart(&mut self) {
+        let now = Instant::now();
+        if now.duration_since(self.started) >= STABLE_RUN {
+            self.delay = FIRST_RESTART_DELAY;
+        }
+        eprintln!(
+            "boxd init: restarting {} in {} s",
+            self.name,
+            self.delay.as_secs()
+        );
+        self.due = Some(now + self.delay);
+        self.delay = (self.delay * 2).min(MAX_RESTART_DELAY);
+    }
+
+    fn signal(&self, signal: libc::c_int) {
+        let Some(pid) = self.pid else { return };
+        let target = match self.kind {
+            Kind::Service(_) => -pid,
+            Kind::Boxd { .. } => pid,
+        };
+        // SAFETY: kill with a pid this process started and has not reaped.
+        unsafe { libc::kill(target, signal) };
+    }
+}
+
+/// A pipe holding `token`, its write end closed: the child reads it to the end.
+fn token_pipe(token: &[u8]) -> std::io::Result<OwnedFd> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 writes two descriptors into the array.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } == -1 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors were just created and are owned from here on.
+    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // A token is far below a pipe's buffer (64 KiB), and `serve` caps what it reads.
+    std::fs::File::from(write).write_all(token)?;
+    Ok(read)
+}
+
+/// In the child, before exec: each `(from, to)` descriptor ends up at `to`, open across the exec.
+fn place_descriptors(placements: &[(RawFd, RawFd)]) -> std::io::Result<()> {
+    let mut moved = [(-1, -1); 2];
+    for (slot, &(from, to)) in moved.iter_mut().zip(placements) {
+        // SAFETY: fcntl on a descriptor the parent owns (inherited by this child).
+        let scratch = unsafe { libc::fcntl(from, libc::F_DUPFD_CLOEXEC, SCRATCH_FD_FLOOR) };
+        if scratch == -1 {
+            return Err(std::io::Error::last_os_error());
+        }
+        *slot = (scratch, to);
+    }
+    for &(scratch, to) in moved.iter().filter(|(scratch, _)| *scratch >= 0) {
+        // SAFETY: dup2 between descriptors of this child; the copy at `to` is open across exec.
+        if unsafe { libc::dup2(scratch, to) } == -1 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// In the child, before exec: the signals this process waits for are blocked here, and a blocked mask
+/// survives exec (a program would never see its SIGTERM).
+fn unblock_signals() -> std::io::Result<()> {
+    let signals = waited_signals();
+    // SAFETY: sigprocmask with a valid set.
+    if unsafe { libc::sigprocmask(libc::SIG_UNBLOCK, &signals, std::ptr::null_mut()) } == -1 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+fn is_executable_file(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path)
+        .map(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false)
+}
+
+/// The signals this process waits for instead of handling them asynchronously.
+fn waited_signals() -> libc::sigset_t {
+    // SAFETY: sigemptyset/sigaddset initialise and fill a local set.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for signal in [
+            libc::SIGCHLD,
+            libc::SIGTERM,
+            libc::SIGINT,
+            libc::SIGQUIT,
+            libc::SIGHUP,
+        ] {
+            libc::sigaddset(&mut set, signal);
+        }
+        set
+    }
+}
+
+/// The next of `signals` within `timeout`, or `None` when it passed (or a wake-up of no interest).
+fn wait_for_signal(signals: &libc::sigset_t, timeout: Duration) -> Option<libc::c_int> {
+    let timeout = libc::timespec {
+        tv_sec: libc::time_t::try_from(timeout.as_secs()).unwrap_or(libc::time_t::MAX),
+        tv_nsec: libc::c_long::from(timeout.subsec_nanos()),
+    };
+    // SAFETY: sigtimedwait with a valid set and timeout; the siginfo is not needed.
+    let signal = unsafe { libc::sigtimedwait(signals, std::ptr::null_mut(), &timeout) };
+    (signal > 0).then_some(signal)
+}
+
+/// What `waitpid` said about one exited process.
+struct Exit {
+    pid: libc::pid_t,
+    status: libc::c_int,
+}
+
+/// One exited child (a program or an orphan), if any is waiting to be reaped.
+fn reap_one() -> Option<Exit> {
+    let mut status = 0;
+    // SAFETY: waitpid with a pointer to a local.
+    let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+    (pid > 0).then_some(Exit { pid, status })
+}
+
+fn describe(status: libc::c_int) -> String {
+    if libc::WIFEXITED(status) {
+        format!("exited with status {}", libc::WEXITSTATUS(status))
+    } else if libc::WIFSIGNALED(status) {
+        format!("killed by signal {}", libc::WTERMSIG(status))
+    } else {
+        format!("stopped ({status})")
+    }
+}
+
+/// Runs `programs` until a stop signal (exit 0) or a usage error of `boxd serve` (exit 2).
+pub fn run(mut programs: Vec<Program>) -> ExitCode {
+    let signals = waited_signals();
+    // Blocked before the first child exists, so no SIGCHLD or SIGTERM is lost; each child unblocks them
+    // before its exec.
+    // SAFETY: sigprocmask with a valid set; this process is single-threaded.
+    if unsafe { libc::sigprocmask(libc::SIG_BLOCK, &signals, std::ptr::null_mut()) } == -1 {
+        eprintln!(
+            "boxd init: cannot block signals: {}",
+            std::io::Error::last_os_error()
+        );
+        return ExitCode::FAILURE;
+    }
+    // As PID 1 orphans come here anyway; elsewhere (tests, `boxd init` on a host) this makes them.
+    // SAFETY: prctl with integer arguments.
+    unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+    loop {
+        let now = Instant::now();
+        for program in programs.iter_mut() {
+            if program.due.is_some_and(|due| due <= now) {
+                program.start();
+            }
+        }
+        let next_due = programs.iter().filter_map(|program| program.due).min();
+        let timeout = next_due.map_or(IDLE_WAKE, |due| {
+            due.saturating_duration_since(Instant::now())
+        });
+        if let Some(signal) = wait_for_signal(&signals, timeout)
+            && matches!(signal, libc::SIGTERM | libc::SIGINT | libc::SIGQUIT)
+        {
+            eprintln!("boxd init: signal {signal}: stopping");
+            return stop(&mut programs, ExitCode::SUCCESS);
+        }
+        while let Some(exit) = reap_one() {
+            let Some(program) = programs
+                .iter_mut()
+                .find(|program| program.pid == Some(exit.pid))
+            else {
+                continue; // an orphan, now reaped
+            };
+            program.pid = None;
+            eprintln!("boxd init: {} {}", program.name, describe(exit.status));
+            let usage_error = matches!(program.kind, Kind::Boxd { .. })
+                && libc::WIFEXITED(exit.status)
+                && libc::WEXITSTATUS(exit.status) == USAGE_ERROR;
+            if usage_error {
+                // clap's usage errors (an unknown flag, a bad BOXD_TOOLS value) would fail forever:
+                // boxd's message above is the container's last words.
+                eprintln!(
+                    "boxd init: boxd rejected its configuration (status 2, message above); stopping"
+                );
+                return stop(&mut programs, ExitCode::from(2));
+            }
+            program.schedule_restart();
+        }
+    }
+}
+
+/// SIGTERM to every running program, SIGKILL to those still running after [`STOP_GRACE`].
+fn stop(programs: &mut [Program], code: ExitCode) -> ExitCode {
+    let signals = waited_signals();
+    for program in programs.iter() {
+        program.signal(libc::SIGTERM);
+    }
+    let deadline = Instant::now() + STOP_GRACE;
+    while programs.iter().any(|program| program.pid.is_some()) {
+        let now = Instant::now();
+        if now >= deadline {
+            for program in programs.iter().filter(|program| program.pid.is_some()) {
+                eprintln!("boxd init: {} did not stop; killing it", program.name);
+                program.signal(libc::SIGKILL);
+            }
+            break;
+        }
+        wait_for_signal(&signals, deadline.saturating_duration_since(now));
+        while let Some(exit) = reap_one() {
+            if let Some(program) = programs
+                .iter_mut()
+                .find(|program| program.pid == Some(exit.pid))
+            {
+                program.pid = None;
+            }
+        }
+    }
+    code
+}

@@ -1,0 +1,393 @@
+//! `boxd init`, the images' first process, run as the images run it (services in a directory, the token
+//! in `SECRET_TOKEN`), on a loopback port: the port answers its first request; the token reaches no
+//! other process's environment or command line and boxd's memory is closed to its children; a missing
+//! token becomes a random one; services and boxd are restarted with a growing delay; a usage error stops
+//! it with status 2; SIGTERM stops everything.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use common::TOKEN;
+
+struct Init {
+    child: Child,
+    port: u16,
+    dir: tempfile::TempDir,
+    stderr: PathBuf,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .map(|address| address.port())
+        .expect("a free port")
+}
+
+impl Init {
+    /// `boxd init` with `services` (name, shell script) and `env` set, `SECRET_TOKEN` among them or not.
+    fn start(services: &[(&str, &str)], env: &[(&str, &str)]) -> Init {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("services")).expect("services");
+        std::fs::create_dir_all(root.join("workspace")).expect("workspace");
+        for (name, script) in services {
+            let path = root.join("services").join(name);
+            std::fs::write(&path, format!("#!/bin/sh\n{script}\n")).expect("service");
+            std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+                .expect("executable");
+        }
+        let port = free_port();
+        let stderr = root.join("stderr");
+        let mut command = Command::new(common::boxd_bin());
+        command
+            .arg("init")
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{port}"))
+            .arg("--services")
+            .arg(root.join("services"))
+            .env("WORKSPACE_DIR", root.join("workspace"))
+            .env("SERVICE_DIR", root)
+            .env("BOXD_TOOLS", "shell,workspace")
+            .env_remove("SECRET_TOKEN")
+            .env_remove("BOXD_MCP_CONFIG")
+            .env_remove("BOXD_POOL_SECRET_FILE")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&stderr).expect("stderr file"));
+        for (name, value) in env {
+            command.env(name, value);
+        }
+        let child = command.spawn().expect("boxd init starts");
+        Init {
+            child,
+            port,
+            dir,
+            stderr,
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+
+    fn wait_exit(&mut self, within: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
+    /// Runs `command` through boxd's shell with `token`; its stdout.
+    async fn shell(&self, token: &str, command: &str) -> String {
+        let answer: serde_json::Value = reqwest::Client::new()
+            .post(self.url("/fastapi/tools/run_shell_command"))
+            .bearer_auth(token)
+            .json(&serde_json::json!({ "command": command }))
+            .send()
+            .await
+            .expect("shell call")
+            .json()
+            .await
+            .expect("json");
+        common::item(&answer, "stdout")
+            .unwrap_or_default()
+            .to_string()
+    }
+
+    /// Polls `/fastapi/livez` until it answers (bounded).
+    async fn wait_serving(&self) {
+        let client = reqwest::Client::new();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Ok(response) = client.get(self.url("/fastapi/livez")).send().await
+                && response.status().is_success()
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("boxd init never served; stderr:\n{}", self.stderr());
+    }
+
+    fn serve_pid(&self) -> Option<i32> {
+        children_of(self.child.id() as i32)
+            .into_iter()
+            .find(|pid| cmdline(*pid).contains("serve"))
+    }
+}
+
+impl Drop for Init {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        if self.wait_exit(Duration::from_secs(10)).is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn cmdline(pid: i32) -> String {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|bytes| String::from_utf8_lossy(&bytes).replace('\0', " "))
+        .unwrap_or_default()
+}
+
+fn children_of(parent: i32) -> Vec<i32> {
+    std::fs::read_to_string(format!("/proc/{parent}/task/{parent}/children"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|pid| pid.parse().ok())
+        .collect()
+}
+
+fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| !stat.contains(") Z "))
+}
+
+fn read_pids(path: &Path) -> Vec<i32> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| line.trim().parse().ok())
+        .collect()
+}
+
+/// The first request on the first connection the port accepts is answered: the listener exists
+/// before boxd serve does, and boxd serve takes it over rather than binding its own.
+#[tokio::test]
+async fn the_port_answers_its_first_request() {
+    let init = Init::start(&[], &[("SECRET_TOKEN", TOKEN)]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut stream = loop {
+        match tokio::net::TcpStream::connect(("127.0.0.1", init.port)).await {
+            Ok(stream) => break stream,
+            Err(_) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            Err(err) => panic!("never listened: {err}"),
+        }
+    };
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    stream
+        .write_all(b"GET /fastapi/livez HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .expect("request");
+    let mut answer = String::new();
+    tokio::time::timeout(Duration::from_secs(10), stream.read_to_string(&mut answer))
+        .await
+        .expect("answered within 10 s")
+        .expect("read");
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+}
+
+#[tokio::test]
+async fn the_token_reaches_no_other_process_and_boxd_memory_is_closed() {
+    let secret = "tok-0123456789-unique-secret";
+    let init = Init::start(
+        &[(
+            "10-record",
+            "env > \"$SERVICE_DIR/service.env\"; exec sleep 300",
+        )],
+        &[("SECRET_TOKEN", secret)],
+    );
+    init.wait_serving().await;
+    let forbidden = reqwest::Client::new()
+        .get(init.url("/fastapi/readyz"))
+        .bearer_auth("wrong")
+        .send()
+        .await
+        .expect("readyz");
+    assert_eq!(forbidden.status(), 403);
+    let serve = init.serve_pid().expect("boxd serve runs");
+    let init_pid = init.child.id();
+    // Every process's environment and command line that a command can read, and boxd's memory and
+    // descriptors; root keeps every capability but CAP_SYS_PTRACE, as under an engine's defaults.
+    let drop_ptrace = if unsafe { libc::geteuid() } == 0 {
+        "setpriv --bounding-set -sys_ptrace"
+    } else {
+        ""
+    };
+    // The pattern is read from a file: on a command line it would be found in /proc itself.
+    let pattern = init.path("pattern");
+    std::fs::write(&pattern, secret).expect("pattern");
+    let pattern = pattern.display();
+    let script = format!(
+        "for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do {drop_ptrace} cat \"$f\" 2>/dev/null; done \
+           | tr '\\0' '\\n' | grep -c -F -f {pattern}; \
+         for p in {init_pid} {serve}; do \
+           {drop_ptrace} head -c 1 /proc/$p/mem >/dev/null 2>&1 && echo mem-open-$p; \
+           {drop_ptrace} ls -l /proc/$p/fd/ 2>/dev/null | grep -q pipe && {drop_ptrace} cat /proc/$p/fd/* 2>/dev/null | grep -c -F -f {pattern}; \
+         done; echo done"
+    );
+    let output = init.shell(secret, &script).await;
+    assert_eq!(output.trim(), "0\ndone", "the token was found: {output}");
+    let service_env = std::fs::read_to_string(init.path("service.env")).unwrap_or_default();
+    assert!(!service_env.is_empty(), "the service ran");
+    assert!(!service_env.contains(secret), "a service saw the token");
+    assert!(!service_env.contains("SECRET_TOKEN"), "{service_env}");
+}
+
+#[tokio::test]
+async fn without_a_token_a_random_one_is_generated_and_logged_once() {
+    let init = Init::start(&[], &[]);
+    init.wait_serving().await;
+    let log = init.stderr();
+    let token = log
+        .lines()
+        .find_map(|line| line.split("generated token: ").nth(1))
+        .map(str::trim)
+        .unwrap_or_else(|| panic!("no generated token in the log:\n{log}"))
+        .to_string();
+    assert_eq!(log.matches("generated token").count(), 1, "{log}");
+    assert!(token.len() >= 32, "{token}");
+    let client = reqwest::Client::new();
+    for (presented, status) in [(token.as_str(), 200), ("secret_token123", 403)] {
+        let response = client
+            .get(init.url("/fastapi/readyz"))
+            .bearer_auth(presented)
+            .send()
+            .await
+            .expect("readyz");
+        assert_eq!(response.status(), status, "with {presented}");
+    }
+}
+
+#[test]
+fn a_usage_error_stops_init_with_status_2_instead_of_restarting() {
+    let mut init = Init::start(
+        &[(
+            "10-sleep",
+            "echo $$ >> \"$SERVICE_DIR/sleep.pids\"; exec sleep 300",
+        )],
+        &[("SECRET_TOKEN", TOKEN), ("BOXD_TOOLS", "bogus")],
+    );
+    let status = init
+        .wait_exit(Duration::from_secs(10))
+        .expect("init stops by itself");
+    assert_eq!(status.code(), Some(2), "{}", init.stderr());
+    let log = init.stderr();
+    assert!(log.contains("bogus"), "boxd's own message is kept: {log}");
+    assert_eq!(
+        log.matches("boxd exited").count(),
+        1,
+        "not restarted: {log}"
+    );
+    for pid in read_pids(&init.path("sleep.pids")) {
+        assert!(!alive(pid), "the service {pid} was stopped");
+    }
+}
+
+#[tokio::test]
+async fn exits_are_restarted_with_a_growing_delay_and_sigterm_stops_everything() {
+    let mut init = Init::start(
+        &[
+            (
+                "10-crash",
+                "date +%s.%N >> \"$SERVICE_DIR/crash.runs\"; exit 1",
+            ),
+            (
+                "20-sleep",
+                "echo $$ >> \"$SERVICE_DIR/sleep.pids\"; sleep 300 & echo $! >> \"$SERVICE_DIR/sleep.pids\"; wait",
+            ),
+        ],
+        &[("SECRET_TOKEN", TOKEN)],
+    );
+    init.wait_serving().await;
+    let runs = || -> Vec<f64> {
+        std::fs::read_to_string(init.path("crash.runs"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|line| line.trim().parse().ok())
+            .collect()
+    };
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while runs().len() < 3 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let runs = runs();
+    assert!(runs.len() >= 3, "restarted twice: {runs:?}");
+    let (first, second) = (runs[1] - runs[0], runs[2] - runs[1]);
+    assert!(first >= 0.9 && second >= 1.9, "1 s, then 2 s: {runs:?}");
+
+    // boxd itself killed: started again on the same listener, which queues connections meanwhile.
+    let serve = init.serve_pid().expect("boxd serve runs");
+    // SAFETY: kill(2) on a process of this test.
+    unsafe { libc::kill(serve, libc::SIGKILL) };
+    let started = Instant::now();
+    let answer = reqwest::Client::new()
+        .get(init.url("/fastapi/livez"))
+        .timeout(Duration::from_secs(10))
+        .send()
+        .await
+        .expect("a request during the restart waits for the new boxd");
+    assert_eq!(answer.status(), 200);
+    assert!(started.elapsed() < Duration::from_secs(5));
+
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(init.child.id() as i32, libc::SIGTERM) };
+    let status = init
+        .wait_exit(Duration::from_secs(9))
+        .expect("SIGTERM stops init within the grace");
+    assert!(status.success(), "{status:?}");
+    let log = init.stderr();
+    assert!(!log.contains("did not stop"), "{log}");
+    for pid in read_pids(&init.path("sleep.pids")) {
+        assert!(!alive(pid), "{pid} (a service or its child) was stopped");
+    }
+}
+
+#[tokio::test]
+async fn a_request_unanswered_within_the_nginx_timeout_gets_504() {
+    let init = Init::start(
+        &[],
+        &[
+            ("SECRET_TOKEN", TOKEN),
+            ("NGINX_TIMEOUT", "2"),
+            ("BOXD_COMMAND_TIMEOUT", "30"),
+        ],
+    );
+    init.wait_serving().await;
+    let started = Instant::now();
+    let response = reqwest::Client::new()
+        .post(init.url("/fastapi/tools/run_shell_command"))
+        .bearer_auth(TOKEN)
+        .json(&serde_json::json!({ "command": "sleep 10" }))
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(response.status(), 504);
+    assert!(started.elapsed() < Duration::from_secs(5));
+    let body = response.text().await.unwrap_or_default();
+    assert!(body.contains("NGINX_TIMEOUT"), "{body}");
+    // The default limits keep work inside the timeout: a command stops first and answers.
+    let init = Init::start(&[], &[("SECRET_TOKEN", TOKEN), ("NGINX_TIMEOUT", "3")]);
+    init.wait_serving().await;
+    let response = reqwest::Client::new()
+        .post(init.url("/fastapi/tools/run_shell_command"))
+        .bearer_auth(TOKEN)
+        .json(&serde_json::json!({ "command": "sleep 10; echo late" }))
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(
+        response.status(),
+        200,
+        "the command's own timeout answered first"
+    );
+}
