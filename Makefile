@@ -19,6 +19,7 @@ SDK_IMAGE_PREFIX ?= docker.io/agentscope/runtime-sandbox-
 STATIC_DEP := $(if $(filter 1,$(SKIP_STATIC)),,static)
 
 .PHONY: run build kernel-venv test setup lint format unit python-tests smoke-release fuzz fuzz-quick static \
+	debug-tests release-build-niced \
 	bench image-base \
 	image-test clean load faults kube-manifests images image-gui image-browser image-filesystem \
 	image-mobile image-base-node containers image-bfcl image-appworld
@@ -33,7 +34,19 @@ build:
 kernel-venv:
 	@./scripts/kernel-venv.sh >/dev/null
 
-test: setup format unit python-tests kube-manifests smoke-release fuzz-quick
+# The debug tests and the release build run side by side: the release build is niced, so it takes the
+# cores the tests leave idle (they wait on kernels, browsers, sockets) and slows the debug build little;
+# then the release binary's smoke run and the fuzz run. Cargo locks target/debug and target/release
+# separately, so the two builds do not wait on each other.
+test: setup format
+	@$(MAKE) --no-print-directory -j2 debug-tests release-build-niced
+	@$(MAKE) --no-print-directory -j1 smoke-release fuzz-quick
+
+debug-tests:
+	@$(MAKE) --no-print-directory -j1 unit python-tests kube-manifests
+
+release-build-niced:
+	nice -n 19 cargo build --release --quiet
 
 setup:
 	./scripts/setup.sh

@@ -1,5 +1,5 @@
 //! The HTTP API: every capability's routes, behind bearer auth and request logging, served at `/` and
-//! again under `/fastapi/` (the prefix the Python client appends, which nginx strips in images).
+//! again under `/fastapi/` (the prefix the Python client appends, which the images serve on port 80).
 
 pub mod auth;
 pub mod front;
