@@ -108,6 +108,15 @@ pub struct ServeArgs {
     #[arg(long, env = "BOXD_HEADER_TIMEOUT", default_value_t = 30.0)]
     pub header_timeout: f64,
 
+    /// Seconds a request body may send nothing before it is cut (the request then fails with a 4xx).
+    #[arg(long, env = "BOXD_BODY_IDLE_TIMEOUT", default_value_t = 30.0)]
+    pub body_idle_timeout: f64,
+
+    /// Bytes a second a request body must average once `--body-idle-timeout` has passed since it
+    /// began; slower, it is cut (a client dripping a byte at a time cannot hold a request forever).
+    #[arg(long, env = "BOXD_BODY_MIN_RATE", default_value_t = 1024)]
+    pub body_min_rate: u64,
+
     /// Cap in bytes on each of a command's stdout and stderr (head and tail are kept).
     #[arg(long, env = "BOXD_MAX_OUTPUT", default_value_t = 4 * 1024 * 1024)]
     pub max_output: usize,

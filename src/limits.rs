@@ -26,6 +26,16 @@ pub fn table(args: &ServeArgs) -> Vec<Limit> {
         ),
         Limit::new(
             "requests",
+            "a request body's silence; its average rate once that long has passed",
+            format!(
+                "{}; {} bytes/s (`--body-min-rate`)",
+                flag_seconds(args.body_idle_timeout, "--body-idle-timeout"),
+                args.body_min_rate
+            ),
+            "the body is cut and the request fails (4xx); the connection is closed",
+        ),
+        Limit::new(
+            "requests",
             "JSON body",
             bytes(as_u64(crate::http::MAX_JSON_BODY)),
             "413",

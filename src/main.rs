@@ -133,6 +133,10 @@ fn main() -> std::process::ExitCode {
     // Before any thread or child exists: the token was read into `cli`; no child may inherit it.
     core::child::withhold_from_children(&["SECRET_TOKEN"]);
     core::memory::configure_allocator();
+    if let Err(err) = core::file_size::survive_file_size_limit() {
+        eprintln!("boxd: cannot handle SIGXFSZ: {err}");
+        return std::process::ExitCode::FAILURE;
+    }
     let instance = match &cli.command {
         Command::Serve(args) => Some(core::child::instance_key(
             &std::path::absolute(&args.workspace).unwrap_or_else(|_| args.workspace.clone()),
@@ -272,6 +276,13 @@ async fn serve(args: ServeArgs, instance: String) -> Result<(), String> {
         tool_routes: mcp_server::routes(Arc::clone(&tools)),
         auth,
         front,
+        body_pace: http::body_pace::BodyPace {
+            idle_timeout: core::deadline::positive_seconds(
+                "--body-idle-timeout",
+                args.body_idle_timeout,
+            )?,
+            min_rate: args.body_min_rate,
+        },
     });
     let limits = http::serve::Limits {
         max_connections: http::serve::connection_cap(fd_limit),

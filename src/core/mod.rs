@@ -7,6 +7,7 @@ pub mod confine;
 pub mod deadline;
 pub mod entry;
 pub mod error;
+pub mod file_size;
 pub mod health;
 pub mod memory;
 pub mod owner;

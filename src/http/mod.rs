@@ -2,6 +2,7 @@
 //! again under `/fastapi/` (the prefix the Python client appends, which the images serve on port 80).
 
 pub mod auth;
+pub mod body_pace;
 pub mod front;
 pub mod init;
 mod log;
@@ -36,6 +37,7 @@ pub struct Core {
     pub auth: auth::Auth,
     /// What nginx did in front of boxd in upstream's images (deadline, desktop pages and stream).
     pub front: front::Front,
+    pub body_pace: body_pace::BodyPace,
 }
 
 pub fn router(core: Core) -> Router {
@@ -90,6 +92,10 @@ pub fn router(core: Core) -> Router {
         .fallback(|| async { ApiError::NotFound("no such route".into()) });
     front
         .wrap(routes)
+        .layer(middleware::from_fn_with_state(
+            core.body_pace,
+            body_pace::pace_bodies,
+        ))
         .layer(middleware::from_fn(log::log_request))
 }
 
