@@ -4,6 +4,7 @@
 //! says whether the device is reachable.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
 use super::wire::{Deadline, Direct, Output, Server, WireError};
@@ -14,8 +15,9 @@ use crate::core::owner::{Loss, Owner, OwnerError};
 pub const MAX_QUEUED_COMMANDS: usize = 64;
 /// Connecting, and asking the server for its devices.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// Beyond its own bound, how long a caller waits for the thread (commands queued ahead of it).
-const QUEUE_GRACE: Duration = Duration::from_secs(30);
+/// How long a command waits for its turn (commands queued ahead of it); then it is withdrawn and never
+/// runs. Once it runs, its own bound applies.
+pub const TURN_WAIT: Duration = Duration::from_secs(30);
 
 /// Where the device is: straight over TCP, or whichever device an adb server has (the one named, else the
 /// only one).
@@ -67,6 +69,15 @@ pub enum DeviceError {
     Refused(String),
     #[error("the device is busy: {MAX_QUEUED_COMMANDS} commands are waiting; try again shortly")]
     Busy,
+    /// The command's turn did not come within [`TURN_WAIT`]: withdrawn, it never reached the device.
+    #[error(
+        "the device was busy with earlier commands for {} s; this command was withdrawn and did not run",
+        TURN_WAIT.as_secs()
+    )]
+    TurnTimeout,
+    /// Its caller went away before its turn; nobody reads this.
+    #[error("withdrawn before its turn")]
+    Withdrawn,
     #[error("the device thread stopped")]
     Stopped,
 }
@@ -83,34 +94,50 @@ impl Device {
 
     /// Runs `command` in the device's shell, within `timeout` once its turn comes.
     pub async fn shell(&self, command: String, timeout: Duration) -> Result<Output, DeviceError> {
-        self.run(move |connector| connector.shell(&command, timeout), timeout)
+        self.run(move |connector| connector.shell(&command, timeout))
             .await
     }
 
     /// Connects if needed and says which device answers: its description and its serial and state
     /// (for health), and what `getprop sys.boot_completed` said.
     pub async fn probe(&self) -> Result<(String, String, Output), DeviceError> {
-        self.run(
-            |connector| {
-                let output = connector.shell("getprop sys.boot_completed", CONNECT_TIMEOUT)?;
-                Ok((connector.current(), connector.serial_and_state(), output))
-            },
-            CONNECT_TIMEOUT,
-        )
+        self.run(|connector| {
+            let output = connector.shell("getprop sys.boot_completed", CONNECT_TIMEOUT)?;
+            Ok((connector.current(), connector.serial_and_state(), output))
+        })
         .await
     }
 
+    /// Runs `work` on the device's thread once its turn comes. A command whose caller went away, or
+    /// whose turn did not come within [`TURN_WAIT`], is withdrawn and never runs (a tap retried after a
+    /// timeout must not land twice); once running, it is bounded by its own deadline on the thread.
     async fn run<T: Send + 'static>(
         &self,
         work: impl FnOnce(&mut Connector) -> Result<T, DeviceError> + Send + 'static,
-        timeout: Duration,
     ) -> Result<T, DeviceError> {
-        // The thread bounds each command itself; this only caps the wait behind a queue.
-        match self
-            .owner
-            .run(work, Some(timeout.saturating_add(QUEUE_GRACE)))
-            .await
-        {
+        let ticket = Arc::new(Ticket(AtomicU8::new(QUEUED)));
+        let claim = Arc::clone(&ticket);
+        let job = move |connector: &mut Connector| {
+            if !claim.start() {
+                return Err(DeviceError::Withdrawn);
+            }
+            work(connector)
+        };
+        let guard = WithdrawOnDrop(Arc::clone(&ticket));
+        let answer = self.owner.run(job, None);
+        tokio::pin!(answer);
+        let answered = tokio::select! {
+            answered = &mut answer => answered,
+            () = tokio::time::sleep(TURN_WAIT) => {
+                if ticket.withdraw() {
+                    tracing::warn!(wait = ?TURN_WAIT, "an adb command was withdrawn: its turn did not come in time");
+                    return Err(DeviceError::TurnTimeout);
+                }
+                drop(guard);
+                answer.await
+            }
+        };
+        match answered {
             Ok(outcome) => outcome,
             Err(OwnerError::Busy(_)) => Err(DeviceError::Busy),
             Err(OwnerError::Stopped) => Err(DeviceError::Stopped),
@@ -124,6 +151,40 @@ impl Device {
     /// Resolves when a command found the device gone.
     pub async fn lost(&self) {
         self.owner.lost().await;
+    }
+}
+
+/// A queued command's state, shared by its caller and the device's thread: exactly one of them moves it
+/// out of `QUEUED`, so a command either runs or is withdrawn, never both.
+struct Ticket(AtomicU8);
+
+const QUEUED: u8 = 0;
+const RUNNING: u8 = 1;
+const WITHDRAWN: u8 = 2;
+
+impl Ticket {
+    fn start(&self) -> bool {
+        self.0
+            .compare_exchange(QUEUED, RUNNING, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    fn withdraw(&self) -> bool {
+        self.0
+            .compare_exchange(QUEUED, WITHDRAWN, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+}
+
+/// Withdraws the command when its caller's future is dropped (the HTTP client went away) before its
+/// turn came.
+struct WithdrawOnDrop(Arc<Ticket>);
+
+impl Drop for WithdrawOnDrop {
+    fn drop(&mut self) {
+        if self.0.withdraw() {
+            tracing::debug!("an adb command was withdrawn: its caller went away before its turn");
+        }
     }
 }
 
@@ -299,7 +360,17 @@ fn choose(
 
 #[cfg(test)]
 mod tests {
-    use super::choose;
+    use super::{AtomicU8, QUEUED, Ticket, choose};
+
+    #[test]
+    fn a_command_either_runs_or_is_withdrawn_never_both() {
+        let ticket = Ticket(AtomicU8::new(QUEUED));
+        assert!(ticket.withdraw());
+        assert!(!ticket.start(), "a withdrawn command does not run");
+        let ticket = Ticket(AtomicU8::new(QUEUED));
+        assert!(ticket.start());
+        assert!(!ticket.withdraw(), "a running command is not withdrawn");
+    }
 
     fn devices(list: &[(&str, &str)]) -> Vec<(String, String)> {
         list.iter()

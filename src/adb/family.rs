@@ -12,7 +12,7 @@ use std::time::Duration;
 use axum::Router;
 
 use super::Adb;
-use super::device::{Device, Target};
+use super::device::{Device, DeviceError, Target};
 use super::wire::Server;
 use crate::core::child::Backoff;
 use crate::core::health::Health;
@@ -74,6 +74,11 @@ impl Family for AdbFamily {
                             ));
                             tokio::time::sleep(backoff.next_delay()).await;
                         }
+                    }
+                    // A device busy with long commands is not lost: the probe waits for its turn.
+                    Err(err @ (DeviceError::TurnTimeout | DeviceError::Busy)) => {
+                        tracing::debug!(error = %err, "adb probe did not get its turn");
+                        tokio::time::sleep(IDLE_CHECK).await;
                     }
                     Err(err) => {
                         health.failed(err.to_string());
@@ -155,6 +160,12 @@ pub fn limits(_: &AdbArgs) -> Vec<Limit> {
             "device commands waiting",
             count(super::device::MAX_QUEUED_COMMANDS),
             "429",
+        ),
+        Limit::new(
+            "adb",
+            "wait for a command's turn",
+            seconds(super::device::TURN_WAIT),
+            "504; the command is withdrawn and never runs (also when its caller goes away)",
         ),
         Limit::new(
             "adb",

@@ -39,6 +39,10 @@ const SCREENSHOT_TIMEOUT: Duration = Duration::from_secs(30);
 const PER_CHARACTER: Duration = Duration::from_millis(20);
 /// The IME that types any Unicode text from a broadcast (github.com/senzhk/ADBKeyBoard).
 const ADB_KEYBOARD: &str = "com.android.adbkeyboard/.AdbIME";
+/// Its package: the text's broadcast is addressed to it alone (`-p`), as an implicit broadcast could be
+/// received by any app that registers for the action. (A component, `-n`, would miss it: the IME
+/// registers its receiver at run time, not in its manifest.)
+const ADB_KEYBOARD_PACKAGE: &str = "com.android.adbkeyboard";
 const PNG_SIGNATURE: &[u8] = b"\x89PNG\r\n\x1a\n";
 /// `uiautomator dump` fails now and then ("null root node") while the screen changes, and takes seconds
 /// on a busy device (6-15 s reported): a few tries, each bounded, all within one budget.
@@ -73,6 +77,7 @@ impl From<DeviceError> for ApiError {
     fn from(err: DeviceError) -> Self {
         match err {
             DeviceError::Busy => ApiError::TooManyRequests(err.to_string()),
+            DeviceError::TurnTimeout => ApiError::GatewayTimeout(format!("adb: {err}")),
             other => ApiError::Unavailable {
                 message: format!("adb tools unavailable: {other}"),
                 retry_after_seconds: 2,
@@ -483,8 +488,8 @@ impl Adb {
     }
 
     /// ASCII goes through `input text` (upstream's command). Other text needs an IME that takes text
-    /// whole: with ADBKeyboard selected it is sent base64-encoded in a broadcast (no shell quoting at
-    /// all); without it nothing is typed and the error says what to install.
+    /// whole: with ADBKeyboard selected it is sent base64-encoded in a broadcast to that IME's package
+    /// only (no shell quoting at all); without it nothing is typed and the error says what to install.
     async fn type_text(&self, typed: &str) -> Result<(), ToolError> {
         let timeout = COMMAND_TIMEOUT.saturating_add(
             PER_CHARACTER.saturating_mul(u32::try_from(typed.len()).unwrap_or(u32::MAX)),
@@ -508,7 +513,7 @@ impl Adb {
         }
         let encoded = base64::engine::general_purpose::STANDARD.encode(typed.as_bytes());
         self.run(
-            format!("am broadcast -a ADB_INPUT_B64 --es msg {encoded}"),
+            format!("am broadcast -a ADB_INPUT_B64 -p {ADB_KEYBOARD_PACKAGE} --es msg {encoded}"),
             timeout,
         )
         .await?;

@@ -150,42 +150,50 @@ fn write_all(
 }
 
 /// Decodes the shell v2 stream: packets of `id: u8, length: u32 LE, data` (1 stdout, 2 stderr, 3 exit).
+/// Linear in what it is fed: whole packets are read in place and the consumed bytes dropped once per
+/// feed (not once per packet, which made a stream of tiny packets quadratic); and every packet counts
+/// toward [`MAX_OUTPUT`] with its header, so a device sending empty packets without end is cut off too.
 #[derive(Default)]
 struct ShellPackets {
     pending: Vec<u8>,
     output: Output,
+    /// Bytes of whole packets decoded so far, headers included.
+    counted: usize,
 }
 
 impl ShellPackets {
     fn feed(&mut self, data: &[u8]) -> Result<(), WireError> {
         self.pending.extend_from_slice(data);
-        loop {
-            let Some(header) = self.pending.get(..5) else {
-                return Ok(());
+        let mut start: usize = 0;
+        let outcome = loop {
+            let Some(header) = self.pending.get(start..start.saturating_add(5)) else {
+                break Ok(());
             };
             let id = header[0];
             let length = u32::from_le_bytes([header[1], header[2], header[3], header[4]]) as usize;
-            let Some(end) = length.checked_add(5) else {
-                return Err(WireError::TooLarge);
+            let Some(size) = length.checked_add(5) else {
+                break Err(WireError::TooLarge);
             };
-            if end > MAX_OUTPUT {
-                return Err(WireError::TooLarge);
+            match self.counted.checked_add(size) {
+                Some(total) if total <= MAX_OUTPUT => {}
+                _ => break Err(WireError::TooLarge),
             }
-            if self.pending.len() < end {
-                return Ok(());
-            }
-            let payload = &self.pending[5..end];
+            let end = start.saturating_add(size);
+            let Some(payload) = self.pending.get(start + 5..end) else {
+                // An incomplete packet: the rest comes with the next feed.
+                break Ok(());
+            };
             match id {
                 1 => self.output.stdout.extend_from_slice(payload),
                 2 => self.output.stderr.extend_from_slice(payload),
                 3 => self.output.exit = payload.first().copied(),
                 _ => {}
             }
-            if self.output.stdout.len() + self.output.stderr.len() > MAX_OUTPUT {
-                return Err(WireError::TooLarge);
-            }
-            self.pending.drain(..end);
-        }
+            self.counted += size;
+            start = end;
+        };
+        self.pending.drain(..start);
+        outcome
     }
 }
 
@@ -511,6 +519,49 @@ mod tests {
             assert_eq!(packets.output.stderr, b"err");
             assert_eq!(packets.output.exit, Some(7));
         }
+    }
+
+    fn packets(count: usize, id: u8, payload: &[u8]) -> Vec<u8> {
+        let mut stream = Vec::with_capacity(count * (5 + payload.len()));
+        for _ in 0..count {
+            stream.push(id);
+            stream.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+            stream.extend_from_slice(payload);
+        }
+        stream
+    }
+
+    #[test]
+    fn many_tiny_packets_decode_in_linear_time() {
+        // 200 000 one-byte packets in one read: dropping each packet's bytes from the front of the
+        // buffer (as before) moves ~120 GB; consumed once per feed, it is a few milliseconds.
+        let stream = packets(200_000, 1, b"x");
+        let started = Instant::now();
+        let mut decoder = ShellPackets::default();
+        decoder.feed(&stream).unwrap();
+        assert_eq!(decoder.output.stdout.len(), 200_000);
+        assert!(decoder.pending.is_empty());
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+
+    #[test]
+    fn empty_packets_count_toward_the_output_cap() {
+        let chunk = packets(200_000, 1, b"");
+        let mut decoder = ShellPackets::default();
+        let mut fed = 0usize;
+        let refused = loop {
+            match decoder.feed(&chunk) {
+                Ok(()) => fed += chunk.len(),
+                Err(err) => break err,
+            }
+            assert!(fed <= MAX_OUTPUT, "{fed} bytes of empty packets accepted");
+        };
+        assert!(matches!(refused, WireError::TooLarge), "{refused:?}");
+        assert!(decoder.output.stdout.is_empty());
     }
 
     #[test]

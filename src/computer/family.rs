@@ -1,18 +1,28 @@
 //! The `computer` family: the desktop on an X display (`--display`, `DISPLAY`; images use `:1`). Not in
-//! the default family list: only images with a display name it. Its health follows the display: ready
-//! once connected, `failed` with the reason while the display is unreachable (calls then answer 503 with
-//! that reason), and it reconnects with backoff until the display is back.
+//! the default family list: only images with a display name it. Its health follows the display:
+//! `starting` until it first answers (calls wait for it, as for a kernel starting), ready once
+//! connected, `degraded` with the reason while it does not answer (calls then fail at once), `failed`
+//! with the reason while it is unreachable after it came up, or when it never came up within its start
+//! bound (calls then answer 503 with that reason); it reconnects with backoff until the display is back.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::Computer;
-use super::desktop::Desktop;
+use super::desktop::{Desktop, DesktopError};
 use crate::core::child::Backoff;
 use crate::core::health::Health;
 use crate::family::limits::{Limit, count, seconds};
 use crate::family::{BoxFuture, Family, Setup};
 use crate::tools::Tool;
+
+/// How long a display that has not answered yet is `starting` (calls wait for it) before it is
+/// `failed`: Xvfb starts beside boxd and answers within a few seconds.
+pub const START_BUDGET: Duration = Duration::from_secs(15);
+/// How often a display that has not come up yet is tried.
+const START_PROBE: Duration = Duration::from_millis(100);
+/// How often a display that stopped answering is tried (each try waits up to the X bound).
+const STALL_PROBE: Duration = Duration::from_millis(500);
 
 struct ComputerFamily {
     computer: Arc<Computer>,
@@ -37,20 +47,44 @@ impl Family for ComputerFamily {
         vec![("DISPLAY".to_owned(), self.display.clone())]
     }
 
+    /// Probes the display: `starting` until it first answers (at most [`START_BUDGET`], then
+    /// `failed`), `ready` while it answers, `degraded` while it stops answering (a server grab, a
+    /// stopped server: calls fail at once), `failed` once it is gone; probed again with backoff.
     fn start(self: Arc<Self>, health: Health) -> BoxFuture<'static, ()> {
         Box::pin(async move {
             let desktop = self.computer.desktop.clone();
             desktop.set_health(health.clone());
+            let started = Instant::now();
             let mut backoff = Backoff::new(Duration::from_millis(250), Duration::from_secs(5));
             loop {
-                match desktop.run(|session| session.sync()).await {
+                match desktop.probe().await {
                     Ok(()) => {
                         health.ready();
                         backoff.reset();
-                        desktop.lost().await;
+                        desktop.changed().await;
+                    }
+                    Err(err) if !desktop.came_up() && started.elapsed() < START_BUDGET => {
+                        health.starting(format!(
+                            "waiting for display {} to come up: {err}",
+                            self.display
+                        ));
+                        tokio::time::sleep(START_PROBE).await;
+                    }
+                    Err(err @ DesktopError::Stalled { .. }) if desktop.came_up() => {
+                        health.degraded(err.to_string());
+                        tokio::time::sleep(STALL_PROBE).await;
                     }
                     Err(err) => {
-                        health.failed(format!("display {} unreachable: {err}", self.display));
+                        let reason = if desktop.came_up() {
+                            format!("display {} unreachable: {err}", self.display)
+                        } else {
+                            format!(
+                                "display {} did not come up within {} s: {err}",
+                                self.display,
+                                START_BUDGET.as_secs()
+                            )
+                        };
+                        health.failed(reason);
                         tokio::time::sleep(backoff.next_delay()).await;
                     }
                 }
@@ -100,6 +134,32 @@ pub fn limits(_: &ComputerArgs) -> Vec<Limit> {
             "actions waiting for the desktop",
             count(super::desktop::MAX_QUEUED_ACTIONS),
             "429",
+        ),
+        Limit::new(
+            "computer",
+            "wait for the action's turn; any one wait on the X server",
+            format!(
+                "{}; {}",
+                seconds(super::desktop::TURN_WAIT),
+                seconds(super::x11::X_REPLY_TIMEOUT)
+            ),
+            "504, the action withdrawn (never run); 503, `degraded` until the display answers",
+        ),
+        Limit::new(
+            "computer",
+            "a display that has not come up yet",
+            seconds(START_BUDGET),
+            "`starting` (calls wait), then `failed`",
+        ),
+        Limit::new(
+            "computer",
+            "actions of one `computer_batch`; keys of one chord",
+            format!(
+                "{}; {}",
+                super::MAX_BATCH_ACTIONS,
+                super::keys::MAX_CHORD_KEYS
+            ),
+            "an error result; nothing runs",
         ),
         Limit::new(
             "computer",

@@ -163,8 +163,13 @@ pub fn keysym_of_char(character: char) -> u32 {
     }
 }
 
+/// Most keys one chord (`key`, `hold_key`, `key_down`, a click's modifiers) names: more than any
+/// keyboard shortcut, and each is a key held down at once.
+pub const MAX_CHORD_KEYS: usize = 16;
+
 /// A `+`-separated chord (`ctrl+shift+t`), each name trimmed; the first unknown name is the error,
-/// lower-cased as upstream reports it.
+/// lower-cased as upstream reports it. A chord of more than [`MAX_CHORD_KEYS`] names is refused before
+/// any name is read.
 pub fn parse_chord(text: &str) -> Result<Vec<u32>, String> {
     // `ctrl++` and a bare `+` name the plus key.
     let trimmed = text.trim();
@@ -175,6 +180,12 @@ pub fn parse_chord(text: &str) -> Result<Vec<u32>, String> {
     } else {
         trimmed.to_owned()
     };
+    let names = spelled.split('+').count();
+    if names > MAX_CHORD_KEYS {
+        return Err(format!(
+            "A key chord names at most {MAX_CHORD_KEYS} keys; this one names {names}"
+        ));
+    }
     spelled
         .split('+')
         .map(str::trim)
@@ -230,6 +241,15 @@ mod tests {
         assert_eq!(parse_chord(" Ctrl + A "), Ok(vec![XK_CONTROL_L, 0x61]));
         assert_eq!(parse_chord("ctrl++"), Ok(vec![XK_CONTROL_L, 0x2b]));
         assert_eq!(parse_chord("ctrl+Bogus"), Err("Invalid key: bogus".into()));
+        let long = vec!["a"; MAX_CHORD_KEYS + 1].join("+");
+        assert_eq!(
+            parse_chord(&long),
+            Err(format!(
+                "A key chord names at most {MAX_CHORD_KEYS} keys; this one names {}",
+                MAX_CHORD_KEYS + 1
+            ))
+        );
+        assert!(parse_chord(&vec!["shift"; MAX_CHORD_KEYS].join("+")).is_ok());
     }
 
     #[test]

@@ -32,6 +32,9 @@ pub const GROUP: &str = "computer-use";
 
 /// What batch actions after a failed one answer (the toolset contract's exact words).
 const NOT_EXECUTED: &str = "Not executed: an earlier computer action in this turn failed.";
+/// Most actions one `computer_batch` runs: a turn's worth (each can itself wait up to
+/// [`actions::MAX_ACTION_DURATION`]); a longer list is refused whole before anything runs.
+pub const MAX_BATCH_ACTIONS: usize = 100;
 /// Intermediate pointer positions of a drag, so applications that track motion see a path.
 const DRAG_STEPS: i32 = 10;
 
@@ -64,6 +67,7 @@ impl From<DesktopError> for ApiError {
     fn from(err: DesktopError) -> Self {
         match err {
             DesktopError::Owner(OwnerError::Busy(_)) => ApiError::TooManyRequests(err.to_string()),
+            DesktopError::TurnTimeout => ApiError::GatewayTimeout(err.to_string()),
             other => ApiError::Unavailable {
                 message: other.to_string(),
                 retry_after_seconds: 1,
@@ -106,6 +110,12 @@ impl Computer {
                 "actions must be a list of computer actions".into(),
             ));
         };
+        if list.len() > MAX_BATCH_ACTIONS {
+            return Err(ToolError::Reported(format!(
+                "computer_batch runs at most {MAX_BATCH_ACTIONS} actions; this one has {}. Nothing was done: split it into several calls.",
+                list.len()
+            )));
+        }
         let geometry = self.geometry().await?;
         let mut items = Vec::new();
         let mut failed = false;
@@ -181,9 +191,7 @@ impl Computer {
                 let characters = typed.clone();
                 self.desktop
                     .run(move |session| {
-                        for character in characters.chars() {
-                            session.type_char(character)?;
-                        }
+                        session.type_text(&characters)?;
                         session.sync()
                     })
                     .await?;
@@ -440,6 +448,12 @@ async fn encode(
 }
 
 fn press_chord(session: &mut x11::Session, chord: &[u32]) -> Result<(), x11::XError> {
+    // Every key of the chord has its keycode (and clients the mapping) before the first is pressed.
+    if session.bind_ahead(chord)? < chord.len() {
+        return Err(x11::XError::Request(
+            "no free keycodes for every key of the chord".into(),
+        ));
+    }
     for keysym in chord {
         session.key(*keysym, true)?;
     }

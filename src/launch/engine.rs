@@ -148,7 +148,10 @@ impl Engine {
                     Some(vec![binding]),
                 )])),
                 mounts,
-                privileged: Some(spec.kind.privileged()),
+                // Never privileged, mobile included (the SDK runs its mobile image privileged because
+                // the emulator runs inside it): ours reaches the device over the network and needs no
+                // device node, and a privileged container is root on the node for any tenant code.
+                privileged: Some(false),
                 ..Default::default()
             }),
             ..Default::default()

@@ -43,12 +43,6 @@ impl SandboxType {
             SandboxType::Gui | SandboxType::Browser | SandboxType::Filesystem
         )
     }
-
-    /// The SDK registers the mobile sandbox with `runtime_config={"privileged": True}`: its Android
-    /// runtime needs device nodes and mounts an unprivileged container does not get.
-    pub fn privileged(self) -> bool {
-        self == SandboxType::Mobile
-    }
 }
 
 /// The image the SDK's manager would run for `kind`, as its `build_image_uri` builds it from

@@ -40,6 +40,7 @@ class FakeDevice:
         directory.mkdir(parents=True, exist_ok=True)
         self.log = directory / "input.log"
         self.fail = directory / "input-fails"
+        self.slow = directory / "input-slow"
         self.ime = directory / "ime"
         self.ui_fails = directory / "ui-fails"
         self.screenshot = directory / "screen.png"
@@ -56,6 +57,7 @@ class FakeDevice:
             "FAKEBIN": str(FAKEBIN),
             "FAKE_INPUT_LOG": str(self.log),
             "FAKE_INPUT_FAIL": str(self.fail),
+            "FAKE_INPUT_SLOW": str(self.slow),
             "FAKE_IME_FILE": str(self.ime),
             "FAKE_UI_FAILS": str(self.ui_fails),
             "FAKE_SCREENSHOT": str(self.screenshot),
@@ -207,7 +209,8 @@ def test_non_ascii_text_needs_adbkeyboard_and_is_typed_whole_with_it(mobile, dev
     device.ime.write_text(ADB_KEYBOARD + "\n")
     assert texts(mobile.mobile_input_text(text)) == [f"Input text: {text}"]
     [broadcast] = device.lines()
-    prefix = "am broadcast -a ADB_INPUT_B64 --es msg "
+    # Addressed to the IME's package alone: an implicit broadcast reaches any app that listens for it.
+    prefix = "am broadcast -a ADB_INPUT_B64 -p com.android.adbkeyboard --es msg "
     assert broadcast.startswith(prefix)
     assert base64.b64decode(broadcast[len(prefix):]).decode() == text
 
@@ -496,3 +499,47 @@ def test_a_scaled_screenshot_states_its_scale_and_later_coordinates_are_mapped_b
         "input tap 100 200",
         "input tap 7 8",
     ]
+
+
+def test_a_command_whose_wait_ran_out_or_whose_caller_left_is_withdrawn_and_never_runs(boxd, device):
+    """A tap queued behind a long swipe: its caller gone (the client's own timeout), or boxd's wait for
+    its turn run out (a truthful 504, not 429 "busy"), it never reaches the device, even once the swipe
+    is done: a retried tap lands once."""
+    from agentscope_runtime.sandbox.client.http_client import SandboxHttpClient
+    from agentscope_runtime.sandbox.model import ContainerModel
+
+    def sandbox(timeout):
+        model = ContainerModel(
+            session_id="session-test", container_id="container-test", container_name="boxd-test",
+            url=f"http://127.0.0.1:{boxd.port}/", ports=[boxd.port], runtime_token=TOKEN, timeout=120,
+        )
+        client = SandboxHttpClient(model)
+        client.timeout = timeout  # what requests is given per call
+        mobile = MobileSandbox.__new__(MobileSandbox)
+        mobile.call_tool = client.call_tool
+        return mobile
+
+    device.slow.touch()
+    swiped = {}
+    swipe = threading.Thread(
+        target=lambda: swiped.update(sandbox(90).mobile_swipe([1, 1], [2, 2], duration=38_000)))
+    swipe.start()
+    wait_for(lambda: device.proc.poll() is None and readiness(boxd)["status"] == "ready", 5, "ready")
+    time.sleep(1)
+    # This caller gives up after 2 s (its HTTP client's timeout) and goes away.
+    gone = sandbox(2).mobile_tap([11, 11])
+    assert gone["isError"] is True and "timed out" in texts(gone)[0], gone
+    started = time.monotonic()
+    waited = sandbox(90).mobile_tap([22, 22])
+    elapsed = time.monotonic() - started
+    assert waited["isError"] is True, (elapsed, waited)
+    [reason] = texts(waited)
+    assert "504" in reason and "withdrawn and did not run" in reason, reason
+    assert 25 < elapsed < 36, elapsed
+    swipe.join(60)
+    assert texts(swiped) == ["Swiped from (1, 1) to (2, 2)"], swiped
+    device.slow.unlink()
+    time.sleep(1)
+    assert texts(sandbox(20).mobile_tap([33, 33])) == ["Tapped at (33, 33)"]
+    assert device.lines() == ["input swipe 1 1 2 2 38000", "input tap 33 33"]
+    assert readiness(boxd)["status"] == "ready"
