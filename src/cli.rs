@@ -69,10 +69,10 @@ pub struct ServeArgs {
     #[arg(long, hide = true)]
     pub listen_fd: Option<i32>,
 
-    /// Read the token from this inherited descriptor to its end (`boxd init` passes it on a pipe, so it
-    /// is in no environment).
+    /// Read the secrets (the token, the device key) from this inherited descriptor to its end (`boxd
+    /// init` passes them on a pipe, so they are in no environment).
     #[arg(long, hide = true)]
-    pub token_fd: Option<i32>,
+    pub secrets_fd: Option<i32>,
 
     /// Pool mode, for a warm pool's pods that start before anyone claims them: the file holding the
     /// pool secret (a mounted Secret). Until one `POST /init` authenticated with it sets the session

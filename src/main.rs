@@ -131,7 +131,7 @@ fn main() -> std::process::ExitCode {
         command => Cli { command },
     };
     // Before any thread or child exists: the token was read into `cli`; no child may inherit it.
-    core::child::withhold_from_children(&["SECRET_TOKEN"]);
+    core::child::withhold_from_children(init::secrets::SECRET_VARIABLES);
     core::memory::configure_allocator();
     if let Err(err) = core::file_size::survive_file_size_limit() {
         eprintln!("boxd: cannot handle SIGXFSZ: {err}");
@@ -183,15 +183,16 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-async fn serve(args: ServeArgs, instance: String) -> Result<(), String> {
+async fn serve(mut args: ServeArgs, instance: String) -> Result<(), String> {
     // `/proc/<boxd>/mem`, `environ` and `fd` closed to the children (root included, without
     // CAP_SYS_PTRACE): the token lives in this process's memory.
     init::make_undumpable().map_err(|err| format!("cannot make boxd non-dumpable: {err}"))?;
-    let token = match args.token_fd {
-        Some(fd) => Some(auth::read_token_fd(fd)?),
-        None => args.token.clone(),
+    if let Some(fd) = args.secrets_fd {
+        let mut secrets = init::secrets::read(fd)?;
+        args.token = secrets.remove(init::secrets::TOKEN);
+        args.adb.adb_key = secrets.remove(init::secrets::ADB_KEY);
     }
-    .filter(|token| !token.is_empty());
+    let token = args.token.clone().filter(|token| !token.is_empty());
     let auth = match (&args.pool_secret_file, token) {
         (Some(_), Some(_)) => {
             return Err(

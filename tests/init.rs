@@ -197,14 +197,15 @@ async fn the_port_answers_its_first_request() {
 }
 
 #[tokio::test]
-async fn the_token_reaches_no_other_process_and_boxd_memory_is_closed() {
+async fn the_secrets_reach_no_other_process_and_boxd_memory_is_closed() {
     let secret = "tok-0123456789-unique-secret";
+    let device_key = "-----BEGIN PRIVATE KEY-----adbkey-0123-unique";
     let init = Init::start(
         &[(
             "10-record",
             "env > \"$SERVICE_DIR/service.env\"; exec sleep 300",
         )],
-        &[("SECRET_TOKEN", secret)],
+        &[("SECRET_TOKEN", secret), ("BOXD_ADB_KEY", device_key)],
     );
     init.wait_serving().await;
     let forbidden = reqwest::Client::new()
@@ -225,7 +226,7 @@ async fn the_token_reaches_no_other_process_and_boxd_memory_is_closed() {
     };
     // The pattern is read from a file: on a command line it would be found in /proc itself.
     let pattern = init.path("pattern");
-    std::fs::write(&pattern, secret).expect("pattern");
+    std::fs::write(&pattern, format!("{secret}\n{device_key}\n")).expect("pattern");
     let pattern = pattern.display();
     let script = format!(
         "for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do {drop_ptrace} cat \"$f\" 2>/dev/null; done \
@@ -240,6 +241,10 @@ async fn the_token_reaches_no_other_process_and_boxd_memory_is_closed() {
     let service_env = std::fs::read_to_string(init.path("service.env")).unwrap_or_default();
     assert!(!service_env.is_empty(), "the service ran");
     assert!(!service_env.contains(secret), "a service saw the token");
+    assert!(
+        !service_env.contains("adbkey-0123"),
+        "a service saw the device key"
+    );
     assert!(!service_env.contains("SECRET_TOKEN"), "{service_env}");
 }
 

@@ -112,6 +112,16 @@ pub struct AdbArgs {
     /// adbd on 5555), with no adb server in between. Set, it wins over the adb server.
     #[arg(long, env = "BOXD_ADB_CONNECT")]
     pub adb_connect: Option<String>,
+    /// The private key (PEM) the `adb` family answers a device's authorization request with, so a
+    /// device with `ro.adb.secure=1` trusts boxd alone. Only from the environment (or `boxd init`'s
+    /// pipe): kept out of every child's environment.
+    #[arg(
+        long = "adb-key",
+        env = "BOXD_ADB_KEY",
+        hide = true,
+        hide_env_values = true
+    )]
+    pub adb_key: Option<String>,
 }
 
 pub fn family(_: &Setup, args: &AdbArgs) -> Result<Arc<dyn Family>, String> {

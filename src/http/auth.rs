@@ -201,28 +201,6 @@ pub async fn require_bearer(State(auth): State<Auth>, request: Request, next: Ne
     }
 }
 
-/// The longest token accepted; far above any real one (a generated one is 48 characters).
-pub const MAX_TOKEN_BYTES: usize = 4096;
-
-/// The token `boxd init` wrote on the pipe at `fd`, read to its end; the descriptor is closed.
-pub fn read_token_fd(fd: i32) -> Result<String, String> {
-    use std::io::Read;
-    use std::os::fd::FromRawFd;
-    // SAFETY: `boxd init` placed this descriptor for this process alone; nothing else owns it.
-    let pipe = unsafe { std::fs::File::from_raw_fd(fd) };
-    let mut token = String::new();
-    let limit = u64::try_from(MAX_TOKEN_BYTES)
-        .unwrap_or(u64::MAX)
-        .saturating_add(1);
-    pipe.take(limit)
-        .read_to_string(&mut token)
-        .map_err(|err| format!("cannot read the token from descriptor {fd}: {err}"))?;
-    if token.len() > MAX_TOKEN_BYTES {
-        return Err(format!("the token is longer than {MAX_TOKEN_BYTES} bytes"));
-    }
-    Ok(token)
-}
-
 /// A fresh random token for a server started without `SECRET_TOKEN`.
 pub fn generate() -> String {
     let mut bytes = [0u8; 24];

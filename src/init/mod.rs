@@ -15,6 +15,7 @@
 //! backoff. `boxd serve` exiting with status 2 (a usage error: the same flags would fail forever) stops
 //! the container with boxd's message as its last words.
 
+pub mod secrets;
 mod settings;
 mod supervise;
 
@@ -41,48 +42,42 @@ pub struct InitArgs {
     pub nginx_timeout: String,
 }
 
-/// The environment variable that carries the token to this process; nothing else ever sees it.
-const TOKEN_VARIABLE: &str = "SECRET_TOKEN";
 /// Pool mode: the token comes with the claim (`POST /init`), never from the environment.
 const POOL_SECRET_VARIABLE: &str = "BOXD_POOL_SECRET_FILE";
 
 pub fn main(args: InitArgs) -> ExitCode {
-    // First, while single-threaded: the token leaves the environment (and /proc/1/environ) before any
+    // First, while single-threaded: the secrets leave the environment (and /proc/1/environ) before any
     // child exists, and this process's memory and descriptors close to everyone else.
-    let token = std::env::var(TOKEN_VARIABLE)
-        .ok()
-        .filter(|token| !token.is_empty());
-    crate::core::child::withhold_from_children(&[TOKEN_VARIABLE]);
+    let mut secrets = secrets::from_environment();
+    crate::core::child::withhold_from_children(secrets::SECRET_VARIABLES);
     if let Err(err) = make_undumpable() {
         eprintln!("boxd init: cannot make this process non-dumpable: {err}");
         return ExitCode::FAILURE;
     }
-    let token = if std::env::var_os(POOL_SECRET_VARIABLE).is_some() {
-        if token.is_some() {
+    if std::env::var_os(POOL_SECRET_VARIABLE).is_some() {
+        if secrets.remove(secrets::TOKEN).is_some() {
             eprintln!(
                 "boxd init: {POOL_SECRET_VARIABLE} is set (pool mode): the token comes with the claim; \
-                 {TOKEN_VARIABLE} is ignored"
+                 {} is ignored",
+                secrets::TOKEN
             );
         }
-        None
-    } else {
-        Some(token.unwrap_or_else(|| {
-            let token = crate::http::auth::generate();
-            // Printed once, to the container's log: the only place the operator can read it from.
-            eprintln!("boxd init: {TOKEN_VARIABLE} is not set; generated token: {token}");
-            token
-        }))
-    };
-    if token
-        .as_ref()
-        .is_some_and(|token| token.len() > crate::http::auth::MAX_TOKEN_BYTES)
-    {
+    } else if !secrets.contains_key(secrets::TOKEN) {
+        let token = crate::http::auth::generate();
+        // Printed once, to the container's log: the only place the operator can read it from.
         eprintln!(
-            "boxd init: {TOKEN_VARIABLE} is longer than {} bytes",
-            crate::http::auth::MAX_TOKEN_BYTES
+            "boxd init: {} is not set; generated token: {token}",
+            secrets::TOKEN
         );
-        return ExitCode::from(2);
+        secrets.insert(secrets::TOKEN.to_string(), token);
     }
+    let secrets = match secrets::encode(&secrets) {
+        Ok(encoded) => encoded,
+        Err(err) => {
+            eprintln!("boxd init: {err}");
+            return ExitCode::from(2);
+        }
+    };
     let listener = match TcpListener::bind(args.listen.as_str()) {
         Ok(listener) => listener,
         Err(err) => {
@@ -101,7 +96,7 @@ pub fn main(args: InitArgs) -> ExitCode {
     let boxd = supervise::Program::boxd(
         executable,
         listener,
-        token.map(String::into_bytes),
+        secrets,
         settings::serve_environment(timeout, &base_environment()),
     );
     let mut programs = vec![boxd];

@@ -24,9 +24,9 @@ const STOP_GRACE: Duration = Duration::from_secs(8);
 const IDLE_WAKE: Duration = Duration::from_secs(3600);
 /// `boxd serve`'s exit status for flags or environment it rejects: the same start would fail again.
 const USAGE_ERROR: i32 = 2;
-/// Where `boxd serve` finds its listener and the token's pipe.
+/// Where `boxd serve` finds its listener and the secrets' pipe.
 const LISTENER_FD: RawFd = 3;
-const TOKEN_FD: RawFd = 4;
+const SECRETS_FD: RawFd = 4;
 /// Descriptors are first moved at or above this, so placing one at 3 or 4 cannot overwrite another.
 const SCRATCH_FD_FLOOR: RawFd = 10;
 
@@ -34,7 +34,7 @@ enum Kind {
     Boxd {
         executable: PathBuf,
         listener: TcpListener,
-        token: Option<Vec<u8>>,
+        secrets: Vec<u8>,
         environment: Vec<(OsString, OsString)>,
     },
     Service(PathBuf),
@@ -61,11 +61,11 @@ impl Program {
         }
     }
 
-    /// `boxd serve` on `listener`, with `token` (none in pool mode) on a pipe.
+    /// `boxd serve` on `listener`, with `secrets` (encoded by `secrets::encode`) on a pipe.
     pub fn boxd(
         executable: PathBuf,
         listener: TcpListener,
-        token: Option<Vec<u8>>,
+        secrets: Vec<u8>,
         environment: Vec<(OsString, OsString)>,
     ) -> Program {
         Program::new(
@@ -73,7 +73,7 @@ impl Program {
             Kind::Boxd {
                 executable,
                 listener,
-                token,
+                secrets,
                 environment,
             },
         )
@@ -128,7 +128,7 @@ impl Program {
             Kind::Boxd {
                 executable,
                 listener,
-                token,
+                secrets,
                 environment,
             } => {
                 let address = listener.local_addr()?;
@@ -144,17 +144,12 @@ impl Program {
                     .env_clear()
                     .envs(environment.iter().map(|(name, value)| (name, value)))
                     .stdin(Stdio::null());
-                let token_pipe = match token {
-                    Some(token) => {
-                        command.arg("--token-fd").arg(TOKEN_FD.to_string());
-                        Some(token_pipe(token)?)
-                    }
-                    None => None,
-                };
-                let mut placements = vec![(listener.as_raw_fd(), LISTENER_FD)];
-                if let Some(pipe) = &token_pipe {
-                    placements.push((pipe.as_raw_fd(), TOKEN_FD));
-                }
+                command.arg("--secrets-fd").arg(SECRETS_FD.to_string());
+                let secrets_pipe = secrets_pipe(secrets)?;
+                let placements = [
+                    (listener.as_raw_fd(), LISTENER_FD),
+                    (secrets_pipe.as_raw_fd(), SECRETS_FD),
+                ];
                 // SAFETY: the closure calls only fcntl, dup2 and sigprocmask, which are async-signal-safe, on
                 // descriptors this process owns until the spawn returns.
                 unsafe {
@@ -165,7 +160,7 @@ impl Program {
                 }
                 // The pipe's read end closes here, once the child has its own copy.
                 let child = command.spawn()?;
-                drop(token_pipe);
+                drop(secrets_pipe);
                 child
             }
         };
@@ -197,8 +192,8 @@ impl Program {
     }
 }
 
-/// A pipe holding `token`, its write end closed: the child reads it to the end.
-fn token_pipe(token: &[u8]) -> std::io::Result<OwnedFd> {
+/// A pipe holding `secrets`, its write end closed: the child reads it to the end.
+fn secrets_pipe(secrets: &[u8]) -> std::io::Result<OwnedFd> {
     let mut fds = [0; 2];
     // SAFETY: pipe2 writes two descriptors into the array.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } == -1 {
@@ -206,8 +201,8 @@ fn token_pipe(token: &[u8]) -> std::io::Result<OwnedFd> {
     }
     // SAFETY: both descriptors were just created and are owned from here on.
     let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-    // A token is far below a pipe's buffer (64 KiB), and `serve` caps what it reads.
-    std::fs::File::from(write).write_all(token)?;
+    // The secrets fit the pipe's buffer (64 KiB, `secrets::MAX_SECRETS_BYTES`): no reader needed yet.
+    std::fs::File::from(write).write_all(secrets)?;
     Ok(read)
 }
 
