@@ -410,6 +410,8 @@ mod tests {
         group
             .get_args()
             .filter_map(|id| serve.get_arguments().find(|arg| arg.get_id() == id))
+            // Hidden flags are not for users (a secret's flag is meant to come from the environment).
+            .filter(|arg| !arg.is_hide_set())
             .filter_map(|arg| arg.get_long().map(|long| format!("`--{long}`")))
             .collect()
     }

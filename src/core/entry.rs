@@ -1,8 +1,8 @@
 //! Entry info, the record every workspace route answers with. Types come from lstat: a symlink is reported
 //! as `symlink` and never followed.
 
-use std::fs::{File, FileType, Metadata};
-use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::fs::FileType;
+use std::os::unix::fs::FileTypeExt;
 use std::path::Path;
 use std::time::UNIX_EPOCH;
 
@@ -19,12 +19,6 @@ pub struct EntryInfo {
 }
 
 impl EntryInfo {
-    /// Blocking. `shown` is what the client addressed, `real` is what is on disk.
-    pub fn read(shown: &Path, real: &Path) -> std::io::Result<EntryInfo> {
-        let meta = std::fs::symlink_metadata(real)?;
-        Ok(EntryInfo::from_metadata(shown, &meta))
-    }
-
     pub fn from_metadata(shown: &Path, meta: &std::fs::Metadata) -> EntryInfo {
         let file_type = meta.file_type();
         let kind = if file_type.is_symlink() {
@@ -80,29 +74,4 @@ pub fn special_kind(file_type: &FileType) -> Option<&'static str> {
     } else {
         None
     }
-}
-
-fn refuse_special(meta: &Metadata) -> Result<(), OpenError> {
-    match special_kind(&meta.file_type()) {
-        Some(kind) => Err(OpenError::NotRegular(format!(
-            "is {kind}, not a regular file; only regular files are read"
-        ))),
-        None => Ok(()),
-    }
-}
-
-/// Blocking. Opens a file (or directory) for reading, refusing FIFOs, sockets and devices: they are
-/// looked at with `stat` first and never opened, and the open itself is non-blocking, so one swapped in
-/// after the check cannot hang the caller either (its `fstat` refuses it).
-pub fn open_for_reading(path: &Path) -> Result<File, OpenError> {
-    if let Ok(meta) = std::fs::metadata(path) {
-        refuse_special(&meta)?;
-    }
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)
-        .map_err(OpenError::Io)?;
-    refuse_special(&file.metadata().map_err(OpenError::Io)?)?;
-    Ok(file)
 }

@@ -1,7 +1,8 @@
 //! The filesystem tool family: the eleven tools of `@modelcontextprotocol/server-filesystem@2025.3.28`,
 //! native, under the group name `filesystem`. Names, argument schemas, result texts and error wording are
 //! the reference's; paths are confined for real (see `core::confine::AllowedDirs`), `create_directory` makes missing parents
-//! and `move_file` never overwrites, as the reference's own descriptions promise.
+//! and `move_file` never overwrites, as the reference's own descriptions promise. Every tool acts on the
+//! descriptors its paths were checked into (`core::confine::Anchor`), never on a path's name again.
 
 mod family;
 pub use family::{family, limits};
@@ -11,7 +12,7 @@ mod line_diff;
 mod node_error;
 mod walk;
 
-use crate::core::confine::AllowedDirs;
+use crate::core::confine::{AllowedDirs, Anchor};
 
 use std::io::Read;
 use std::path::Path;
@@ -42,8 +43,8 @@ pub fn tools(allowed: AllowedDirs) -> Vec<Tool> {
             "Read the complete contents of a file from the file system. Handles various text encodings and provides detailed error messages if the file cannot be read. Use this tool when you need to examine the contents of a single file. Only works within allowed directories.",
             object_schema(json!({"path": {"type": "string"}}), &["path"]),
             |allowed, args| {
-                let path = allowed.check_with_parent(&args.path)?;
-                read_text(&path.real, MAX_READ_BYTES)
+                let (path, held) = allowed.open_with_parent(&args.path)?;
+                read_text(&path.real, &held, MAX_READ_BYTES)
             },
         ),
         file_tool::<PathsArgs>(
@@ -65,8 +66,8 @@ pub fn tools(allowed: AllowedDirs) -> Vec<Tool> {
                 &["path", "content"],
             ),
             |allowed, args| {
-                let path = allowed.check_with_parent(&args.path)?;
-                write_atomically(&path.real, args.content.as_bytes())?;
+                let (path, held) = allowed.open_with_parent(&args.path)?;
+                write_atomically(&path.real, &held, args.content.as_bytes())?;
                 Ok(format!("Successfully wrote to {}", args.path))
             },
         ),
@@ -98,8 +99,8 @@ pub fn tools(allowed: AllowedDirs) -> Vec<Tool> {
             "Create a new directory or ensure a directory exists. Can create multiple nested directories in one operation. If the directory already exists, this operation will succeed silently. Perfect for setting up directory structures for projects or ensuring required paths exist. Only works within allowed directories.",
             object_schema(json!({"path": {"type": "string"}}), &["path"]),
             |allowed, args| {
-                let path = allowed.check(&args.path)?;
-                std::fs::create_dir_all(&path.real)
+                let (path, mut held) = allowed.open(&args.path)?;
+                held.create_dir_all()
                     .map_err(|err| describe(&err, Syscall::Mkdir(&path.real)))?;
                 Ok(format!("Successfully created directory {}", args.path))
             },
@@ -109,14 +110,20 @@ pub fn tools(allowed: AllowedDirs) -> Vec<Tool> {
             "list_directory",
             "Get a detailed listing of all files and directories in a specified path. Results clearly distinguish between files and directories with [FILE] and [DIR] prefixes. This tool is essential for understanding directory structure and finding specific files within a directory. Only works within allowed directories.",
             object_schema(json!({"path": {"type": "string"}}), &["path"]),
-            |allowed, args| walk::list_directory(&allowed.check_with_parent(&args.path)?.real),
+            |allowed, args| {
+                let (path, held) = allowed.open_with_parent(&args.path)?;
+                walk::list_directory(&path.real, &walk::open_dir(&path.real, &held)?)
+            },
         ),
         file_tool::<PathArgs>(
             &allowed,
             "directory_tree",
             "Get a recursive tree view of files and directories as a JSON structure. Each entry includes 'name', 'type' (file/directory), and 'children' for directories. Files have no children array, while directories always have a children array (which may be empty). The output is formatted with 2-space indentation for readability. Only works within allowed directories.",
             object_schema(json!({"path": {"type": "string"}}), &["path"]),
-            |allowed, args| walk::directory_tree(&allowed.check_with_parent(&args.path)?.real),
+            |allowed, args| {
+                let (path, held) = allowed.open_with_parent(&args.path)?;
+                walk::directory_tree(&path.real, &walk::open_dir(&path.real, &held)?)
+            },
         ),
         file_tool::<MoveArgs>(
             &allowed,
@@ -141,8 +148,9 @@ pub fn tools(allowed: AllowedDirs) -> Vec<Tool> {
                 &["path", "pattern"],
             ),
             |allowed, args| {
-                let root = allowed.check_with_parent(&args.path)?;
-                walk::search_files(&root.real, &args.pattern, &args.exclude_patterns)
+                let (root, held) = allowed.open_with_parent(&args.path)?;
+                let dir = walk::open_dir(&root.real, &held)?;
+                walk::search_files(&root.real, &dir, &args.pattern, &args.exclude_patterns)
             },
         ),
         file_tool::<PathArgs>(
@@ -150,7 +158,10 @@ pub fn tools(allowed: AllowedDirs) -> Vec<Tool> {
             "get_file_info",
             "Retrieve detailed metadata about a file or directory. Returns comprehensive information including size, creation time, last modified time, permissions, and type. This tool is perfect for understanding file characteristics without reading the actual content. Only works within allowed directories.",
             object_schema(json!({"path": {"type": "string"}}), &["path"]),
-            |allowed, args| file_info(&allowed.check_with_parent(&args.path)?.real),
+            |allowed, args| {
+                let (path, held) = allowed.open_with_parent(&args.path)?;
+                file_info(&path.real, &held)
+            },
         ),
         file_tool::<NoArgs>(
             &allowed,
@@ -307,17 +318,18 @@ fn plain_text(text: String) -> ContentItem {
     }
 }
 
-/// The whole file as text (invalid UTF-8 replaced, as Node's `utf-8` decoding does).
-fn read_text(path: &Path, limit: u64) -> Result<String, String> {
-    let bytes = read_bytes(path, limit)?;
+/// The whole file as text (invalid UTF-8 replaced, as Node's `utf-8` decoding does). `path` is what
+/// messages name; `held` is what is read.
+fn read_text(path: &Path, held: &Anchor, limit: u64) -> Result<String, String> {
+    let bytes = read_bytes(path, held, limit)?;
     Ok(match String::from_utf8(bytes) {
         Ok(text) => text,
         Err(err) => String::from_utf8_lossy(err.as_bytes()).into_owned(),
     })
 }
 
-fn read_bytes(path: &Path, limit: u64) -> Result<Vec<u8>, String> {
-    let mut file = crate::core::entry::open_for_reading(path).map_err(|err| match err {
+fn read_bytes(path: &Path, held: &Anchor, limit: u64) -> Result<Vec<u8>, String> {
+    let mut file = held.open_for_reading().map_err(|err| match err {
         OpenError::NotRegular(message) => format!("{}: {message}", path.display()),
         OpenError::Io(err) => describe(&err, Syscall::Open(path)),
     })?;
@@ -346,8 +358,8 @@ fn read_multiple(allowed: &AllowedDirs, paths: &[String]) -> String {
         .iter()
         .map(|path| {
             let read = allowed
-                .check_with_parent(path)
-                .and_then(|checked| read_text(&checked.real, budget));
+                .open_with_parent(path)
+                .and_then(|(checked, held)| read_text(&checked.real, &held, budget));
             match read {
                 Ok(content) => {
                     budget = budget.saturating_sub(content.len() as u64);
@@ -360,26 +372,31 @@ fn read_multiple(allowed: &AllowedDirs, paths: &[String]) -> String {
     parts.join("\n---\n")
 }
 
-/// Replaces the file whole or not at all: a failed write leaves the old content.
-fn write_atomically(target: &Path, content: &[u8]) -> Result<(), String> {
+/// Replaces the file whole or not at all: a failed write leaves the old content. `target` is what
+/// messages name; `held` is what is replaced.
+fn write_atomically(target: &Path, held: &Anchor, content: &[u8]) -> Result<(), String> {
     let open_error = |err: std::io::Error| describe(&err, Syscall::Open(target));
-    if target.is_dir() {
+    if held.is_root() || held.metadata().is_ok_and(|meta| meta.is_dir()) {
         return Err(open_error(std::io::Error::from_raw_os_error(libc::EISDIR)));
     }
-    let dir = target.parent().unwrap_or(Path::new("/"));
-    let staged = crate::core::staging::stage_bytes(dir, content).map_err(open_error)?;
-    staged.persist(target).map_err(open_error)
+    // Both paths go through `held`'s descriptor, which outlives the staged file.
+    let dir = held.parent_path().map_err(open_error)?;
+    let staged = crate::core::staging::stage_bytes(&dir, content).map_err(open_error)?;
+    staged
+        .persist(&held.entry_path().map_err(open_error)?)
+        .map_err(open_error)
 }
 
 fn edit_file(allowed: &AllowedDirs, args: EditArgs) -> Result<String, String> {
-    let path = allowed.check_with_parent(&args.path)?;
+    let (path, held) = allowed.open_with_parent(&args.path)?;
     // Strict: rewriting lossily decoded bytes would corrupt everything outside the edit.
-    let original = String::from_utf8(read_bytes(&path.real, MAX_READ_BYTES)?).map_err(|_| {
-        format!(
-            "{} is not UTF-8 text; edit_file would corrupt it",
-            args.path
-        )
-    })?;
+    let original =
+        String::from_utf8(read_bytes(&path.real, &held, MAX_READ_BYTES)?).map_err(|_| {
+            format!(
+                "{} is not UTF-8 text; edit_file would corrupt it",
+                args.path
+            )
+        })?;
     let content = edit::normalize_line_endings(&original);
     let edits: Vec<edit::Edit> = args
         .edits
@@ -392,21 +409,22 @@ fn edit_file(allowed: &AllowedDirs, args: EditArgs) -> Result<String, String> {
     let edited = edit::apply(&content, &edits)?;
     let patch = edit::fenced_patch(&path.real.to_string_lossy(), &content, &edited);
     if !args.dry_run {
-        write_atomically(&path.real, edited.as_bytes())?;
+        write_atomically(&path.real, &held, edited.as_bytes())?;
     }
     Ok(patch)
 }
 
 fn move_file(allowed: &AllowedDirs, args: MoveArgs) -> Result<String, String> {
-    let source = allowed.check_entry_with_parent(&args.source)?;
-    let destination = allowed.check_entry_with_parent(&args.destination)?;
-    if allowed.is_allowed_root(&source.real) {
+    let (source, source_held) = allowed.open_entry_with_parent(&args.source)?;
+    let (destination, destination_held) = allowed.open_entry_with_parent(&args.destination)?;
+    if allowed.is_allowed_root(&source.real) || source_held.is_root() {
         return Err(format!(
             "{} is an allowed directory itself and cannot be moved",
             args.source
         ));
     }
-    rename_no_replace(&source.real, &destination.real)
+    source_held
+        .rename_to(&destination_held, true)
         .map_err(|err| describe(&err, Syscall::Rename(&source.real, &destination.real)))?;
     Ok(format!(
         "Successfully moved {} to {}",
@@ -414,38 +432,11 @@ fn move_file(allowed: &AllowedDirs, args: MoveArgs) -> Result<String, String> {
     ))
 }
 
-/// `rename` that fails with EEXIST instead of replacing, atomically where the filesystem supports it.
-fn rename_no_replace(from: &Path, to: &Path) -> std::io::Result<()> {
-    use std::os::unix::ffi::OsStrExt;
-    let from_c = std::ffi::CString::new(from.as_os_str().as_bytes())?;
-    let to_c = std::ffi::CString::new(to.as_os_str().as_bytes())?;
-    // SAFETY: both are valid NUL-terminated paths that outlive the call.
-    let result = unsafe {
-        libc::renameat2(
-            libc::AT_FDCWD,
-            from_c.as_ptr(),
-            libc::AT_FDCWD,
-            to_c.as_ptr(),
-            libc::RENAME_NOREPLACE,
-        )
-    };
-    if result == 0 {
-        return Ok(());
-    }
-    let err = std::io::Error::last_os_error();
-    if err.raw_os_error() != Some(libc::EINVAL) {
-        return Err(err);
-    }
-    // Filesystems without RENAME_NOREPLACE: check, then rename (a narrow race, documented).
-    if to.symlink_metadata().is_ok() {
-        return Err(std::io::Error::from_raw_os_error(libc::EEXIST));
-    }
-    std::fs::rename(from, to)
-}
-
-fn file_info(path: &Path) -> Result<String, String> {
+fn file_info(path: &Path, held: &Anchor) -> Result<String, String> {
     use std::os::unix::fs::MetadataExt;
-    let meta = std::fs::metadata(path).map_err(|err| describe(&err, Syscall::Stat(path)))?;
+    let meta = held
+        .metadata()
+        .map_err(|err| describe(&err, Syscall::Stat(path)))?;
     let created = meta.created().or_else(|_| meta.modified()).ok();
     let lines = [
         format!("size: {}", meta.len()),

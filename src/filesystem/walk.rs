@@ -1,8 +1,12 @@
 //! The tools that walk directories: `list_directory`, `directory_tree`, `search_files`. Entries are typed
 //! by the link itself (a symlink to a directory is a file and is never descended into), in byte order of
-//! their names, as Node's `readdir` gives them to the reference server.
+//! their names, as Node's `readdir` gives them to the reference server. Directories are read and entered
+//! by descriptor (`core::confine::Dir`), so a directory swapped for a link mid-walk is never followed;
+//! paths are only what the answers and messages name.
 
 use std::path::{Path, PathBuf};
+
+use crate::core::confine::{Anchor, Dir, Kind};
 
 use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
 use serde::Serialize;
@@ -15,32 +19,42 @@ pub const MAX_SEARCH_MATCHES: usize = 10_000;
 
 pub struct DirEntry {
     pub name: String,
+    /// The name as it is on disk (`name` is it made UTF-8): what the directory is entered by.
+    raw: std::ffi::OsString,
     pub is_dir: bool,
 }
 
-pub fn read_dir_sorted(dir: &Path) -> Result<Vec<DirEntry>, String> {
-    let listing = std::fs::read_dir(dir).map_err(|err| describe(&err, Syscall::Scandir(dir)))?;
+/// The held entry as a directory to walk; `path` is what a failure names (as `scandir` would).
+pub fn open_dir(path: &Path, held: &Anchor) -> Result<Dir, String> {
+    held.open_dir()
+        .map_err(|err| describe(&err, Syscall::Scandir(path)))
+}
+
+/// `dir`'s entries in byte order of their names; `path` is what a failure names.
+pub fn read_dir_sorted(path: &Path, dir: &Dir) -> Result<Vec<DirEntry>, String> {
+    let listing = dir
+        .entries()
+        .map_err(|err| describe(&err, Syscall::Scandir(path)))?;
     let mut entries = Vec::new();
     for entry in listing {
-        let entry = entry.map_err(|err| describe(&err, Syscall::Scandir(dir)))?;
-        if crate::core::staging::is_staging_name(&entry.file_name()) {
+        if crate::core::staging::is_staging_name(&entry.name) {
             continue;
         }
-        let is_dir = entry.file_type().is_ok_and(|kind| kind.is_dir());
-        entries.push((entry.file_name(), is_dir));
+        entries.push((entry.name, entry.kind == Kind::Dir));
     }
     entries.sort_by(|a, b| a.0.as_encoded_bytes().cmp(b.0.as_encoded_bytes()));
     Ok(entries
         .into_iter()
-        .map(|(name, is_dir)| DirEntry {
-            name: name.to_string_lossy().into_owned(),
+        .map(|(raw, is_dir)| DirEntry {
+            name: raw.to_string_lossy().into_owned(),
+            raw,
             is_dir,
         })
         .collect())
 }
 
-pub fn list_directory(dir: &Path) -> Result<String, String> {
-    let lines: Vec<String> = read_dir_sorted(dir)?
+pub fn list_directory(path: &Path, dir: &Dir) -> Result<String, String> {
+    let lines: Vec<String> = read_dir_sorted(path, dir)?
         .into_iter()
         .map(|entry| {
             let kind = if entry.is_dir { "[DIR]" } else { "[FILE]" };
@@ -60,24 +74,28 @@ pub struct TreeEntry {
 }
 
 /// The tree as 2-space-indented JSON, the reference's layout.
-pub fn directory_tree(root: &Path) -> Result<String, String> {
+pub fn directory_tree(path: &Path, root: &Dir) -> Result<String, String> {
     let mut budget = MAX_WALK_ENTRIES;
-    let tree = build_tree(root, &mut budget)?;
+    let tree = build_tree(path, root, &mut budget)?;
     serde_json::to_string_pretty(&tree).map_err(|err| err.to_string())
 }
 
-fn build_tree(dir: &Path, budget: &mut usize) -> Result<Vec<TreeEntry>, String> {
-    let entries = read_dir_sorted(dir)?;
+fn build_tree(path: &Path, dir: &Dir, budget: &mut usize) -> Result<Vec<TreeEntry>, String> {
+    let entries = read_dir_sorted(path, dir)?;
     let mut tree = Vec::with_capacity(entries.len());
     for entry in entries {
         *budget = budget.checked_sub(1).ok_or_else(|| {
             format!(
                 "the tree under {} has more than {MAX_WALK_ENTRIES} entries; list a smaller directory",
-                dir.display()
+                path.display()
             )
         })?;
         let children = if entry.is_dir {
-            Some(build_tree(&dir.join(&entry.name), budget)?)
+            let child_path = path.join(&entry.name);
+            let child = dir
+                .open_child(&entry.raw)
+                .map_err(|err| describe(&err, Syscall::Scandir(&child_path)))?;
+            Some(build_tree(&child_path, &child, budget)?)
         } else {
             None
         };
@@ -94,14 +112,16 @@ fn build_tree(dir: &Path, budget: &mut usize) -> Result<Vec<TreeEntry>, String> 
 /// `*` excludes any directory of that name, as the reference reads it). Full paths, one per line.
 pub fn search_files(
     root: &Path,
+    dir: &Dir,
     pattern: &str,
     exclude_patterns: &[String],
 ) -> Result<String, String> {
-    search_within(root, pattern, exclude_patterns, MAX_WALK_ENTRIES)
+    search_within(root, dir, pattern, exclude_patterns, MAX_WALK_ENTRIES)
 }
 
 fn search_within(
     root: &Path,
+    dir: &Dir,
     pattern: &str,
     exclude_patterns: &[String],
     max_entries: usize,
@@ -117,7 +137,7 @@ fn search_within(
         truncated: false,
     };
     // The start directory must be readable (its failure is the answer); deeper ones are skipped.
-    search.visit(root, read_dir_sorted(root)?);
+    search.visit(root, dir, read_dir_sorted(root, dir)?);
     if search.matches.is_empty() {
         // A plain "No matches found" after a cut-short walk would claim the rest of the tree was seen.
         if search.truncated {
@@ -169,7 +189,7 @@ struct Search<'a> {
 }
 
 impl Search<'_> {
-    fn visit(&mut self, dir: &Path, entries: Vec<DirEntry>) {
+    fn visit(&mut self, path: &Path, dir: &Dir, entries: Vec<DirEntry>) {
         for entry in entries {
             if self.truncated {
                 return;
@@ -179,19 +199,20 @@ impl Search<'_> {
                 self.truncated = true;
                 return;
             }
-            let path = dir.join(&entry.name);
-            let relative = path.strip_prefix(self.root).unwrap_or(&path);
+            let child_path = path.join(&entry.name);
+            let relative = child_path.strip_prefix(self.root).unwrap_or(&child_path);
             if self.excludes.is_match(relative) {
                 continue;
             }
             if entry.name.to_lowercase().contains(&self.needle) {
-                self.matches.push(path.clone());
+                self.matches.push(child_path.clone());
             }
             // Unreadable directories below the start are skipped, as the reference skips them.
             if entry.is_dir
-                && let Ok(entries) = read_dir_sorted(&path)
+                && let Ok(child) = dir.open_child(&entry.raw)
+                && let Ok(entries) = read_dir_sorted(&child_path, &child)
             {
-                self.visit(&path, entries);
+                self.visit(&child_path, &child, entries);
             }
         }
     }
@@ -207,15 +228,16 @@ mod tests {
         for name in ["a1", "a2", "a3", "b-target"] {
             std::fs::write(dir.path().join(name), "").unwrap();
         }
-        let answer = search_within(dir.path(), "target", &[], 2).unwrap();
+        let held = Dir::open(dir.path()).unwrap();
+        let answer = search_within(dir.path(), &held, "target", &[], 2).unwrap();
         assert!(
             answer.starts_with("No matches found in the first 2 entries"),
             "{answer}"
         );
-        let whole = search_within(dir.path(), "target", &[], 10).unwrap();
+        let whole = search_within(dir.path(), &held, "target", &[], 10).unwrap();
         assert!(whole.ends_with("b-target"), "{whole}");
         assert_eq!(
-            search_within(dir.path(), "nothing", &[], 10).unwrap(),
+            search_within(dir.path(), &held, "nothing", &[], 10).unwrap(),
             "No matches found"
         );
     }

@@ -1,16 +1,16 @@
 //! The `/workspace/*` file API: read (streamed, with `Range`), atomic write, batch upload, list, exists,
-//! delete, move, mkdir, all confined to the workspace by [`Workspace`].
+//! delete, move, mkdir, all confined to the workspace by [`Workspace`]. Each acts on the [`Anchor`] its
+//! path was checked into (descriptors, `*at` calls), never on the path's name again.
 
 mod family;
 pub use family::{family, limits};
 
 mod range;
 
-use crate::core::confine::{Workspace, WorkspacePath};
-use crate::core::entry::{EntryInfo, OpenError, open_for_reading};
+use crate::core::confine::{Anchor, Dir, Workspace, WorkspacePath};
+use crate::core::entry::{EntryInfo, OpenError};
 use crate::core::staging as upload;
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use axum::Json;
@@ -60,17 +60,28 @@ where
     tokio::task::spawn_blocking(work).await?
 }
 
-async fn resolve(workspace: &Arc<Workspace>, input: &str) -> ApiResult<WorkspacePath> {
+/// The path checked and held, a final symlink followed (read, write, list, mkdir).
+async fn locate(workspace: &Arc<Workspace>, input: &str) -> ApiResult<(WorkspacePath, Anchor)> {
     let workspace = Arc::clone(workspace);
     let input = input.to_owned();
-    blocking(move || workspace.resolve(&input)).await
+    blocking(move || workspace.locate(&input)).await
 }
 
-/// The entry a path names, a final symlink being the link itself (delete, move, exists).
-async fn resolve_entry(workspace: &Arc<Workspace>, input: &str) -> ApiResult<WorkspacePath> {
+/// The entry a path names, held, a final symlink being the link itself (delete, move, exists).
+async fn locate_entry(
+    workspace: &Arc<Workspace>,
+    input: &str,
+) -> ApiResult<(WorkspacePath, Anchor)> {
     let workspace = Arc::clone(workspace);
     let input = input.to_owned();
-    blocking(move || workspace.resolve_entry(&input)).await
+    blocking(move || workspace.locate_entry(&input)).await
+}
+
+/// Entry info of what `held` names now (`lstat`).
+fn entry_info(target: &WorkspacePath, held: &Anchor, what: &str) -> ApiResult<EntryInfo> {
+    held.metadata()
+        .map(|meta| EntryInfo::from_metadata(&target.shown, &meta))
+        .map_err(|err| ApiError::from_io(&err, what))
 }
 
 #[derive(Deserialize)]
@@ -99,11 +110,11 @@ async fn read_file(
             )));
         }
     };
-    let target = resolve(&workspace, &query.path).await?;
+    let (_, held) = locate(&workspace, &query.path).await?;
     let (mut file, size) = {
         let what = query.path.clone();
         blocking(move || {
-            let file = open_for_reading(&target.real).map_err(|err| match err {
+            let file = held.open_for_reading().map_err(|err| match err {
                 OpenError::NotRegular(message) => ApiError::NotFound(format!("{what}: {message}")),
                 OpenError::Io(err) => ApiError::from_io(&err, &what),
             })?;
@@ -162,40 +173,42 @@ async fn read_file(
         .map_err(|err| ApiError::Internal(err.to_string()))
 }
 
-/// Checks that `target` can become a file, without touching anything; answers its parent directory.
-fn check_file_target(
-    workspace: &Workspace,
-    target: &WorkspacePath,
-    what: &str,
-) -> ApiResult<PathBuf> {
-    if workspace.is_root(target) {
+/// Checks that `held` can become a file, without touching anything.
+fn check_file_target(held: &Anchor, what: &str) -> ApiResult<()> {
+    if held.is_root() {
         return Err(ApiError::Conflict(format!(
             "{what} is the workspace directory"
         )));
     }
-    if let Ok(meta) = std::fs::symlink_metadata(&target.real)
+    if let Ok(meta) = held.metadata()
         && meta.is_dir()
     {
         return Err(ApiError::Conflict(format!(
             "path exists and is a directory: {what}"
         )));
     }
-    target
-        .real
-        .parent()
-        .map(PathBuf::from)
-        .ok_or_else(|| ApiError::BadRequest(format!("no parent directory: {what}")))
+    Ok(())
 }
 
-/// Checks that `target` can become a file and creates its parent directories.
-fn prepare_file_target(
-    workspace: &Workspace,
+/// Checks that `held` can become a file and creates its parent directories.
+fn prepare_file_target(held: &mut Anchor, what: &str) -> ApiResult<()> {
+    check_file_target(held, what)?;
+    held.create_parents()
+        .map_err(|err| ApiError::from_io(&err, what))
+}
+
+/// Puts staged content in place of `held`'s entry. The staged file must be dropped (by this) while
+/// `held` lives: its path may be under `held`'s descriptor.
+fn place(
+    staged: upload::StagedFile,
     target: &WorkspacePath,
+    held: &Anchor,
     what: &str,
-) -> ApiResult<PathBuf> {
-    let parent = check_file_target(workspace, target, what)?;
-    std::fs::create_dir_all(&parent).map_err(|err| ApiError::from_io(&err, what))?;
-    Ok(parent)
+) -> ApiResult<EntryInfo> {
+    held.entry_path()
+        .and_then(|entry| staged.persist(&entry))
+        .map_err(|err| ApiError::from_io(&err, what))?;
+    entry_info(target, held, what)
 }
 
 async fn write_file(
@@ -205,36 +218,32 @@ async fn write_file(
 ) -> Response {
     let prepared = async {
         let ApiQuery(query) = query?;
-        let target = resolve(&workspace, &query.path).await?;
-        let parent = {
-            let (workspace, target, what) =
-                (Arc::clone(&workspace), target.clone(), query.path.clone());
-            blocking(move || prepare_file_target(&workspace, &target, &what)).await?
-        };
-        Ok::<_, ApiError>((query, target, parent))
+        let (target, mut held) = locate(&workspace, &query.path).await?;
+        let what = query.path.clone();
+        let (held, parent) = blocking(move || {
+            prepare_file_target(&mut held, &what)?;
+            let parent = held
+                .parent_path()
+                .map_err(|err| ApiError::from_io(&err, &what))?;
+            Ok((held, parent))
+        })
+        .await?;
+        Ok::<_, ApiError>((query, target, held, parent))
     }
     .await;
-    let (query, target, parent) = match prepared {
+    let (query, target, held, parent) = match prepared {
         Ok(prepared) => prepared,
         Err(err) => return crate::api::reject_unread_body(err, body).await,
     };
+    // `held` outlives the staged file: `parent` is a path through its descriptor.
     let staged = match upload::stage(&parent, body.into_data_stream(), &query.path).await {
         Ok(staged) => staged,
         // A write that failed mid-body (a full disk) left the rest of it unread.
         Err(err) => return crate::api::closing_connection(err.into_response()),
     };
-    let written = async {
-        blocking(move || {
-            staged
-                .persist(&target.real)
-                .map_err(|err| ApiError::from_io(&err, &query.path))?;
-            EntryInfo::read(&target.shown, &target.real)
-                .map(Json)
-                .map_err(|err| ApiError::from_io(&err, &query.path))
-        })
+    blocking(move || place(staged, &target, &held, &query.path).map(Json))
         .await
-    };
-    written.await.into_response()
+        .into_response()
 }
 
 /// Multipart `files` parts with optional `paths` fields (same count, else each part's filename). Each part
@@ -314,18 +323,15 @@ async fn place_parts(
                 .or(filename)
                 .filter(|path| !path.is_empty())
                 .ok_or_else(|| ApiError::BadRequest("missing target path for a part".into()))?;
-            let target = workspace.resolve(&requested)?;
-            check_file_target(&workspace, &target, &requested)?;
-            checked.push((requested, target, staged));
+            let (target, held) = workspace.locate(&requested)?;
+            check_file_target(&held, &requested)?;
+            checked.push((requested, target, held, staged));
         }
         checked
             .into_iter()
-            .map(|(requested, target, staged)| {
-                prepare_file_target(&workspace, &target, &requested)?;
-                staged
-                    .persist(&target.real)
-                    .and_then(|()| EntryInfo::read(&target.shown, &target.real))
-                    .map_err(|err| ApiError::from_io(&err, &requested))
+            .map(|(requested, target, mut held, staged)| {
+                prepare_file_target(&mut held, &requested)?;
+                place(staged, &target, &held, &requested)
             })
             .collect::<ApiResult<Vec<_>>>()
             .map(Json)
@@ -371,58 +377,78 @@ async fn list(
     if depth == 0 {
         return Err(ApiError::BadRequest("depth must be at least 1".into()));
     }
-    let target = resolve(&workspace, &query.path).await?;
+    let (target, held) = locate(&workspace, &query.path).await?;
     blocking(move || {
-        let meta =
-            std::fs::metadata(&target.real).map_err(|err| ApiError::from_io(&err, &query.path))?;
+        let meta = held
+            .metadata()
+            .map_err(|err| ApiError::from_io(&err, &query.path))?;
         if !meta.is_dir() {
             return Err(ApiError::NotFound(format!(
                 "not a directory: {}",
                 query.path
             )));
         }
+        let dir = held
+            .open_dir()
+            .map_err(|err| ApiError::from_io(&err, &query.path))?;
         let mut entries = Vec::new();
-        walk(&target.shown, &target.real, depth, &mut entries)
+        walk(&target.shown, &dir, depth, &mut entries)
             .map_err(|err| ApiError::from_io(&err, &query.path))?;
         Ok(Json(entries))
     })
     .await
 }
 
-/// Depth-first, names sorted; directories are entered by lstat type only, so a symlink is never followed.
+/// Depth-first, names sorted; directories are entered by descriptor, by lstat type only, so a symlink
+/// is never followed (not even one swapped in for a directory while it is listed).
 fn walk(
     shown: &std::path::Path,
-    real: &std::path::Path,
+    dir: &Dir,
     depth: u32,
     out: &mut Vec<EntryInfo>,
 ) -> std::io::Result<()> {
-    let mut children: Vec<_> = match std::fs::read_dir(real) {
-        Ok(reader) => reader
-            .filter_map(Result::ok)
-            .filter(|child| !is_staging_name(&child.file_name()))
+    let mut children: Vec<_> = match dir.entries() {
+        Ok(entries) => entries
+            .into_iter()
+            .filter(|child| !is_staging_name(&child.name))
             .collect(),
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(()),
         Err(err) => return Err(err),
     };
-    children.sort_by_key(|child| child.file_name());
+    children.sort_by(|a, b| a.name.cmp(&b.name));
     for child in children {
-        let Ok(meta) = child.metadata() else { continue };
-        let child_shown = shown.join(child.file_name());
-        let is_dir = meta.is_dir();
+        let Ok(meta) = dir.child_metadata(&child.name) else {
+            continue;
+        };
+        let child_shown = shown.join(&child.name);
         out.push(EntryInfo::from_metadata(&child_shown, &meta));
-        if is_dir && depth > 1 {
-            walk(&child_shown, &child.path(), depth - 1, out)?;
+        if meta.is_dir() && depth > 1 {
+            match dir.open_child(&child.name) {
+                Ok(sub) => walk(&child_shown, &sub, depth - 1, out)?,
+                // Gone, or no longer a directory, since it was listed.
+                Err(err) if vanished(&err) => {}
+                Err(err) => return Err(err),
+            }
         }
     }
     Ok(())
+}
+
+fn vanished(err: &std::io::Error) -> bool {
+    matches!(
+        err.kind(),
+        std::io::ErrorKind::NotFound
+            | std::io::ErrorKind::NotADirectory
+            | std::io::ErrorKind::InvalidInput
+    )
 }
 
 async fn exists(
     State(workspace): State<Arc<Workspace>>,
     ApiQuery(query): ApiQuery<PathQuery>,
 ) -> ApiResult<Json<serde_json::Value>> {
-    let target = resolve_entry(&workspace, &query.path).await?;
-    let found = tokio::fs::symlink_metadata(&target.real).await.is_ok();
+    let (_, held) = locate_entry(&workspace, &query.path).await?;
+    let found = blocking(move || Ok(held.exists())).await?;
     Ok(Json(json!({ "exists": found })))
 }
 
@@ -430,20 +456,15 @@ async fn remove(
     State(workspace): State<Arc<Workspace>>,
     ApiQuery(query): ApiQuery<PathQuery>,
 ) -> ApiResult<StatusCode> {
-    let target = resolve_entry(&workspace, &query.path).await?;
-    if workspace.is_root(&target) {
+    let (_, held) = locate_entry(&workspace, &query.path).await?;
+    if held.is_root() {
         return Err(ApiError::Forbidden(
             "refusing to delete the workspace directory".into(),
         ));
     }
-    blocking(move || {
-        let result = match std::fs::symlink_metadata(&target.real) {
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(err) => Err(err),
-            Ok(meta) if meta.is_dir() => std::fs::remove_dir_all(&target.real),
-            Ok(_) => std::fs::remove_file(&target.real),
-        };
-        result.map_err(|err| ApiError::from_io(&err, &query.path))
+    blocking(move || match held.remove() {
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        result => result.map_err(|err| ApiError::from_io(&err, &query.path)),
     })
     .await?;
     Ok(StatusCode::NO_CONTENT)
@@ -466,15 +487,17 @@ async fn move_entry(
             "source and destination are required".into(),
         ));
     }
-    let source = resolve_entry(&workspace, &request.source).await?;
-    let destination = resolve_entry(&workspace, &request.destination).await?;
-    if workspace.is_root(&source) || workspace.is_root(&destination) {
+    let (source, source_held) = locate_entry(&workspace, &request.source).await?;
+    let (destination, mut destination_held) =
+        locate_entry(&workspace, &request.destination).await?;
+    if source_held.is_root() || destination_held.is_root() {
         return Err(ApiError::Forbidden(
             "cannot move the workspace directory".into(),
         ));
     }
     blocking(move || {
-        let source_meta = std::fs::symlink_metadata(&source.real)
+        let source_meta = source_held
+            .metadata()
             .map_err(|err| ApiError::from_io(&err, &format!("source {}", request.source)))?;
         if source_meta.is_dir() && destination.real.starts_with(&source.real) {
             return Err(ApiError::BadRequest(format!(
@@ -482,15 +505,11 @@ async fn move_entry(
                 request.source
             )));
         }
-        if let Some(parent) = destination.real.parent() {
-            std::fs::create_dir_all(parent)
-                .map_err(|err| ApiError::from_io(&err, &request.destination))?;
-        }
-        std::fs::rename(&source.real, &destination.real)
+        destination_held
+            .create_parents()
+            .and_then(|()| source_held.rename_to(&destination_held, false))
             .map_err(|err| ApiError::from_io(&err, &request.destination))?;
-        EntryInfo::read(&destination.shown, &destination.real)
-            .map(Json)
-            .map_err(|err| ApiError::from_io(&err, &request.destination))
+        entry_info(&destination, &destination_held, &request.destination).map(Json)
     })
     .await
 }
@@ -508,15 +527,16 @@ async fn mkdir(
     if request.path.is_empty() {
         return Err(ApiError::BadRequest("path is required".into()));
     }
-    let target = resolve(&workspace, &request.path).await?;
-    blocking(move || match std::fs::symlink_metadata(&target.real) {
+    let (_, mut held) = locate(&workspace, &request.path).await?;
+    blocking(move || match held.metadata() {
         Ok(meta) if meta.is_dir() => Ok(Json(json!({ "created": false }))),
         Ok(_) => Err(ApiError::Conflict(format!(
             "path exists and is not a directory: {}",
             request.path
         ))),
-        Err(_) => std::fs::create_dir_all(&target.real)
-            .map(|()| Json(json!({ "created": true })))
+        Err(_) => held
+            .create_dir_all()
+            .map(|created| Json(json!({ "created": created })))
             .map_err(|err| ApiError::from_io(&err, &request.path)),
     })
     .await

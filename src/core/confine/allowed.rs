@@ -9,7 +9,7 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
-use super::{Confined, Confinement, Last, Root};
+use super::{Anchor, Confined, Confinement, Last, Root};
 
 #[derive(Debug, Clone)]
 pub struct AllowedDirs {
@@ -58,32 +58,40 @@ impl AllowedDirs {
     /// Blocking (it reads link metadata). Accepts `~`, absolute paths and paths relative to the
     /// workspace; refuses anything whose real location is outside every allowed directory.
     pub fn check(&self, input: &str) -> Result<Checked, String> {
-        self.check_as(input, Last::Follow, false)
+        self.confinement
+            .confine(input, &expand_home(input), Last::Follow)
+            .map(Checked::from)
+            .map_err(|err| err.tool_message())
     }
 
-    /// As `check`, and the path must exist or at least its parent must: the reference's rule for every
+    /// As `check`, and held by descriptors ([`Anchor`]): what the tool does, it does on these.
+    pub fn open(&self, input: &str) -> Result<(Checked, Anchor), String> {
+        self.open_as(input, Last::Follow, false)
+    }
+
+    /// As `open`, and the path must exist or at least its parent must: the reference's rule for every
     /// tool but `create_directory`.
-    pub fn check_with_parent(&self, input: &str) -> Result<Checked, String> {
-        self.check_as(input, Last::Follow, true)
+    pub fn open_with_parent(&self, input: &str) -> Result<(Checked, Anchor), String> {
+        self.open_as(input, Last::Follow, true)
     }
 
-    /// As `check_with_parent`, but a final symlink is the link itself, wherever it points: for
+    /// As `open_with_parent`, but a final symlink is the link itself, wherever it points: for
     /// `move_file`, which renames the entry it names.
-    pub fn check_entry_with_parent(&self, input: &str) -> Result<Checked, String> {
-        self.check_as(input, Last::Entry, true)
+    pub fn open_entry_with_parent(&self, input: &str) -> Result<(Checked, Anchor), String> {
+        self.open_as(input, Last::Entry, true)
     }
 
-    fn check_as(&self, input: &str, last: Last, parent: bool) -> Result<Checked, String> {
-        let confined = self
+    fn open_as(&self, input: &str, last: Last, parent: bool) -> Result<(Checked, Anchor), String> {
+        let (confined, held) = self
             .confinement
-            .confine(input, &expand_home(input), last)
+            .anchor(input, &expand_home(input), last)
             .map_err(|err| err.tool_message())?;
         if parent {
             self.confinement
-                .require_parent(&confined)
+                .require_parent(&confined, &held)
                 .map_err(|err| err.tool_message())?;
         }
-        Ok(confined.into())
+        Ok((confined.into(), held))
     }
 }
 
@@ -124,7 +132,7 @@ mod tests {
         }
     }
 
-    fn denied(result: Result<Checked, String>) -> bool {
+    fn denied<T>(result: Result<T, String>) -> bool {
         matches!(result, Err(message) if message.starts_with("Access denied - path outside allowed directories: "))
     }
 
@@ -139,7 +147,7 @@ mod tests {
         symlink(f.base.join("ws2/new"), f.base.join("ws/dangling")).unwrap();
         assert!(denied(f.allowed.check("link")));
         assert!(denied(f.allowed.check("dirlink/new-file")));
-        assert!(denied(f.allowed.check_with_parent("dangling")));
+        assert!(denied(f.allowed.open_with_parent("dangling")));
     }
 
     #[test]
@@ -164,23 +172,23 @@ mod tests {
         symlink(f.base.join("ws2/secret.txt"), f.base.join("ws/link")).unwrap();
         symlink(f.base.join("ws2/new"), f.base.join("ws/dangling")).unwrap();
         assert_eq!(
-            f.allowed.check_entry_with_parent("link").unwrap().real,
+            f.allowed.open_entry_with_parent("link").unwrap().0.real,
             f.base.join("ws/link")
         );
         assert_eq!(
-            f.allowed.check_entry_with_parent("dangling").unwrap().real,
+            f.allowed.open_entry_with_parent("dangling").unwrap().0.real,
             f.base.join("ws/dangling")
         );
         symlink(f.base.join("ws2"), f.base.join("ws/dirlink")).unwrap();
         assert!(denied(
-            f.allowed.check_entry_with_parent("dirlink/secret.txt")
+            f.allowed.open_entry_with_parent("dirlink/secret.txt")
         ));
     }
 
     #[test]
     fn a_missing_parent_is_named() {
         let f = fixture();
-        let message = f.allowed.check_with_parent("no/such/file").unwrap_err();
+        let message = f.allowed.open_with_parent("no/such/file").unwrap_err();
         assert_eq!(
             message,
             format!(
@@ -189,5 +197,6 @@ mod tests {
             )
         );
         assert!(f.allowed.check("no/such/file").is_ok());
+        assert!(f.allowed.open("no/such/file").is_ok());
     }
 }

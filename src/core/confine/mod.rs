@@ -7,9 +7,17 @@
 //! what reads or writes *through* the path ([`Last::Follow`]), and taken as the entry itself, with
 //! `lstat`, for what acts on the name (delete, move, exists: [`Last::Entry`]): so deleting `link -> real/`
 //! removes the link, and a link that points outside (or nowhere) can still be deleted or moved.
+//!
+//! The check is by name; what acts on a checked path holds it by descriptors ([`Anchor`], from
+//! [`Confinement::anchor`]), so a directory on the way swapped for a link after the check cannot
+//! redirect the work.
 
 mod allowed;
+mod anchor;
+mod at;
 pub use allowed::AllowedDirs;
+pub use anchor::{Anchor, Dir};
+pub use at::Kind;
 
 use std::io;
 use std::path::{Component, Path, PathBuf};
@@ -18,6 +26,9 @@ use crate::core::error::{ApiError, ApiResult};
 
 /// Linux's own limit on symlinks followed in one lookup (ELOOP).
 const MAX_SYMLINK_HOPS: usize = 40;
+/// Checks of one path redone because what was checked changed before it could be held: only a
+/// directory swapped for a link (and back) again and again outlasts them.
+const MAX_ANCHOR_ATTEMPTS: usize = 8;
 
 /// What to do with the final component of a path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,13 +110,18 @@ pub enum ConfineError {
     /// Neither the path nor its parent directory exists (see [`Confinement::require_parent`]).
     #[error("Parent directory does not exist: {}", parent.display())]
     NoParent { parent: PathBuf },
+    /// A directory on the way kept being replaced by a link between the check and the open.
+    #[error("{} kept changing while it was being resolved (a directory on the way was replaced by a link); try again", absolute.display())]
+    Changed { input: String, absolute: PathBuf },
 }
 
 impl ConfineError {
     /// The reference server's wording (server-filesystem 2025.3.28), for the filesystem tools.
     pub fn tool_message(&self) -> String {
         match self {
-            ConfineError::NulByte | ConfineError::NoParent { .. } => self.to_string(),
+            ConfineError::NulByte
+            | ConfineError::NoParent { .. }
+            | ConfineError::Changed { .. } => self.to_string(),
             ConfineError::Outside {
                 absolute, roots, ..
             } => {
@@ -142,6 +158,7 @@ impl From<ConfineError> for ApiError {
             }
             ConfineError::Io { input, source, .. } => ApiError::from_io(&source, &input),
             ConfineError::NoParent { .. } => ApiError::NotFound(err.to_string()),
+            ConfineError::Changed { .. } => ApiError::Conflict(err.to_string()),
         }
     }
 }
@@ -174,6 +191,59 @@ impl Confinement {
         self.roots.iter().any(|root| real.starts_with(&root.real))
     }
 
+    fn outside(&self, input: &str, absolute: &Path) -> ConfineError {
+        ConfineError::Outside {
+            input: input.to_owned(),
+            absolute: absolute.to_path_buf(),
+            roots: self.roots.iter().map(|root| root.shown.clone()).collect(),
+        }
+    }
+
+    /// Blocking. [`Confinement::confine`], then the checked location held by descriptors (see
+    /// [`Anchor`]): what acts on the path acts on these, never on the name again. A directory on the
+    /// way that turned into a link since the check makes it check again (a few times).
+    pub fn anchor(
+        &self,
+        input: &str,
+        path: &Path,
+        last: Last,
+    ) -> Result<(Confined, Anchor), ConfineError> {
+        let mut confined = self.confine(input, path, last)?;
+        for _ in 0..MAX_ANCHOR_ATTEMPTS {
+            // The deepest root holding it: the fewest components to open.
+            let Some((root, relative)) = self
+                .roots
+                .iter()
+                .filter_map(|root| Some((root, confined.real.strip_prefix(&root.real).ok()?)))
+                .max_by_key(|(root, _)| root.real.components().count())
+            else {
+                return Err(self.outside(input, &confined.absolute));
+            };
+            match anchor::anchor(&root.real, relative, last == Last::Follow) {
+                Ok(held) => return Ok((confined, held)),
+                Err(anchor::Anchoring::Changed) => {
+                    tracing::debug!(
+                        input,
+                        "a checked path changed before it was held; checking again"
+                    );
+                }
+                Err(anchor::Anchoring::Io(source)) => {
+                    return Err(ConfineError::Io {
+                        input: input.to_owned(),
+                        absolute: confined.absolute,
+                        source,
+                    });
+                }
+            }
+            confined = self.confine(input, path, last)?;
+        }
+        tracing::warn!(input, "a path kept changing while it was being resolved");
+        Err(ConfineError::Changed {
+            input: input.to_owned(),
+            absolute: confined.absolute,
+        })
+    }
+
     /// Blocking: it reads link metadata along the way. `input` is what the caller wrote (for messages and
     /// the NUL check); `path` is the path it stands for (the same, or with `~` expanded).
     pub fn confine(&self, input: &str, path: &Path, last: Last) -> Result<Confined, ConfineError> {
@@ -181,11 +251,7 @@ impl Confinement {
             return Err(ConfineError::NulByte);
         }
         let absolute = normalize_lexically(&self.base().shown.join(path));
-        let outside = || ConfineError::Outside {
-            input: input.to_owned(),
-            absolute: absolute.clone(),
-            roots: self.roots.iter().map(|root| root.shown.clone()).collect(),
-        };
+        let outside = || self.outside(input, &absolute);
         let Some((root, relative)) = self.roots.iter().find_map(|root| {
             absolute
                 .strip_prefix(&root.shown)
@@ -229,11 +295,9 @@ impl Confinement {
     }
 
     /// The reference's rule for every tool but `create_directory`: the entry exists, or at least its
-    /// parent directory does.
-    pub fn require_parent(&self, confined: &Confined) -> Result<(), ConfineError> {
-        if confined.real.symlink_metadata().is_ok()
-            || confined.real.parent().is_some_and(Path::is_dir)
-        {
+    /// parent directory does (the held parent exists whenever the entry does).
+    pub fn require_parent(&self, confined: &Confined, held: &Anchor) -> Result<(), ConfineError> {
+        if held.has_parent() {
             return Ok(());
         }
         Err(ConfineError::NoParent {
@@ -287,27 +351,31 @@ impl Workspace {
         &self.confinement.base().real
     }
 
-    pub fn is_root(&self, path: &WorkspacePath) -> bool {
-        path.real == self.real_root()
-    }
-
     /// Blocking: it reads link metadata along the way. Call it from a blocking context. A final symlink is
-    /// followed: for what reads or writes through the path.
+    /// followed. Only a path, for what names a place (a watch, a working directory) rather than acts on
+    /// it: what acts on a path holds it with [`Workspace::locate`].
     pub fn resolve(&self, input: &str) -> ApiResult<WorkspacePath> {
-        self.resolve_as(input, Last::Follow)
-    }
-
-    /// As [`Workspace::resolve`], but a final symlink is the entry itself, wherever it points: for
-    /// delete, move and exists.
-    pub fn resolve_entry(&self, input: &str) -> ApiResult<WorkspacePath> {
-        self.resolve_as(input, Last::Entry)
-    }
-
-    fn resolve_as(&self, input: &str, last: Last) -> ApiResult<WorkspacePath> {
         Ok(self
             .confinement
-            .confine(input, Path::new(input), last)?
+            .confine(input, Path::new(input), Last::Follow)?
             .into())
+    }
+
+    /// Blocking. As [`Workspace::resolve`], and held: what acts on the path acts on the [`Anchor`]
+    /// (a final symlink followed: for what reads or writes through the path).
+    pub fn locate(&self, input: &str) -> ApiResult<(WorkspacePath, Anchor)> {
+        self.locate_as(input, Last::Follow)
+    }
+
+    /// Blocking. As [`Workspace::locate`], but a final symlink is the entry itself, wherever it points:
+    /// for delete, move and exists.
+    pub fn locate_entry(&self, input: &str) -> ApiResult<(WorkspacePath, Anchor)> {
+        self.locate_as(input, Last::Entry)
+    }
+
+    fn locate_as(&self, input: &str, last: Last) -> ApiResult<(WorkspacePath, Anchor)> {
+        let (confined, held) = self.confinement.anchor(input, Path::new(input), last)?;
+        Ok((confined.into(), held))
     }
 }
 
@@ -411,7 +479,7 @@ mod tests {
         }
     }
 
-    fn forbidden(result: ApiResult<WorkspacePath>) -> bool {
+    fn forbidden<T>(result: ApiResult<T>) -> bool {
         matches!(result, Err(ApiError::Forbidden(_)))
     }
 
@@ -475,20 +543,20 @@ mod tests {
         symlink("sub", ws.join("dir-in")).unwrap();
         symlink("nowhere", ws.join("sub/dangling")).unwrap();
         assert_eq!(
-            f.workspace.resolve_entry("file-out").unwrap().real,
+            f.workspace.locate_entry("file-out").unwrap().0.real,
             ws.join("file-out")
         );
         assert_eq!(
-            f.workspace.resolve_entry("dir-in").unwrap().real,
+            f.workspace.locate_entry("dir-in").unwrap().0.real,
             ws.join("dir-in")
         );
         assert_eq!(
-            f.workspace.resolve_entry("dir-in/dangling").unwrap().real,
+            f.workspace.locate_entry("dir-in/dangling").unwrap().0.real,
             ws.join("sub/dangling")
         );
-        assert_eq!(f.workspace.resolve_entry("").unwrap().real, ws);
-        assert!(forbidden(f.workspace.resolve_entry("dir-out/secret.txt")));
-        assert!(forbidden(f.workspace.resolve_entry("../secret.txt")));
+        assert_eq!(f.workspace.locate_entry("").unwrap().0.real, ws);
+        assert!(forbidden(f.workspace.locate_entry("dir-out/secret.txt")));
+        assert!(forbidden(f.workspace.locate_entry("../secret.txt")));
         assert!(forbidden(f.workspace.resolve("file-out")));
     }
 
