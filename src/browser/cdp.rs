@@ -21,8 +21,12 @@ use tokio::sync::{mpsc, oneshot, watch};
 use super::events::{self, Events};
 
 /// The largest message accepted from the browser (a full-page PNG of a long page is tens of MB in
-/// base64); a longer one ends the connection instead of growing boxd's memory without bound.
+/// base64). A longer one is read past without being kept (the connection and the tabs live on): an
+/// answer fails its call with [`CdpError::TooLarge`], an event is dropped.
 pub const MAX_MESSAGE: usize = 96 * 1024 * 1024;
+/// The start of a message read before its bound is decided: enough to hold its id (an answer starts
+/// `{"id":N,`); a message no longer than this is never too large.
+const PEEK: usize = 4096;
 /// The reader's buffer: an accessibility tree or a DOM snapshot (tens of KB) in a few reads.
 const READ_BUFFER: usize = 64 * 1024;
 /// Requests queued for the writer at most; a caller waits for room (bounded by its own timeout).
@@ -36,10 +40,31 @@ pub enum CdpError {
     Closed,
     #[error("{0}")]
     Protocol(String),
+    #[error("the browser's answer to {method} is {bytes} bytes, over the {max}-byte bound")]
+    TooLarge {
+        method: String,
+        bytes: usize,
+        max: usize,
+    },
+}
+
+/// Why the reader failed a call.
+#[derive(Debug)]
+enum Failure {
+    /// The browser answered with an error.
+    Protocol(String),
+    /// The answer was longer than the call's bound (its length); it was read past, not kept.
+    TooLarge(usize),
+}
+
+/// A call waiting for its answer: where the answer goes, and the longest one it takes.
+struct Waiter {
+    answer: oneshot::Sender<Result<Box<RawValue>, Failure>>,
+    max: usize,
 }
 
 /// Answers travel to their caller unparsed: the caller's task parses them, and the reader moves on.
-type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Result<Box<RawValue>, String>>>>>;
+type Pending = Arc<Mutex<HashMap<u64, Waiter>>>;
 
 #[derive(Clone)]
 pub struct Cdp {
@@ -98,6 +123,23 @@ impl Cdp {
         params: Value,
         timeout: Duration,
     ) -> Result<Value, CdpError> {
+        self.call_bounded(session, method, params, timeout, MAX_MESSAGE)
+            .await
+            .map(|(answer, _)| answer)
+    }
+
+    /// [`Cdp::call`] for an answer of at most `max` bytes (at least [`PEEK`], at most
+    /// [`MAX_MESSAGE`]); a longer one fails with [`CdpError::TooLarge`] without being kept. The
+    /// answer and its length in bytes.
+    pub async fn call_bounded(
+        &self,
+        session: Option<&str>,
+        method: &str,
+        params: Value,
+        timeout: Duration,
+        max: usize,
+    ) -> Result<(Value, usize), CdpError> {
+        let max = max.clamp(PEEK, MAX_MESSAGE);
         if self.is_closed() {
             return Err(CdpError::Closed);
         }
@@ -109,7 +151,13 @@ impl Cdp {
         let mut bytes = message.to_string().into_bytes();
         bytes.push(0);
         let (answer_tx, answer_rx) = oneshot::channel();
-        lock(&self.pending).insert(id, answer_tx);
+        lock(&self.pending).insert(
+            id,
+            Waiter {
+                answer: answer_tx,
+                max,
+            },
+        );
         // Removed on every way out, so an abandoned call (timeout, caller gone) leaves nothing behind.
         let _forget = Forget {
             pending: &self.pending,
@@ -121,10 +169,20 @@ impl Cdp {
                 .await
                 .map_err(|_| CdpError::Closed)?;
             match answer_rx.await {
-                Ok(Ok(result)) => serde_json::from_str(result.get()).map_err(|err| {
-                    CdpError::Protocol(format!("{method}: a malformed answer: {err}"))
+                Ok(Ok(result)) => {
+                    let length = result.get().len();
+                    serde_json::from_str(result.get())
+                        .map(|answer| (answer, length))
+                        .map_err(|err| {
+                            CdpError::Protocol(format!("{method}: a malformed answer: {err}"))
+                        })
+                }
+                Ok(Err(Failure::Protocol(message))) => Err(CdpError::Protocol(message)),
+                Ok(Err(Failure::TooLarge(bytes))) => Err(CdpError::TooLarge {
+                    method: method.to_owned(),
+                    bytes,
+                    max,
                 }),
-                Ok(Err(message)) => Err(CdpError::Protocol(message)),
                 Err(_) => Err(CdpError::Closed),
             }
         };
@@ -152,12 +210,34 @@ impl Cdp {
                 json!({"enabled": true}),
             ),
         ];
+        self.send_unanswered(Some(&session), requests.into_iter().collect());
+    }
+
+    /// Tells the browser to cancel the downloads boxd stopped (past their bounds); not waited for,
+    /// as [`Cdp::set_up_frame`]. The partial files are deleted when the answer reports them.
+    fn cancel_downloads(&self, guids: Vec<String>) {
+        if guids.is_empty() {
+            return;
+        }
+        tracing::info!(?guids, "cancelling downloads past their bounds");
+        let requests = guids
+            .into_iter()
+            .map(|guid| ("Browser.cancelDownload", json!({"guid": guid})))
+            .collect();
+        self.send_unanswered(None, requests);
+    }
+
+    /// Sends `requests` without waiting for their answers (which nobody waits for, so the reader
+    /// drops them).
+    fn send_unanswered(&self, session: Option<&str>, requests: Vec<(&'static str, Value)>) {
         let messages: Vec<Vec<u8>> = requests
             .into_iter()
             .map(|(method, params)| {
                 let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-                let message =
-                    json!({"id": id, "method": method, "params": params, "sessionId": session});
+                let mut message = json!({"id": id, "method": method, "params": params});
+                if let Some(session) = session {
+                    message["sessionId"] = json!(session);
+                }
                 let mut bytes = message.to_string().into_bytes();
                 bytes.push(0);
                 bytes
@@ -212,9 +292,26 @@ async fn read_all(
     let Cdp {
         pending, events, ..
     } = &cdp;
+    // The bound of a message is its caller's, found by the id at its start; events and answers
+    // nobody waits for get the connection's.
+    let bound = |start: &[u8]| {
+        answer_id(start)
+            .and_then(|id| lock(pending).get(&id).map(|waiter| waiter.max))
+            .unwrap_or(MAX_MESSAGE)
+    };
     loop {
-        let message = match read_message(&mut reader, MAX_MESSAGE).await {
-            Ok(Some(message)) => message,
+        let message = match read_message(&mut reader, bound).await {
+            Ok(Some(Message::Whole(message))) => message,
+            Ok(Some(Message::Skipped { start, length })) => {
+                match answer_id(&start).and_then(|id| lock(pending).remove(&id)) {
+                    Some(waiter) => {
+                        tracing::warn!(length, "an answer over its call's bound was not kept");
+                        let _ = waiter.answer.send(Err(Failure::TooLarge(length)));
+                    }
+                    None => tracing::warn!(length, "a browser message over the bound was dropped"),
+                }
+                continue;
+            }
             Ok(None) => break,
             Err(err) => {
                 tracing::warn!("browser protocol stream broken: {err}");
@@ -227,13 +324,15 @@ async fn read_all(
         };
         if let Some(id) = message.id {
             let answer = match message.error {
-                Some(error) => Err(error
-                    .message
-                    .unwrap_or_else(|| "unknown protocol error".into())),
+                Some(error) => Err(Failure::Protocol(
+                    error
+                        .message
+                        .unwrap_or_else(|| "unknown protocol error".into()),
+                )),
                 None => Ok(message.result.map_or_else(Box::default, RawValue::to_owned)),
             };
             if let Some(waiter) = lock(pending).remove(&id) {
-                let _ = waiter.send(answer);
+                let _ = waiter.answer.send(answer);
             }
         } else if let Some(method) = message.method.as_deref()
             && events::HANDLED.contains(&method)
@@ -245,6 +344,9 @@ async fn read_all(
                 .unwrap_or(Value::Null);
             if let Some(frame) = events.handle(message.session.as_deref(), method, &params) {
                 cdp.set_up_frame(frame);
+            }
+            if method.starts_with("Browser.download") {
+                cdp.cancel_downloads(events.take_cancels());
             }
         }
     }
@@ -274,12 +376,44 @@ struct ProtocolError {
     message: Option<String>,
 }
 
-/// One NUL-terminated message, at most `max` bytes; `None` at the end of the stream.
+/// A message read from the browser.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Message {
+    Whole(Vec<u8>),
+    /// Longer than its bound: read past, only its first [`PEEK`] bytes kept, with its whole length.
+    Skipped {
+        start: Vec<u8>,
+        length: usize,
+    },
+}
+
+/// The id of an answer, from the start of its message (`{"id":12,...`); `None` for an event (which
+/// starts with its method) or anything else.
+fn answer_id(start: &[u8]) -> Option<u64> {
+    let at = start.windows(5).position(|window| window == b"\"id\":")?;
+    // An event's params may hold an `"id":` of their own; its method comes first.
+    if start[..at].windows(8).any(|window| window == b"\"method\"") {
+        return None;
+    }
+    let digits = start.get(at + 5..)?;
+    let end = digits
+        .iter()
+        .position(|byte| !byte.is_ascii_digit())
+        .unwrap_or(digits.len());
+    std::str::from_utf8(digits.get(..end)?).ok()?.parse().ok()
+}
+
+/// One NUL-terminated message; `None` at the end of the stream. `bound` tells, from a message's first
+/// [`PEEK`] bytes, how long it may be (at most [`MAX_MESSAGE`]): a longer one is read to its end
+/// without being kept ([`Message::Skipped`]), so memory stays bounded and the stream stays in step.
 pub(super) async fn read_message(
     reader: &mut (impl AsyncBufRead + Unpin),
-    max: usize,
-) -> std::io::Result<Option<Vec<u8>>> {
+    bound: impl Fn(&[u8]) -> usize,
+) -> std::io::Result<Option<Message>> {
     let mut message = Vec::new();
+    let mut max: Option<usize> = None;
+    // The bytes of a message being skipped, seen so far.
+    let mut skipped: Option<usize> = None;
     loop {
         let available = reader.fill_buf().await?;
         if available.is_empty() {
@@ -287,16 +421,34 @@ pub(super) async fn read_message(
         }
         let end = available.iter().position(|byte| *byte == 0);
         let chunk = &available[..end.unwrap_or(available.len())];
-        if message.len().saturating_add(chunk.len()) > max {
-            return Err(std::io::Error::other(format!(
-                "a message longer than {max} bytes"
-            )));
-        }
-        message.extend_from_slice(chunk);
         let used = chunk.len() + usize::from(end.is_some());
+        let length = skipped.unwrap_or(message.len()).saturating_add(chunk.len());
+        if skipped.is_none() && max.is_none() && length > PEEK {
+            let room = PEEK.saturating_sub(message.len()).min(chunk.len());
+            message.extend_from_slice(&chunk[..room]);
+            max = Some(bound(&message).min(MAX_MESSAGE));
+            if max.is_some_and(|max| length > max) {
+                skipped = Some(length);
+            } else {
+                message.extend_from_slice(&chunk[room..]);
+            }
+        } else if skipped.is_some() {
+            skipped = Some(length);
+        } else if max.is_some_and(|max| length > max) {
+            message.truncate(PEEK);
+            skipped = Some(length);
+        } else {
+            message.extend_from_slice(chunk);
+        }
         reader.consume(used);
         if end.is_some() {
-            return Ok(Some(message));
+            return Ok(Some(match skipped {
+                Some(length) => Message::Skipped {
+                    start: message,
+                    length,
+                },
+                None => Message::Whole(message),
+            }));
         }
     }
 }
@@ -306,21 +458,87 @@ mod tests {
     use super::*;
 
     #[tokio::test]
-    async fn messages_split_on_nul_and_an_oversized_one_is_refused() {
+    async fn messages_split_on_nul_and_an_oversized_one_is_skipped_in_step() {
+        let whole = |bytes: &[u8]| Some(Message::Whole(bytes.to_vec()));
         let input = b"{\"a\":1}\0{\"b\":2}\0tail".to_vec();
         let mut reader = BufReader::with_capacity(3, &input[..]);
+        let any = |_: &[u8]| MAX_MESSAGE;
         assert_eq!(
-            read_message(&mut reader, 100).await.unwrap().unwrap(),
-            b"{\"a\":1}"
+            read_message(&mut reader, any).await.unwrap(),
+            whole(b"{\"a\":1}")
         );
         assert_eq!(
-            read_message(&mut reader, 100).await.unwrap().unwrap(),
-            b"{\"b\":2}"
+            read_message(&mut reader, any).await.unwrap(),
+            whole(b"{\"b\":2}")
         );
         // An unterminated tail at the end of the stream is no message.
-        assert!(read_message(&mut reader, 100).await.unwrap().is_none());
-        let long = [b'x'; 64];
-        assert!(read_message(&mut &long[..], 10).await.is_err());
+        assert!(read_message(&mut reader, any).await.unwrap().is_none());
+        // An answer longer than its bound is read past; the next message is read whole.
+        let long = format!("{{\"id\":7,\"result\":\"{}\"}}", "x".repeat(3 * PEEK));
+        let input = format!("{long}\0{{\"id\":8}}\0");
+        let mut reader = BufReader::with_capacity(1000, input.as_bytes());
+        let small = |start: &[u8]| {
+            assert_eq!(answer_id(start), Some(7));
+            PEEK * 2
+        };
+        match read_message(&mut reader, small).await.unwrap() {
+            Some(Message::Skipped { start, length }) => {
+                assert_eq!(length, long.len());
+                assert_eq!(start, long.as_bytes()[..PEEK]);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            read_message(&mut reader, |_: &[u8]| PEEK).await.unwrap(),
+            whole(b"{\"id\":8}")
+        );
+        assert_eq!(answer_id(b"{\"method\":\"X\",\"params\":{\"id\":3}}"), None);
+        assert_eq!(answer_id(b"{\"id\":42,\"result\":{}}"), Some(42));
+    }
+
+    #[tokio::test]
+    async fn an_answer_over_its_calls_bound_fails_that_call_and_the_connection_lives_on() {
+        let (ours, theirs) = tokio::io::duplex(1 << 16);
+        let (our_read, our_write) = tokio::io::split(ours);
+        let cdp = Cdp::start(our_read, our_write);
+        let (their_read, mut their_write) = tokio::io::split(theirs);
+        // The browser stays until the test is done looking at the connection.
+        let (done, finished) = oneshot::channel::<()>();
+        let browser = tokio::spawn(async move {
+            let mut reader = BufReader::new(their_read);
+            for size in [PEEK * 4, 10] {
+                let Ok(Some(Message::Whole(request))) =
+                    read_message(&mut reader, |_: &[u8]| MAX_MESSAGE).await
+                else {
+                    return;
+                };
+                let request: Value = serde_json::from_slice(&request).unwrap();
+                let answer = json!({"id": request["id"], "result": {"data": "y".repeat(size)}});
+                their_write
+                    .write_all(format!("{answer}\0").as_bytes())
+                    .await
+                    .unwrap();
+            }
+            let _ = finished.await;
+        });
+        let limit = PEEK * 2;
+        let huge = cdp
+            .call_bounded(None, "Big", json!({}), Duration::from_secs(5), limit)
+            .await;
+        assert!(
+            matches!(&huge, Err(CdpError::TooLarge { method, bytes, max })
+                if method == "Big" && *bytes > PEEK * 4 && *max == limit),
+            "{huge:?}"
+        );
+        let (small, length) = cdp
+            .call_bounded(None, "Small", json!({}), Duration::from_secs(5), limit)
+            .await
+            .unwrap();
+        assert_eq!(small["data"], "y".repeat(10));
+        assert!(length > 10);
+        assert!(!cdp.is_closed());
+        let _ = done.send(());
+        browser.await.unwrap();
     }
 
     #[tokio::test]
@@ -331,7 +549,11 @@ mod tests {
         let (their_read, mut their_write) = tokio::io::split(theirs);
         let browser = tokio::spawn(async move {
             let mut reader = BufReader::new(their_read);
-            let request = read_message(&mut reader, 1 << 20).await.unwrap().unwrap();
+            let Some(Message::Whole(request)) =
+                read_message(&mut reader, |_: &[u8]| 1 << 20).await.unwrap()
+            else {
+                panic!("no request");
+            };
             let request: Value = serde_json::from_slice(&request).unwrap();
             let answer = json!({"id": request["id"], "result": {"echo": request["method"]}});
             let event = json!({"method": "Page.loadEventFired", "sessionId": "S", "params": {}});
@@ -342,7 +564,7 @@ mod tests {
                     .unwrap();
             }
             // The second request is never answered: the browser goes away instead.
-            let _ = read_message(&mut reader, 1 << 20).await;
+            let _ = read_message(&mut reader, |_: &[u8]| 1 << 20).await;
         });
         let answer = cdp
             .call(Some("S"), "Page.enable", json!({}), Duration::from_secs(5))

@@ -1,7 +1,9 @@
 //! What the browser tells boxd without being asked, kept per tab (per attached session) so the tools
 //! can answer from it: console messages, network requests, an open dialog or file chooser, loading and
-//! navigation. Every list is bounded (oldest dropped first). Waiters watch one counter that moves on
-//! every event.
+//! navigation. Every list is bounded in entries and in bytes (oldest dropped first), and every text a
+//! page controls (a console message, an exception, a URL, a dialog's message) is cut to
+//! [`MAX_ENTRY_BYTES`] as it arrives: a page logging megabytes in a loop costs boxd a bounded few.
+//! Waiters watch one counter that moves on every event.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Mutex;
@@ -11,8 +13,44 @@ use tokio::sync::watch;
 
 /// Console messages and network requests kept per tab, at most.
 pub const MAX_LOG_ENTRIES: usize = 1000;
+/// The bytes of one kept text a page controls (a console message, an exception, a request's URL, a
+/// dialog's message), at most; the rest is cut, and the text says how much.
+pub const MAX_ENTRY_BYTES: usize = 4096;
+/// The bytes of a tab's console messages, and of its network requests, at most (each list on its
+/// own): past it the oldest entries are dropped, as past [`MAX_LOG_ENTRIES`].
+pub const MAX_LOG_BYTES: usize = 1024 * 1024;
 /// Downloads remembered (and listed in answers) at most, oldest dropped first.
 pub const MAX_DOWNLOADS: usize = 50;
+
+/// The bounds of the downloads of one browser (`--browser-max-download-bytes`,
+/// `--browser-max-downloads`): past them a download is cancelled, its partial file deleted, and the
+/// next answer says so.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DownloadLimits {
+    /// The bytes of one download.
+    pub max_bytes: u64,
+    /// The downloads one browser takes (from its start; `browser_close` starts counting again).
+    pub max_count: usize,
+}
+
+impl Default for DownloadLimits {
+    fn default() -> Self {
+        DownloadLimits {
+            max_bytes: 100 * 1024 * 1024,
+            max_count: 100,
+        }
+    }
+}
+
+/// What the downloads of one browser may still do, and what the reader must tell the browser.
+#[derive(Debug, Default)]
+struct DownloadPolicy {
+    limits: DownloadLimits,
+    /// Downloads let through so far.
+    taken: usize,
+    /// Downloads to cancel (their guids), sent by the reader as it gets to them.
+    cancels: Vec<String>,
+}
 
 /// The events [`Events::handle`] keeps something of; the browser's other events are not parsed
 /// past their method. Keep in step with `handle`'s match.
@@ -83,6 +121,23 @@ pub enum DownloadState {
     InProgress,
     Completed,
     Canceled,
+    /// Stopped by boxd past [`DownloadLimits::max_bytes`], after `received` bytes.
+    TooLarge {
+        received: u64,
+    },
+    /// Refused by boxd past [`DownloadLimits::max_count`].
+    OverCount,
+}
+
+impl DownloadState {
+    /// Stopped by boxd: its partial file is to be deleted, and what the browser says of it later
+    /// (cancelled, or even completed) changes nothing.
+    pub fn stopped(&self) -> bool {
+        matches!(
+            self,
+            DownloadState::TooLarge { .. } | DownloadState::OverCount
+        )
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -110,10 +165,143 @@ pub struct Request {
     pub status: Option<(i64, String)>,
 }
 
+impl Request {
+    /// What it holds, for [`MAX_LOG_BYTES`] (its fields are cut as they arrive).
+    fn size(&self) -> usize {
+        let reason = self.status.as_ref().map_or(0, |(_, reason)| reason.len());
+        self.id
+            .len()
+            .saturating_add(self.method.len())
+            .saturating_add(self.url.len())
+            .saturating_add(reason)
+    }
+}
+
+/// A per-tab list bounded in entries ([`MAX_LOG_ENTRIES`]) and bytes ([`MAX_LOG_BYTES`]), the oldest
+/// dropped first.
+#[derive(Debug)]
+pub struct Log<T> {
+    entries: VecDeque<(T, usize)>,
+    bytes: usize,
+}
+
+impl<T> Default for Log<T> {
+    fn default() -> Self {
+        Log {
+            entries: VecDeque::new(),
+            bytes: 0,
+        }
+    }
+}
+
+impl<T> Log<T> {
+    /// Keeps `item` of `size` bytes, dropping the oldest entries it has no room beside.
+    fn push(&mut self, item: T, size: usize) {
+        while !self.entries.is_empty()
+            && (self.entries.len() >= MAX_LOG_ENTRIES
+                || self.bytes.saturating_add(size) > MAX_LOG_BYTES)
+        {
+            if let Some((_, dropped)) = self.entries.pop_front() {
+                self.bytes = self.bytes.saturating_sub(dropped);
+            }
+        }
+        self.bytes = self.bytes.saturating_add(size);
+        self.entries.push_back((item, size));
+    }
+
+    pub fn iter(&self) -> impl DoubleEndedIterator<Item = &T> {
+        self.entries.iter().map(|(item, _)| item)
+    }
+
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn clear(&mut self) {
+        self.entries.clear();
+        self.bytes = 0;
+    }
+
+    /// The bytes its entries hold.
+    #[cfg(test)]
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
+impl Log<Request> {
+    /// Changes the newest request with id `id`, its size accounted anew.
+    fn update_last(&mut self, id: &str, change: impl FnOnce(&mut Request)) {
+        let Some((request, size)) = self
+            .entries
+            .iter_mut()
+            .rev()
+            .find(|(request, _)| request.id == id)
+        else {
+            return;
+        };
+        change(request);
+        let grown = request.size();
+        self.bytes = self.bytes.saturating_sub(*size).saturating_add(grown);
+        *size = grown;
+    }
+}
+
+/// `text` cut to [`MAX_ENTRY_BYTES`] (at a character boundary), saying how much it was and how much is
+/// kept: `xxxx… [cut: 8388608 bytes, kept 4096]`. Only the kept part is copied.
+pub fn cut(text: &str) -> String {
+    let mut kept = String::new();
+    push_cut(&mut kept, text);
+    end_cut(kept, text.len())
+}
+
+/// Appends to `kept` as much of `part` as leaves it at most one byte over [`MAX_ENTRY_BYTES`] (so that
+/// [`end_cut`] can tell a text that had more), at a character boundary.
+fn push_cut(kept: &mut String, part: &str) {
+    let room = MAX_ENTRY_BYTES.saturating_add(1).saturating_sub(kept.len());
+    let mut end = part.len().min(room);
+    while !part.is_char_boundary(end) {
+        end -= 1;
+    }
+    kept.push_str(&part[..end]);
+}
+
+/// `kept`, the start of a text of `total` bytes, as [`cut`] answers it.
+fn end_cut(mut kept: String, total: usize) -> String {
+    if total <= MAX_ENTRY_BYTES {
+        return kept;
+    }
+    let mut length = MAX_ENTRY_BYTES.min(kept.len());
+    while !kept.is_char_boundary(length) {
+        length -= 1;
+    }
+    kept.truncate(length);
+    kept.push_str(&format!("… [cut: {total} bytes, kept {length}]"));
+    kept
+}
+
+/// A console message's text: its arguments' texts joined by spaces, cut as [`cut`] cuts, without
+/// ever keeping more than the kept part.
+fn console_text(args: &[Value]) -> String {
+    let mut kept = String::new();
+    let mut total: usize = 0;
+    for (index, arg) in args.iter().enumerate() {
+        let part = text_of(arg);
+        if index > 0 {
+            total = total.saturating_add(1);
+            push_cut(&mut kept, " ");
+        }
+        total = total.saturating_add(part.len());
+        push_cut(&mut kept, &part);
+    }
+    end_cut(kept, total)
+}
+
 #[derive(Debug, Default)]
 pub struct TabEvents {
-    pub console: VecDeque<String>,
-    pub requests: VecDeque<Request>,
+    pub console: Log<String>,
+    pub requests: Log<Request>,
     pub dialog: Option<Dialog>,
     /// The `<input type=file>` whose chooser the page opened: the session of its renderer (the tab's,
     /// or an out-of-process frame's) and its backend node id there.
@@ -147,6 +335,7 @@ pub struct Events {
     children: Mutex<HashMap<String, ChildFrame>>,
     /// Downloads are the browser's, not a tab's: a tab may close while its download runs.
     downloads: Mutex<VecDeque<Download>>,
+    download_policy: Mutex<DownloadPolicy>,
     changed: watch::Sender<u64>,
 }
 
@@ -156,6 +345,7 @@ impl Default for Events {
             tabs: Mutex::default(),
             children: Mutex::default(),
             downloads: Mutex::default(),
+            download_policy: Mutex::default(),
             changed: watch::channel(0).0,
         }
     }
@@ -176,11 +366,10 @@ fn text_of(value: &Value) -> String {
         .to_owned()
 }
 
-fn push_bounded<T>(list: &mut VecDeque<T>, item: T) {
-    if list.len() >= MAX_LOG_ENTRIES {
-        list.pop_front();
-    }
-    list.push_back(item);
+/// Keeps a console line (its text already cut).
+fn push_console(tab: &mut TabEvents, line: String) {
+    let size = line.len();
+    tab.console.push(line, size);
 }
 
 impl Events {
@@ -296,17 +485,42 @@ impl Events {
             .send_modify(|count| *count = count.wrapping_add(1));
     }
 
+    /// Sets the bounds of this browser's downloads.
+    pub fn set_download_limits(&self, limits: DownloadLimits) {
+        self.policy().limits = limits;
+    }
+
+    /// The downloads boxd stopped since the last call (their guids): the browser is to cancel them.
+    pub fn take_cancels(&self) -> Vec<String> {
+        std::mem::take(&mut self.policy().cancels)
+    }
+
+    fn policy(&self) -> std::sync::MutexGuard<'_, DownloadPolicy> {
+        self.download_policy
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
     fn browser_event(&self, method: &str, params: &Value) -> bool {
-        let field = |name: &str| params[name].as_str().unwrap_or_default().to_owned();
+        let field = |name: &str| cut(params[name].as_str().unwrap_or_default());
+        let mut policy = self.policy();
         self.downloads(|downloads| match method {
             "Browser.downloadWillBegin" => {
                 if downloads.len() >= MAX_DOWNLOADS {
                     downloads.pop_front();
                 }
+                let guid = field("guid");
+                let state = if policy.taken >= policy.limits.max_count {
+                    policy.cancels.push(guid.clone());
+                    DownloadState::OverCount
+                } else {
+                    policy.taken = policy.taken.saturating_add(1);
+                    DownloadState::InProgress
+                };
                 downloads.push_back(Download {
-                    guid: field("guid"),
+                    guid,
                     suggested: field("suggestedFilename"),
-                    state: DownloadState::InProgress,
+                    state,
                     saved: None,
                     announced: false,
                     reported: false,
@@ -314,19 +528,33 @@ impl Events {
                 true
             }
             "Browser.downloadProgress" => {
-                let state = match params["state"].as_str() {
+                let guid = params["guid"].as_str().unwrap_or_default();
+                let Some(download) = downloads.iter_mut().find(|download| download.guid == guid)
+                else {
+                    return false;
+                };
+                if download.state.stopped() {
+                    return false;
+                }
+                // The larger of what came and what the server announced: a download announced
+                // over the bound is stopped at once.
+                let received = params["receivedBytes"].as_f64().unwrap_or(0.0);
+                let total = params["totalBytes"].as_f64().unwrap_or(0.0);
+                let max = policy.limits.max_bytes;
+                // Byte counts are whole numbers well within f64's exact range.
+                if received > max as f64 || total > max as f64 {
+                    download.state = DownloadState::TooLarge {
+                        received: received.max(0.0) as u64,
+                    };
+                    policy.cancels.push(download.guid.clone());
+                    return true;
+                }
+                download.state = match params["state"].as_str() {
                     Some("completed") => DownloadState::Completed,
                     Some("canceled") => DownloadState::Canceled,
                     _ => return false,
                 };
-                let guid = params["guid"].as_str().unwrap_or_default();
-                match downloads.iter_mut().find(|download| download.guid == guid) {
-                    Some(download) => {
-                        download.state = state;
-                        true
-                    }
-                    None => false,
-                }
+                true
             }
             _ => false,
         })
@@ -391,12 +619,11 @@ impl Events {
                     let text = params
                         .get("args")
                         .and_then(Value::as_array)
-                        .map(|args| args.iter().map(text_of).collect::<Vec<_>>().join(" "))
+                        .map(|args| console_text(args))
                         .unwrap_or_default();
-                    push_bounded(
-                        &mut tab.console,
-                        format!("[{}] {text}", kind.to_uppercase()),
-                    );
+                    // The kind is the page's too (`console.table`, ...): cut like the text.
+                    let kind = cut(&kind.to_uppercase());
+                    push_console(tab, format!("[{kind}] {text}"));
                 }
                 "Runtime.exceptionThrown" => {
                     let details = &params["exceptionDetails"];
@@ -405,49 +632,45 @@ impl Events {
                         .and_then(Value::as_str)
                         .or_else(|| details.get("text").and_then(Value::as_str))
                         .unwrap_or("uncaught exception");
-                    push_bounded(&mut tab.console, format!("[ERROR] {text}"));
+                    push_console(tab, format!("[ERROR] {}", cut(text)));
                 }
                 "Network.requestWillBeSent" => {
-                    let id = params["requestId"].as_str().unwrap_or_default().to_owned();
+                    let id = cut(params["requestId"].as_str().unwrap_or_default());
                     // A stream stays open for the page's life: nothing to wait for.
                     let stream = params["type"].as_str() == Some("EventSource");
                     if !stream && tab.in_flight.len() < MAX_LOG_ENTRIES {
                         tab.in_flight.insert(id.clone());
                     }
                     // A redirect reuses the id: the new hop is another request.
-                    push_bounded(
-                        &mut tab.requests,
-                        Request {
-                            id,
-                            method: params
-                                .pointer("/request/method")
-                                .and_then(Value::as_str)
-                                .unwrap_or("GET")
-                                .to_owned(),
-                            url: params
-                                .pointer("/request/url")
-                                .and_then(Value::as_str)
-                                .unwrap_or_default()
-                                .to_owned(),
-                            status: None,
-                        },
-                    );
+                    let request = Request {
+                        id,
+                        method: cut(params
+                            .pointer("/request/method")
+                            .and_then(Value::as_str)
+                            .unwrap_or("GET")),
+                        url: cut(params
+                            .pointer("/request/url")
+                            .and_then(Value::as_str)
+                            .unwrap_or_default()),
+                        status: None,
+                    };
+                    let size = request.size();
+                    tab.requests.push(request, size);
                 }
                 "Network.responseReceived" => {
                     let id = params["requestId"].as_str().unwrap_or_default();
-                    if let Some(request) = tab.requests.iter_mut().rev().find(|r| r.id == id) {
-                        request.status = Some((
-                            params
-                                .pointer("/response/status")
-                                .and_then(Value::as_i64)
-                                .unwrap_or(0),
-                            params
-                                .pointer("/response/statusText")
-                                .and_then(Value::as_str)
-                                .unwrap_or_default()
-                                .to_owned(),
-                        ));
-                    }
+                    let status = (
+                        params
+                            .pointer("/response/status")
+                            .and_then(Value::as_i64)
+                            .unwrap_or(0),
+                        cut(params
+                            .pointer("/response/statusText")
+                            .and_then(Value::as_str)
+                            .unwrap_or_default()),
+                    );
+                    tab.requests
+                        .update_last(id, |request| request.status = Some(status));
                 }
                 "Network.loadingFinished" | "Network.loadingFailed" => {
                     let id = params["requestId"].as_str().unwrap_or_default();
@@ -455,8 +678,8 @@ impl Events {
                 }
                 "Page.javascriptDialogOpening" => {
                     tab.dialog = Some(Dialog {
-                        kind: params["type"].as_str().unwrap_or("alert").to_owned(),
-                        message: params["message"].as_str().unwrap_or_default().to_owned(),
+                        kind: cut(params["type"].as_str().unwrap_or("alert")),
+                        message: cut(params["message"].as_str().unwrap_or_default()),
                     });
                 }
                 "Page.javascriptDialogClosed" => tab.dialog = None,
@@ -537,8 +760,11 @@ mod tests {
             &json!({"type": "confirm", "message": "sure?"}),
         );
         events.with("A", |tab| {
-            assert_eq!(tab.console, ["[WARN] low 3"]);
-            assert_eq!(tab.requests[0].status, Some((201, "Created".into())));
+            assert_eq!(tab.console.iter().collect::<Vec<_>>(), ["[WARN] low 3"]);
+            assert_eq!(
+                tab.requests.iter().next().and_then(|r| r.status.clone()),
+                Some((201, "Created".into()))
+            );
             assert!(tab.dialog.is_none());
         });
         assert_eq!(
@@ -554,8 +780,129 @@ mod tests {
         }
         events.with("C", |tab| {
             assert_eq!(tab.console.len(), MAX_LOG_ENTRIES);
-            assert_eq!(tab.console[0], "[LOG] 5");
+            assert_eq!(tab.console.iter().next().unwrap(), "[LOG] 5");
         });
+    }
+
+    #[test]
+    fn page_texts_are_cut_and_each_tabs_logs_are_bounded_in_bytes() {
+        let events = Events::default();
+        let big = "x".repeat(8 * 1024 * 1024);
+        let string = |text: &str| json!({"type": "string", "value": text});
+        events.handle(
+            Some("T"),
+            "Runtime.consoleAPICalled",
+            &json!({"type": "log", "args": [string("a"), string(&big)]}),
+        );
+        events.handle(
+            Some("T"),
+            "Runtime.exceptionThrown",
+            &json!({"exceptionDetails": {"exception": {"description": big}}}),
+        );
+        events.handle(
+            Some("T"),
+            "Network.requestWillBeSent",
+            &json!({"requestId": "1", "request": {"method": "GET", "url": big}}),
+        );
+        events.handle(
+            Some("T"),
+            "Network.responseReceived",
+            &json!({"requestId": "1", "response": {"status": 200, "statusText": big}}),
+        );
+        events.handle(
+            Some("T"),
+            "Page.javascriptDialogOpening",
+            &json!({"type": "alert", "message": big}),
+        );
+        let total = big.len();
+        events.with("T", |tab| {
+            let console: Vec<&String> = tab.console.iter().collect();
+            let log = format!(
+                "[LOG] a {}… [cut: {} bytes, kept 4096]",
+                &big[..4094],
+                total + 2
+            );
+            assert_eq!(console[0], &log);
+            let error = format!("[ERROR] {}… [cut: {total} bytes, kept 4096]", &big[..4096]);
+            assert_eq!(console[1], &error);
+            let request = tab.requests.iter().next().unwrap();
+            assert!(
+                request
+                    .url
+                    .ends_with(&format!("… [cut: {total} bytes, kept 4096]"))
+            );
+            assert!(request.url.len() < MAX_ENTRY_BYTES + 64);
+            let reason = &request.status.as_ref().unwrap().1;
+            assert!(reason.len() < MAX_ENTRY_BYTES + 64);
+            assert_eq!(tab.requests.bytes(), request.size());
+            let dialog = tab.dialog.as_ref().unwrap();
+            assert!(dialog.message.len() < MAX_ENTRY_BYTES + 64);
+        });
+        // A character is never split.
+        assert_eq!(
+            cut(&"é".repeat(3000)),
+            format!("{}… [cut: 6000 bytes, kept 4096]", "é".repeat(2048))
+        );
+        assert_eq!(cut("short"), "short");
+        // 1000 lines of 4 KiB are 4 MiB: the tab keeps the newest within 1 MiB.
+        let line = "y".repeat(MAX_ENTRY_BYTES);
+        for n in 0..MAX_LOG_ENTRIES {
+            events.handle(
+                Some("U"),
+                "Runtime.consoleAPICalled",
+                &json!({"type": "log", "args": [{"type": "number", "value": n}, string(&line)]}),
+            );
+        }
+        events.with("U", |tab| {
+            assert!(tab.console.bytes() <= MAX_LOG_BYTES);
+            let kept: usize = tab.console.iter().map(String::len).sum();
+            assert_eq!(kept, tab.console.bytes());
+            assert!(tab.console.len() > 200, "{}", tab.console.len());
+            assert!(tab.console.iter().last().unwrap().starts_with("[LOG] 999 "));
+        });
+    }
+
+    #[test]
+    fn downloads_past_their_bounds_are_stopped_and_cancelled() {
+        let events = Events::default();
+        events.set_download_limits(DownloadLimits {
+            max_bytes: 1000,
+            max_count: 2,
+        });
+        let begin = |guid: &str| {
+            events.handle(
+                None,
+                "Browser.downloadWillBegin",
+                &json!({"guid": guid, "suggestedFilename": "f.bin"}),
+            );
+        };
+        let progress = |guid: &str, received: u64, total: u64, state: &str| {
+            events.handle(
+                None,
+                "Browser.downloadProgress",
+                &json!({"guid": guid, "receivedBytes": received, "totalBytes": total, "state": state}),
+            );
+        };
+        begin("a");
+        begin("b");
+        begin("c");
+        progress("a", 500, 500, "completed");
+        // Announced over the bound: stopped before a byte came.
+        progress("b", 0, 5000, "inProgress");
+        // The browser's later word on a stopped download changes nothing.
+        progress("b", 0, 5000, "canceled");
+        let states: Vec<DownloadState> =
+            events.downloads(|list| list.iter().map(|d| d.state.clone()).collect());
+        assert_eq!(
+            states,
+            [
+                DownloadState::Completed,
+                DownloadState::TooLarge { received: 0 },
+                DownloadState::OverCount
+            ]
+        );
+        assert_eq!(events.take_cancels(), ["c", "b"]);
+        assert!(events.take_cancels().is_empty());
     }
 
     #[test]
@@ -663,7 +1010,7 @@ mod tests {
         );
         events.with("T", |tab| {
             assert_eq!((tab.documents, tab.loads), (0, 1));
-            assert!(tab.console.is_empty());
+            assert_eq!(tab.console.len(), 0);
         });
         assert!(!events.tabs.lock().unwrap().contains_key("C"));
         // Its file chooser is the tab's modal state, naming the frame's session.

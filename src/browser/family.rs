@@ -4,14 +4,12 @@
 
 use std::sync::Arc;
 
+use super::events::DownloadLimits;
 use super::launch::Options;
 use super::tools::Browser;
-use crate::family::limits::{Limit, count, seconds};
+use crate::family::limits::{Limit, as_u64, bytes, count, seconds};
 use crate::family::{BoxFuture, Family, Setup};
 use crate::tools::Tool;
-
-/// The workspace directory downloads are saved in.
-pub const DOWNLOADS: &str = "downloads";
 
 /// The viewport upstream's browser image configures.
 pub const VIEWPORT: (u32, u32) = (1024, 768);
@@ -48,22 +46,23 @@ pub struct BrowserArgs {
     /// anyway without `DISPLAY`).
     #[arg(long, env = "BOXD_BROWSER_HEADLESS")]
     pub browser_headless: bool,
+    /// The bytes one download of the `browser` family may have; a larger one is stopped, its
+    /// partial file deleted, and the next answer says so.
+    #[arg(long, env = "BOXD_BROWSER_MAX_DOWNLOAD_BYTES", default_value_t = DownloadLimits::default().max_bytes)]
+    pub browser_max_download_bytes: u64,
+    /// The downloads one run of the `browser` family's Chromium may make (`browser_close` starts the
+    /// count again); later ones are refused, and the answer says so.
+    #[arg(long, env = "BOXD_BROWSER_MAX_DOWNLOADS", default_value_t = DownloadLimits::default().max_count)]
+    pub browser_max_downloads: usize,
 }
 
 pub fn family(setup: &Setup, args: &BrowserArgs) -> Result<Arc<dyn Family>, String> {
     let display = std::env::var("DISPLAY").unwrap_or_default();
-    let downloads = match setup.workspace.resolve(DOWNLOADS) {
-        Ok(resolved) => Some(resolved.real),
-        Err(err) => {
-            tracing::warn!("browser downloads are refused: {DOWNLOADS:?} of the workspace: {err}");
-            None
-        }
-    };
     let options = Options {
         executable: args.browser_executable.clone(),
         headless: args.browser_headless || display.trim().is_empty(),
         viewport: VIEWPORT,
-        downloads,
+        download_limits: download_limits(args),
     };
     // The browser starts with the first call that needs it; its files are read now, while nothing
     // waits for them.
@@ -75,8 +74,16 @@ pub fn family(setup: &Setup, args: &BrowserArgs) -> Result<Arc<dyn Family>, Stri
     }))
 }
 
+fn download_limits(args: &BrowserArgs) -> DownloadLimits {
+    DownloadLimits {
+        max_bytes: args.browser_max_download_bytes,
+        max_count: args.browser_max_downloads,
+    }
+}
+
 /// The bounds the `browser` family keeps, for `boxd limits`.
-pub fn limits(_: &BrowserArgs) -> Vec<Limit> {
+pub fn limits(args: &BrowserArgs) -> Vec<Limit> {
+    let downloads = download_limits(args);
     vec![
         Limit::new(
             "browser",
@@ -121,8 +128,51 @@ pub fn limits(_: &BrowserArgs) -> Vec<Limit> {
         Limit::new(
             "browser",
             "console messages and network requests kept per tab",
-            count(super::events::MAX_LOG_ENTRIES),
+            format!(
+                "{} and {} per list",
+                count(super::events::MAX_LOG_ENTRIES),
+                bytes(as_u64(super::events::MAX_LOG_BYTES))
+            ),
             "the oldest are dropped",
+        ),
+        Limit::new(
+            "browser",
+            "one console message, exception, request URL or dialog message kept",
+            bytes(as_u64(super::events::MAX_ENTRY_BYTES)),
+            "the rest is cut, with `… [cut: N bytes, kept M]`",
+        ),
+        Limit::new(
+            "browser",
+            "a page's accessibility tree taken by a snapshot; its DOM snapshot; its frames' together",
+            format!(
+                "{}; {}; {}",
+                bytes(as_u64(super::session::MAX_TREE_BYTES)),
+                bytes(as_u64(super::session::MAX_DOM_BYTES)),
+                bytes(as_u64(super::session::MAX_FRAME_BYTES))
+            ),
+            "the answer says the page is too large to snapshot (browser and tabs unharmed); no \
+             refs for elements that only look clickable; later frames empty, said",
+        ),
+        Limit::new(
+            "browser",
+            "one answer from Chromium",
+            bytes(as_u64(super::cdp::MAX_MESSAGE)),
+            "read past without being kept: the call fails saying so, the browser and tabs live on",
+        ),
+        Limit::new(
+            "browser",
+            "one download",
+            format!(
+                "{} (`--browser-max-download-bytes`)",
+                bytes(downloads.max_bytes)
+            ),
+            "stopped, its partial file deleted, and the next answer says so",
+        ),
+        Limit::new(
+            "browser",
+            "downloads of one browser run (`browser_close` starts the count again)",
+            format!("{} (`--browser-max-downloads`)", count(downloads.max_count)),
+            "later ones are cancelled at once, and the answer says so",
         ),
     ]
 }

@@ -293,8 +293,8 @@ mod tests {
             let (their_read, their_write) = tokio::io::split(theirs);
             let writer = Arc::new(tokio::sync::Mutex::new(their_write));
             let mut reader = BufReader::new(their_read);
-            while let Ok(Some(request)) =
-                super::super::cdp::read_message(&mut reader, 1 << 20).await
+            while let Ok(Some(super::super::cdp::Message::Whole(request))) =
+                super::super::cdp::read_message(&mut reader, |_: &[u8]| 1 << 20).await
             {
                 let request: Value = serde_json::from_slice(&request).unwrap();
                 let answer = respond(request);

@@ -11,6 +11,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::cdp::Cdp;
+use super::events::DownloadLimits;
 use crate::core::child::{self, ChildGroup, Grouping, StderrTail};
 
 /// How long a starting browser may take to answer its first request.
@@ -24,9 +25,8 @@ pub struct Options {
     pub executable: String,
     pub headless: bool,
     pub viewport: (u32, u32),
-    /// Where downloads land (the workspace's `downloads/`, created by the browser on the first one);
-    /// `None` refuses downloads (the directory would leave the workspace).
-    pub downloads: Option<PathBuf>,
+    /// The bounds of the browser's downloads (they land in the workspace; see `tools::files`).
+    pub download_limits: DownloadLimits,
 }
 
 pub struct Process {
@@ -34,6 +34,9 @@ pub struct Process {
     /// Started so that boxd paces its frames (the headless shell; see `frames`): new tabs are created
     /// under boxd's control too.
     pub frame_control: bool,
+    /// Where the browser writes downloads, each under its guid, until boxd moves it into the
+    /// workspace under its name: in the profile, so the workspace never holds a partial file.
+    pub downloads: PathBuf,
     group: Option<ChildGroup>,
     stderr: StderrTail,
     profile: PathBuf,
@@ -211,13 +214,19 @@ pub async fn launch(options: &Options) -> Result<Process, String> {
         .map_err(|err| format!("cannot read the browser's pipe: {err}"))?;
     let writer = tokio::net::unix::pipe::Sender::from_owned_fd(we_write)
         .map_err(|err| format!("cannot write the browser's pipe: {err}"))?;
+    let downloads = profile.join("downloads");
     let mut process = Process {
         cdp: Cdp::start(reader, writer),
         frame_control,
+        downloads,
         group,
         stderr,
         profile,
     };
+    process
+        .cdp
+        .events
+        .set_download_limits(options.download_limits);
     if let Err(err) = process
         .cdp
         .call(None, "Target.getTargets", json!({}), START_TIMEOUT)
@@ -229,13 +238,10 @@ pub async fn launch(options: &Options) -> Result<Process, String> {
             "the browser {executable:?} did not start: {err}{words}"
         ));
     }
-    // Saved under their guid, renamed by boxd once complete: the name is then boxd's choice, never
-    // the page's, and a half-written file never carries the final name.
-    let behavior = match &options.downloads {
-        Some(directory) => json!({"behavior": "allowAndName", "downloadPath": directory,
-                                  "eventsEnabled": true}),
-        None => json!({"behavior": "deny"}),
-    };
+    // Saved under their guid, moved into the workspace by boxd once complete: the name is then
+    // boxd's choice, never the page's, and a half-written file never carries the final name.
+    let behavior = json!({"behavior": "allowAndName", "downloadPath": process.downloads,
+                          "eventsEnabled": true});
     if let Err(err) = process
         .cdp
         .call(None, "Browser.setDownloadBehavior", behavior, START_TIMEOUT)

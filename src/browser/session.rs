@@ -45,6 +45,17 @@ const MAX_REFS: usize = 200_000;
 const MAX_SCOPES: usize = 1024;
 /// Child frames a snapshot walks at most (a page of endless nested iframes costs two calls per frame).
 pub const MAX_FRAMES: usize = 16;
+/// The largest accessibility tree of a tab's page a snapshot takes, in bytes of the browser's answer
+/// (a page of about 10 MB of text). A larger one is read past, not kept, and the answer says the page
+/// is too large to snapshot: the browser and its tabs are left as they are, and boxd holds at most
+/// this much (with its parse) per snapshot.
+pub const MAX_TREE_BYTES: usize = 32 * 1024 * 1024;
+/// The largest DOM snapshot (read only to find the elements that look clickable) a snapshot takes;
+/// past it those elements get no refs of their own.
+pub const MAX_DOM_BYTES: usize = 16 * 1024 * 1024;
+/// The bytes of the trees and DOM snapshots of all child frames of one snapshot together; frames past
+/// it are left empty, and the answer says so.
+pub const MAX_FRAME_BYTES: usize = 16 * 1024 * 1024;
 
 /// A ref's frame (in another process) went away between the snapshot and the action.
 pub const FRAME_GONE: &str = "The frame of that element is no longer in the page (it was removed or \
@@ -64,6 +75,10 @@ impl From<CdpError> for ToolError {
                 format!("{err}. The page may be busy or stuck; try again, or navigate elsewhere.")
             }
             CdpError::Protocol(message) => format!("The browser refused the action: {message}"),
+            CdpError::TooLarge { .. } => format!(
+                "{err}: it was not kept. The browser and its tabs are unharmed; ask for less (a \
+                 narrower page, an element instead of the whole page)."
+            ),
         })
     }
 }
@@ -580,32 +595,55 @@ impl Running {
         let session = self.tab()?.session.clone();
         // Sent together: the renderer answers one after the other, without a round trip between.
         let (tree, dom, frames) = futures_util::future::join3(
-            self.cdp().call(
+            self.cdp().call_bounded(
                 Some(&session),
                 "Accessibility.getFullAXTree",
                 json!({}),
                 SLOW_CALL,
+                MAX_TREE_BYTES,
             ),
-            self.cdp().call(
+            self.cdp().call_bounded(
                 Some(&session),
                 "DOMSnapshot.captureSnapshot",
                 json!({"computedStyles": ["cursor"]}),
                 SLOW_CALL,
+                MAX_DOM_BYTES,
             ),
             self.child_frames(&session),
         )
         .await;
-        let mut tree = tree?;
+        let mut tree = match tree {
+            Ok((tree, _)) => tree,
+            // The page is too large to snapshot: said in place of the snapshot (the answer's other
+            // parts stand), and nothing of it was kept.
+            Err(CdpError::TooLarge { bytes, .. }) => {
+                tracing::info!(bytes, "a page too large to snapshot");
+                return Ok(SnapshotParts {
+                    document,
+                    nodes: Vec::new(),
+                    scopes: vec![(session, None)],
+                    clickable: HashMap::new(),
+                    frames: HashMap::new(),
+                    frames_cut: false,
+                    frames_over_budget: false,
+                    too_large: Some(bytes),
+                });
+            }
+            Err(err) => return Err(err.into()),
+        };
         let mut frames = frames?;
         // Without it the snapshot only lacks the refs of elements that merely look clickable.
         match dom {
-            Ok(dom) => frames.clickable.extend(
+            Ok((dom, _)) => frames.clickable.extend(
                 snapshot::clickable(&dom)
                     .into_iter()
                     .map(|(node, looks)| ((0, node), looks)),
             ),
             Err(CdpError::Protocol(message)) => {
                 tracing::debug!("no DOM snapshot for clickable elements: {message}");
+            }
+            Err(CdpError::TooLarge { bytes, .. }) => {
+                tracing::debug!(bytes, "no DOM snapshot for clickable elements: too large");
             }
             Err(err) => return Err(err.into()),
         }
@@ -620,10 +658,22 @@ impl Running {
             clickable: frames.clickable,
             frames: frames.frames,
             frames_cut: frames.cut,
+            frames_over_budget: frames.over_budget,
+            too_large: None,
         })
     }
 
     fn render_snapshot(&mut self, parts: SnapshotParts) -> Result<String, ToolError> {
+        if let Some(bytes) = parts.too_large {
+            return Ok(format!(
+                "- Page Snapshot: the page is too large to snapshot (its accessibility tree is {} \
+                 MiB, over the {} MiB bound); no refs were given. The browser and its tabs are \
+                 unharmed. See the page with browser_take_screenshot, or navigate to a narrower \
+                 page (a section's own address, a search or filter with fewer results).",
+                bytes.div_ceil(1024 * 1024),
+                MAX_TREE_BYTES / (1024 * 1024)
+            ));
+        }
         let tab = self.tab_mut()?;
         tab.refs.sync(parts.document);
         // The snapshot's scopes as the tab's refs number them (a host's scope comes before the
@@ -652,6 +702,14 @@ impl Running {
                  address to see its content."
             ));
         }
+        if parts.frames_over_budget {
+            text.push_str(&format!(
+                "\n- Frames cut: the page's frames hold more than {} MiB of content together; the \
+                 frames past it are shown empty. Navigate to a frame's own address to see its \
+                 content.",
+                MAX_FRAME_BYTES / (1024 * 1024)
+            ));
+        }
         if rendered.cut_lines > 0 {
             text.push_str(&format!(
                 "\n- Snapshot cut: {} of {} lines shown (the first {MAX_SNAPSHOT_CHARS} characters, \
@@ -678,7 +736,10 @@ impl Running {
             frames: HashMap::new(),
             clickable: HashMap::new(),
             cut: false,
+            over_budget: false,
         };
+        // What is left of [`MAX_FRAME_BYTES`]: each frame's answers may take all of it at most.
+        let mut budget = MAX_FRAME_BYTES;
         let mut trees = vec![
             cdp.call(Some(session), "Page.getFrameTree", json!({}), CALL)
                 .await?,
@@ -709,22 +770,28 @@ impl Running {
                 let Some(owner) = self.frame_owner(&here, id).await? else {
                     continue;
                 };
+                if walk.over_budget {
+                    continue;
+                }
                 match cdp
-                    .call(
+                    .call_bounded(
                         Some(&here),
                         "Accessibility.getFullAXTree",
                         json!({"frameId": id}),
                         SLOW_CALL,
+                        budget,
                     )
                     .await
                 {
-                    Ok(mut tree) => {
+                    Ok((mut tree, length)) => {
+                        budget = budget.saturating_sub(length);
                         if let Value::Array(nodes) = tree["nodes"].take() {
                             walk.frames
                                 .insert((scope, owner), snapshot::Frame { scope, nodes });
                         }
                     }
                     Err(CdpError::Protocol(_)) => {}
+                    Err(CdpError::TooLarge { .. }) => walk.over_budget = true,
                     Err(err) => return Err(err.into()),
                 }
             }
@@ -735,33 +802,49 @@ impl Running {
                     break;
                 }
                 visited += 1;
+                if walk.over_budget {
+                    continue;
+                }
                 let Some(owner) = self.frame_owner(&here, &frame.frame).await? else {
                     continue;
                 };
                 let (tree, dom, frames) = futures_util::future::join3(
-                    cdp.call(
+                    cdp.call_bounded(
                         Some(child),
                         "Accessibility.getFullAXTree",
                         json!({}),
                         SLOW_CALL,
+                        budget,
                     ),
-                    cdp.call(
+                    cdp.call_bounded(
                         Some(child),
                         "DOMSnapshot.captureSnapshot",
                         json!({"computedStyles": ["cursor"]}),
                         SLOW_CALL,
+                        budget,
                     ),
-                    cdp.call(Some(child), "Page.getFrameTree", json!({}), CALL),
+                    cdp.call_bounded(Some(child), "Page.getFrameTree", json!({}), CALL, budget),
                 )
                 .await;
-                // A frame gone meanwhile answers with a protocol error: it is left empty.
-                let protocol_error = |err: CdpError| match err {
-                    CdpError::Protocol(_) => Ok(Value::Null),
-                    err => Err(ToolError::from(err)),
+                // A frame gone meanwhile answers with a protocol error: it is left empty. One over
+                // what is left of the budget is left empty too, and ends the walk.
+                let mut over = false;
+                let mut kept = |answer: Result<(Value, usize), CdpError>| match answer {
+                    Ok((answer, length)) => {
+                        budget = budget.saturating_sub(length);
+                        Ok(answer)
+                    }
+                    Err(CdpError::Protocol(_)) => Ok(Value::Null),
+                    Err(CdpError::TooLarge { .. }) => {
+                        over = true;
+                        Ok(Value::Null)
+                    }
+                    Err(err) => Err(ToolError::from(err)),
                 };
-                let mut tree = tree.or_else(protocol_error)?;
-                let dom = dom.or_else(protocol_error)?;
-                let frames = frames.or_else(protocol_error)?;
+                let mut tree = kept(tree)?;
+                let dom = kept(dom)?;
+                let frames = kept(frames)?;
+                walk.over_budget |= over;
                 let Value::Array(nodes) = tree["nodes"].take() else {
                     continue;
                 };
@@ -1316,6 +1399,8 @@ struct ChildTrees {
     clickable: HashMap<NodeKey, snapshot::Looks>,
     /// Frames were left unwalked past [`MAX_FRAMES`]: the answer says so.
     cut: bool,
+    /// Frames were left empty past [`MAX_FRAME_BYTES`]: the answer says so.
+    over_budget: bool,
 }
 
 struct SnapshotParts {
@@ -1327,6 +1412,11 @@ struct SnapshotParts {
     frames: HashMap<NodeKey, snapshot::Frame>,
     /// More frames than [`MAX_FRAMES`]: the later ones' `iframe` lines are empty.
     frames_cut: bool,
+    /// Frames past [`MAX_FRAME_BYTES`] were left empty.
+    frames_over_budget: bool,
+    /// The page's accessibility tree was larger than [`MAX_TREE_BYTES`] (its length): the answer
+    /// says so in place of the snapshot.
+    too_large: Option<usize>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

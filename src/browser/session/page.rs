@@ -91,6 +91,11 @@ impl Running {
         self.cdp().is_closed()
     }
 
+    /// Where the browser writes downloads under their guids (in its profile; see `launch::Process`).
+    pub fn download_staging(&self) -> std::path::PathBuf {
+        self.process.downloads.clone()
+    }
+
     /// The events of every tab and of the browser itself (downloads).
     pub fn browser_events(&self) -> Arc<Events> {
         Arc::clone(&self.cdp().events)

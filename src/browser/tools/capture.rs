@@ -3,6 +3,7 @@
 
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
 
 use futures_util::future::BoxFuture;
 use serde::Deserialize;
@@ -219,20 +220,78 @@ impl Browser {
         };
         let real = self.workspace.real_root().join(&name);
         let shown = self.workspace.root().join(&name);
-        tokio::task::spawn_blocking(move || {
-            let mut file = std::fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .custom_flags(libc::O_NOFOLLOW)
-                .open(&real)?;
-            file.write_all(&data)
-        })
-        .await
-        .map_err(|err| ToolError::Reported(format!("saving the file failed: {err}")))?
-        .map_err(|err| ToolError::Reported(format!("cannot save {}: {err}", shown.display())))?;
+        tokio::task::spawn_blocking(move || write_regular(&real, &data))
+            .await
+            .map_err(|err| ToolError::Reported(format!("saving the file failed: {err}")))?
+            .map_err(|err| {
+                ToolError::Reported(format!("cannot save {}: {err}", shown.display()))
+            })?;
         Ok(shown.display().to_string())
     }
+}
+
+/// Why a screenshot or PDF could not be written.
+#[derive(Debug, thiserror::Error)]
+enum SaveError {
+    #[error("it is not a regular file ({0}); choose another filename")]
+    NotRegular(&'static str),
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
+
+/// What a file that is not a regular one is, as the refusal names it.
+fn kind_of(file_type: std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if file_type.is_fifo() {
+        "a FIFO"
+    } else if file_type.is_dir() {
+        "a directory"
+    } else if file_type.is_symlink() {
+        "a symbolic link"
+    } else if file_type.is_socket() {
+        "a socket"
+    } else if file_type.is_char_device() || file_type.is_block_device() {
+        "a device"
+    } else {
+        "not a file"
+    }
+}
+
+/// Writes `data` to `path`, a regular file (created if missing), never blocking on what the name
+/// already is: anything existing that is not a regular file is refused before it is opened (a FIFO's
+/// open would wait for a reader while the call holds the browser session), the open itself does not
+/// block (`O_NONBLOCK`; a FIFO made meanwhile fails with `ENXIO` or is refused by `fstat`), follows no
+/// symlink, and truncates only once the file is known to be a regular one.
+fn write_regular(path: &Path, data: &[u8]) -> Result<(), SaveError> {
+    match std::fs::symlink_metadata(path) {
+        Ok(metadata) if !metadata.file_type().is_file() => {
+            return Err(SaveError::NotRegular(kind_of(metadata.file_type())));
+        }
+        Ok(_) => {}
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+        Err(err) => return Err(err.into()),
+    }
+    let mut file = match std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+    {
+        Ok(file) => file,
+        // A FIFO nobody reads, made after the check above.
+        Err(err) if err.raw_os_error() == Some(libc::ENXIO) => {
+            return Err(SaveError::NotRegular("a FIFO"));
+        }
+        Err(err) => return Err(err.into()),
+    };
+    let file_type = file.metadata()?.file_type();
+    if !file_type.is_file() {
+        return Err(SaveError::NotRegular(kind_of(file_type)));
+    }
+    file.set_len(0)?;
+    file.write_all(data)?;
+    Ok(())
 }
 
 /// The name a screenshot or PDF is saved under in the workspace: the requested one, cleaned, given
@@ -284,6 +343,30 @@ pub(super) fn safe_name(requested: &str, extension: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_regular_files_are_written_and_nothing_blocks() {
+        let directory = tempfile::tempdir().unwrap();
+        let fifo = directory.path().join("shot.png");
+        let status = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let refused = write_regular(&fifo, b"png").unwrap_err();
+        assert!(
+            matches!(refused, SaveError::NotRegular("a FIFO")),
+            "{refused}"
+        );
+        assert!(matches!(
+            write_regular(directory.path(), b"x"),
+            Err(SaveError::NotRegular("a directory"))
+        ));
+        let file = directory.path().join("page.pdf");
+        std::fs::write(&file, b"an older, longer content").unwrap();
+        write_regular(&file, b"%PDF").unwrap();
+        assert_eq!(std::fs::read(&file).unwrap(), b"%PDF");
+    }
 
     #[test]
     fn saved_names_stay_in_the_workspace() {

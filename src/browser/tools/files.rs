@@ -1,5 +1,6 @@
 //! Files in and out of the page: uploads through the page's file chooser, and the downloads the
-//! page started, named in the workspace's `downloads/` and said in the next answer.
+//! page started, saved in the workspace (upstream's output directory) under their suggested names and
+//! said in the next answer; a download past its bounds is stopped and its partial file deleted.
 
 use std::path::Path;
 
@@ -9,7 +10,6 @@ use serde_json::json;
 use tokio::time::Instant;
 
 use super::super::events::{Download, DownloadState};
-use super::super::family::DOWNLOADS;
 use super::super::session::{Running, SETTLE_CAP};
 use super::capture::safe_name;
 use super::{Answer, Browser, BrowserTool, Declared, PageCall, Policy, given, schema};
@@ -90,32 +90,47 @@ impl Browser {
         if pending.is_empty() {
             return Vec::new();
         }
-        let directory = self
-            .workspace
-            .resolve(DOWNLOADS)
-            .map(|resolved| resolved.real)
-            .ok();
-        let shown = self.workspace.root().join(DOWNLOADS);
+        let staging = running.download_staging();
+        let destination = self.workspace.real_root().to_path_buf();
+        let shown = self.workspace.root().to_path_buf();
+        let limits = self.download_limits;
         let mut lines = Vec::new();
         for download in pending {
             let mut saved = download.saved.clone();
+            if download.state.stopped() {
+                // Its partial file (or a whole one that came faster than the cancel) goes.
+                let (staging, guid) = (staging.clone(), download.guid.clone());
+                let removed =
+                    tokio::task::spawn_blocking(move || remove_staged(&staging, &guid)).await;
+                if let Ok(Err(err)) = removed {
+                    tracing::warn!(guid = %download.guid, "cannot delete a stopped download: {err}");
+                }
+            }
             if download.state == DownloadState::Completed && saved.is_none() {
-                let named = match directory.clone() {
-                    Some(directory) => {
-                        let (guid, suggested) = (download.guid.clone(), download.suggested.clone());
-                        tokio::task::spawn_blocking(move || {
-                            name_download(&directory, &guid, &suggested)
-                        })
-                        .await
-                        .unwrap_or_else(|err| Err(std::io::Error::other(err.to_string())))
-                    }
-                    None => Err(std::io::Error::other("the directory leaves the workspace")),
-                };
+                let (staging, destination) = (staging.clone(), destination.clone());
+                let (guid, suggested) = (download.guid.clone(), download.suggested.clone());
+                let named = tokio::task::spawn_blocking(move || {
+                    name_download(&staging, &destination, &guid, &suggested)
+                })
+                .await
+                .unwrap_or_else(|err| Err(std::io::Error::other(err.to_string())));
                 match named {
                     Ok(name) => saved = Some(name),
                     Err(err) => {
-                        tracing::warn!(guid = %download.guid, "cannot name a download: {err}");
-                        saved = Some(download.guid.clone());
+                        tracing::warn!(guid = %download.guid, "cannot save a download: {err}");
+                        lines.push(format!(
+                            "- Download of {} could not be saved in the workspace: {err}",
+                            download.suggested
+                        ));
+                        events.downloads(|downloads| {
+                            if let Some(entry) =
+                                downloads.iter_mut().find(|d| d.guid == download.guid)
+                            {
+                                entry.announced = true;
+                                entry.reported = true;
+                            }
+                        });
+                        continue;
                     }
                 }
             }
@@ -130,6 +145,24 @@ impl Browser {
                 ),
                 DownloadState::Canceled => (
                     format!("- Download of {} was canceled", download.suggested),
+                    true,
+                ),
+                DownloadState::TooLarge { received } => (
+                    format!(
+                        "- Download of {} was stopped after {received} bytes: over the bound of \
+                         {} bytes per download (`--browser-max-download-bytes`); its partial file \
+                         was deleted",
+                        download.suggested, limits.max_bytes
+                    ),
+                    true,
+                ),
+                DownloadState::OverCount => (
+                    format!(
+                        "- Download of {} was refused: this browser already took {} downloads, \
+                         the bound (`--browser-max-downloads`); browser_close starts the count \
+                         again",
+                        download.suggested, limits.max_count
+                    ),
                     true,
                 ),
                 DownloadState::InProgress if download.announced => continue,
@@ -206,15 +239,40 @@ impl Browser {
     }
 }
 
-/// Gives the finished download saved as `guid` in `directory` the page's suggested name, cleaned
-/// (one path component, no leading dot) and made unique (`name-1.ext`, ...); never replaces a file.
-fn name_download(directory: &Path, guid: &str, suggested: &str) -> std::io::Result<String> {
+/// Checks a download id before it names a file: the browser's own, hex digits and dashes.
+fn check_guid(guid: &str) -> std::io::Result<()> {
     if guid.is_empty() || !guid.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
         return Err(std::io::Error::other(format!(
             "unexpected download id {guid:?}"
         )));
     }
-    let source = directory.join(guid);
+    Ok(())
+}
+
+/// Deletes what the browser wrote of a stopped download (nothing there is no failure).
+fn remove_staged(staging: &Path, guid: &str) -> std::io::Result<()> {
+    check_guid(guid)?;
+    for name in [guid.to_owned(), format!("{guid}.crdownload")] {
+        match std::fs::remove_file(staging.join(name)) {
+            Err(err) if err.kind() != std::io::ErrorKind::NotFound => return Err(err),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Moves the finished download saved as `guid` in `staging` into `destination` under the page's
+/// suggested name, cleaned (one path component, no leading dot) and made unique (`name-1.ext`, ...);
+/// never replaces a file, never follows a symlink. A link when both are on one filesystem, a copy
+/// otherwise (the staging directory is in the browser's profile, in the temporary directory).
+fn name_download(
+    staging: &Path,
+    destination: &Path,
+    guid: &str,
+    suggested: &str,
+) -> std::io::Result<String> {
+    check_guid(guid)?;
+    let source = staging.join(guid);
     let name = safe_name(suggested, "");
     let name = name.trim_end_matches('.');
     let name = if name.is_empty() { "download" } else { name };
@@ -227,17 +285,90 @@ fn name_download(directory: &Path, guid: &str, suggested: &str) -> std::io::Resu
             0 => name.to_owned(),
             n => format!("{stem}-{n}{extension}"),
         };
+        let target = destination.join(&candidate);
         // A hard link never replaces an existing file, and the guid's file is the browser's own.
-        match std::fs::hard_link(&source, directory.join(&candidate)) {
+        match std::fs::hard_link(&source, &target) {
             Ok(()) => {
                 std::fs::remove_file(&source)?;
                 return Ok(candidate);
             }
             Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(err) if err.kind() == std::io::ErrorKind::CrossesDevices => {
+                match copy_new(&source, &target) {
+                    Ok(()) => {
+                        std::fs::remove_file(&source)?;
+                        return Ok(candidate);
+                    }
+                    Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                    Err(err) => return Err(err),
+                }
+            }
             Err(err) => return Err(err),
         }
     }
     Err(std::io::Error::other(format!(
         "{MAX_SAME_NAME} files named like {name:?} already"
     )))
+}
+
+/// Copies `source` to `target`, a new file (`O_EXCL`, no symlink followed); a failed copy leaves no
+/// part of it.
+fn copy_new(source: &Path, target: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut from = std::fs::File::open(source)?;
+    let mut to = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(target)?;
+    if let Err(err) = std::io::copy(&mut from, &mut to) {
+        drop(to);
+        let _ = std::fs::remove_file(target);
+        return Err(err);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_download_is_moved_under_a_unique_name_and_a_stopped_one_deleted() {
+        let staging = tempfile::tempdir().unwrap();
+        let workspace = tempfile::tempdir().unwrap();
+        let guid = "0a1b-2c";
+        std::fs::write(workspace.path().join("report.csv"), b"older").unwrap();
+        std::fs::write(staging.path().join(guid), b"new").unwrap();
+        let name = name_download(staging.path(), workspace.path(), guid, "../report.csv").unwrap();
+        assert_eq!(name, "report-1.csv");
+        assert_eq!(
+            std::fs::read(workspace.path().join("report.csv")).unwrap(),
+            b"older"
+        );
+        assert_eq!(std::fs::read(workspace.path().join(&name)).unwrap(), b"new");
+        assert!(!staging.path().join(guid).exists());
+        // Across filesystems the file is copied, never over an existing one.
+        std::fs::write(staging.path().join(guid), b"copied").unwrap();
+        copy_new(
+            &staging.path().join(guid),
+            &workspace.path().join("copy.csv"),
+        )
+        .unwrap();
+        assert!(
+            copy_new(
+                &staging.path().join(guid),
+                &workspace.path().join("copy.csv")
+            )
+            .is_err()
+        );
+        assert_eq!(
+            std::fs::read(workspace.path().join("copy.csv")).unwrap(),
+            b"copied"
+        );
+        remove_staged(staging.path(), guid).unwrap();
+        remove_staged(staging.path(), guid).unwrap();
+        assert!(!staging.path().join(guid).exists());
+        assert!(remove_staged(staging.path(), "../x").is_err());
+    }
 }

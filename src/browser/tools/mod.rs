@@ -18,6 +18,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use super::GROUP;
+use super::events::DownloadLimits;
 use super::launch::Options;
 use super::session::{Capture, Running, Session};
 use crate::core::confine::AllowedDirs;
@@ -35,6 +36,8 @@ pub struct Browser {
     workspace: Workspace,
     /// Where `browser_file_upload` may take files from.
     uploads: AllowedDirs,
+    /// The bounds of the browser's downloads, as the answers name them.
+    download_limits: DownloadLimits,
 }
 
 /// What state of the current tab a page tool may run in, applied by [`Browser::call`] before the
@@ -233,6 +236,7 @@ pub fn tools(browser: &Arc<Browser>) -> Vec<Tool> {
 impl Browser {
     pub fn new(options: Options, workspace: Workspace, uploads: AllowedDirs) -> Browser {
         Browser {
+            download_limits: options.download_limits,
             session: tokio::sync::Mutex::new(Session::new(options)),
             workspace,
             uploads,

@@ -1,6 +1,8 @@
 //! The browser's tabs and window: list, open, select and close tabs, resize the viewport, close the
 //! browser.
 
+use std::time::Duration;
+
 use futures_util::future::BoxFuture;
 use serde::Deserialize;
 use serde_json::json;
@@ -12,6 +14,24 @@ use crate::tools::ToolError;
 
 /// Largest viewport `browser_resize` accepts, per side.
 const MAX_SIDE: f64 = 10_000.0;
+/// How long `browser_resize` waits for the page to see its new size and run its `resize` handlers.
+const RESIZE_WAIT: Duration = Duration::from_secs(2);
+/// The protocol's own time on top of a wait the page runs.
+const CALL_MARGIN: Duration = Duration::from_millis(500);
+
+/// A promise resolved once the page's window is `width`x`height` and a frame has run since (the
+/// `resize` event is dispatched in a frame's rendering steps, before its animation callbacks), or
+/// after [`RESIZE_WAIT`]: `true` when the page saw the size.
+fn sees_size(width: u32, height: u32) -> String {
+    format!(
+        "new Promise(resolve => {{ const started = performance.now(); \
+         const cap = setTimeout(() => resolve(false), {cap}); \
+         const look = () => {{ if (innerWidth === {width} && innerHeight === {height}) \
+         return requestAnimationFrame(() => setTimeout(() => {{ clearTimeout(cap); resolve(true); }}, 0)); \
+         if (performance.now() - started < {cap}) setTimeout(look, 10); }}; look(); }})",
+        cap = RESIZE_WAIT.as_millis()
+    )
+}
 
 pub(super) fn declarations() -> Vec<Declared> {
     vec![
@@ -115,6 +135,16 @@ fn resize(call: PageCall<'_>, _: ResizeArguments) -> BoxFuture<'_, Result<Answer
     Box::pin(async move {
         let (width, height) = call.viewport;
         call.page.set_viewport(call.viewport).await?;
+        // The renderer applies the new size and fires `resize` with a later frame: the answer's
+        // snapshot waits for the page to see it, as Playwright's resize does (bounded; a page whose
+        // size another emulation pins, or a dialog opened by a handler, is answered as it is).
+        let seen = call
+            .page
+            .evaluate_in_page(&sees_size(width, height), RESIZE_WAIT + CALL_MARGIN)
+            .await;
+        if let Err(err) = seen {
+            tracing::debug!("waiting for the page to see its new size: {err:?}");
+        }
         Ok(Answer::page(format!(
             "Resized the viewport to {width}x{height}"
         )))
