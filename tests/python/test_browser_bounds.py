@@ -159,11 +159,11 @@ def test_each_tabs_console_log_is_bounded_in_total(browser, site):
 
 def test_a_page_too_large_to_snapshot_is_a_clear_error_and_the_browser_and_tabs_live_on(browser, boxd, site):
     ok(browser.browser_navigate(f"{site}/page2.html"))
-    started = time.monotonic()
-    huge = ok(browser.browser_tab_new(f"{site}/huge.html?mib=40"))
+    # 12 MiB of text: an accessibility tree of ~36 MiB, over the 32 MiB a snapshot takes (the message
+    # bound's own skip is unit-tested in cdp.rs; a bigger page only makes Chromium work longer).
+    huge = ok(browser.browser_tab_new(f"{site}/huge.html?mib=12"))
     assert "too large to snapshot" in huge, huge[:2000]
     assert "browser_take_screenshot" in huge
-    assert time.monotonic() - started < 60
     again = ok(browser.browser_snapshot())
     assert "too large to snapshot" in again and "The browser had exited" not in again, again[:2000]
     # The browser and both tabs are still there; the huge page still works otherwise.
