@@ -139,9 +139,10 @@ images: containers image-base image-gui image-browser image-filesystem image-mob
 	$(ENGINE) images --filter reference='boxd-*'
 
 # Runs every image as the manager does (port 80 on 127.0.0.1, SECRET_TOKEN, NGINX_TIMEOUT, the workspace
-# bind-mounted) and drives it through nginx with the real client bound as the SDK's classes, prints sizes
-# and start-up times; then the SDK's own SandboxManager runs each one through podman's socket. Podman
-# only for the last step. Not part of `make test`.
+# bind-mounted) and drives it through boxd on port 80 with the real client bound as the SDK's classes, prints
+# sizes and start-up times, checks that tenant code finds the token nowhere (issue #33); then the SDK's own
+# SandboxManager runs each one through podman's socket (20 starts per type: none may pay the SDK's 1 s
+# health retry, issue #36). Podman only for the manager steps. Not part of `make test`.
 image-test: containers setup images
 	.venv/bin/python tests/image/test_base_image.py --engine $(ENGINE) --image $(IMAGE_BASE)
 	.venv/bin/python tests/image/test_images.py --engine $(ENGINE)

@@ -1,4 +1,6 @@
-"""Smoke test of the base image, run for real: the manager's way of starting it, then the real client.
+"""Smoke test of the base image, run for real: the manager's way of starting it, then the real client,
+through boxd on port 80 (`boxd init` is PID 1; no nginx). Then the image without SECRET_TOKEN: a token
+generated and printed once in the log, which works; upstream's published `secret_token123` gets 403.
 
 usage: test_base_image.py --engine podman --image boxd-base:latest
 """
@@ -7,6 +9,8 @@ import hashlib
 import json
 import os
 import pathlib
+import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -14,6 +18,8 @@ import tempfile
 import time
 
 import requests
+
+import isolation
 
 from agentscope_runtime.sandbox.client.http_client import SandboxHttpClient
 from agentscope_runtime.sandbox.model import ContainerModel
@@ -84,7 +90,7 @@ def main():
         down = time.perf_counter() - t
         assert digest.hexdigest() == hashlib.sha256(big.read_bytes()).hexdigest()
         big.unlink()
-        print(f"64 MiB through nginx: up {64 / up:.0f} MiB/s, down {64 / down:.0f} MiB/s")
+        print(f"64 MiB through port 80: up {64 / up:.0f} MiB/s, down {64 / down:.0f} MiB/s")
         client.workspace_remove("big.bin")
 
         commit = client.commit_changes("from the image test")
@@ -95,7 +101,7 @@ def main():
         assert listing["content"][0]["text"] == "[FILE] hello.txt", listing
         print("native filesystem tools: ok")
 
-        # A terminal and a streamed process through nginx (unbuffered SSE, upgrade headers).
+        # A terminal and a streamed process through port 80 (unbuffered SSE, upgrade headers).
         base, auth = f"http://localhost:{port}/fastapi", {"Authorization": f"Bearer {TOKEN}"}
         started_process = requests.post(f"{base}/processes", headers=auth, timeout=30, json={
             "command": "for i in 1 2 3; do echo line $i; sleep 0.3; done", "pty": True}).json()
@@ -104,7 +110,7 @@ def main():
             assert stream.headers["content-type"] == "text/event-stream", stream.headers
             data = [line for line in stream.iter_lines(decode_unicode=True) if line.startswith("data:")]
         assert "line 3" in "".join(data) and '"type":"exit"' in data[-1], data
-        print("live process streamed through nginx: ok")
+        print("live process streamed through port 80: ok")
 
         added = client.add_mcp_servers({"mcpServers": {
             "time": {"command": "uvx", "args": ["mcp-server-time"], "timeout": 180},
@@ -114,6 +120,10 @@ def main():
         now = client.call_tool("get_current_time", {"timezone": "UTC"})
         assert now["isError"] is False and "UTC" in now["content"][0]["text"], now
         print("MCP server added with uvx and called: ok")
+        # The container's processes as the host sees them: none may outlive `stop`.
+        top = subprocess.run([engine, "top", container, "hpid"], capture_output=True, text=True)
+        host_pids = [int(word) for word in top.stdout.split() if word.isdigit()]
+        assert host_pids, top.stdout + top.stderr
     except BaseException:
         subprocess.run([engine, "logs", "--tail", "40", container])
         raise
@@ -124,50 +134,80 @@ def main():
         print(f"{engine} stop: {stopped:.2f} s")
     left = subprocess.run([engine, "ps", "-a", "-q", "--filter", f"id={container}"], capture_output=True, text=True)
     assert left.stdout.strip() == "", "the container is still there"
-    # The container's boxd by its exact command line (other boxd processes may run on this host).
-    processes = subprocess.run(["pgrep", "-f", f"boxd serve --host 127.0.0.1 --port 8000 --workspace /workspace|{TOKEN}"],
-                               capture_output=True, text=True).stdout
-    assert processes.strip() == "", f"processes left behind: {processes}"
+    left_behind = [pid for pid in host_pids if pathlib.Path(f"/proc/{pid}").exists()]
+    assert not left_behind, f"processes left behind: {left_behind}"
     assert stopped < 8, f"stop took {stopped:.1f} s"
     check_defaults(engine, args.image)
     print("image test: ok")
 
 
+def generated_token(engine, container, timeout=30):
+    """The token `boxd init` generated and printed once, read from the container's log."""
+    deadline = time.perf_counter() + timeout
+    while True:
+        logs = subprocess.run([engine, "logs", container], capture_output=True, text=True)
+        log = logs.stdout + logs.stderr
+        found = re.findall(r"SECRET_TOKEN is not set; generated token: (\S+)", log)
+        if found:
+            return found, log
+        assert time.perf_counter() < deadline, f"no generated token in the log within {timeout} s: {log[-2000:]}"
+        time.sleep(0.05)
+
+
 def check_defaults(engine, image):
-    """No SECRET_TOKEN → upstream's default token, with a warning; a short NGINX_TIMEOUT → commands stop
-    before nginx does, so a slow one answers 124 instead of a gateway 504."""
+    """No SECRET_TOKEN → a random token, printed once in the log, that works (and is in no process's
+    environment or argv and in no file); upstream's published secret_token123 gets 403. A short
+    NGINX_TIMEOUT → commands stop before boxd's answer deadline, so a slow one answers 124, not 504."""
     port = free_port()
+    workspace = pathlib.Path(tempfile.mkdtemp(prefix="boxd-defaults-ws-"))
     container = subprocess.check_output([
-        engine, "run", "-d", "--rm", "-p", f"127.0.0.1:{port}:80", "-e", "NGINX_TIMEOUT=8", image,
+        engine, "run", "-d", "--rm", "-p", f"127.0.0.1:{port}:80", "-e", "NGINX_TIMEOUT=8",
+        "-v", f"{workspace}:/workspace", image,
     ], text=True).strip()
     try:
+        found, log = generated_token(engine, container)
+        assert len(found) == 1, found
+        token = found[0]
+        assert len(token) >= 32 and token != "secret_token123", token
+        assert log.count(token) == 1, "the generated token is printed more than once"
         model = ContainerModel(session_id="s", container_id=container[:12], container_name="boxd-defaults",
-                               url=f"http://localhost:{port}/", ports=[port], runtime_token="secret_token123",
-                               timeout=60)
+                               url=f"http://localhost:{port}/", ports=[port], runtime_token=token, timeout=60)
         client = SandboxHttpClient(model, timeout=60)
         deadline = time.perf_counter() + 60
         while not client.check_health():
-            assert time.perf_counter() < deadline, "no health with the default token"
+            assert time.perf_counter() < deadline, "no health with the generated token"
             time.sleep(0.05)
+        assert text(client.run_shell_command("echo ok"), "stdout") == "ok\n"
+        base = f"http://localhost:{port}/fastapi"
+        for wrong in ("secret_token123", token[:8], token[:-1]):
+            headers = {"Authorization": f"Bearer {wrong}"}
+            for method, path, body in (("get", "/healthz", None),
+                                       ("post", "/tools/run_shell_command", {"command": "true"})):
+                answer = requests.request(method, base + path, headers=headers, json=body, timeout=10)
+                assert answer.status_code == 403, (wrong, path, answer.status_code, answer.text[:200])
+        print("defaults: a generated token printed once in the log works; secret_token123 gets 403: ok")
+        isolation.prepare(workspace, token)
+        print("defaults: " + isolation.check(isolation.scan_shell(client, workspace)))
+        isolation.cleanup(workspace)
         started = time.perf_counter()
         slow = client.run_shell_command("echo started; sleep 30")
         assert text(slow, "returncode") == "124", slow
         assert text(slow, "stdout") == "started\n"
         assert time.perf_counter() - started < 8
-        logs = subprocess.run([engine, "logs", container], capture_output=True, text=True)
-        assert "SECRET_TOKEN is not set" in logs.stdout + logs.stderr
-        print("defaults: secret_token123 with a warning; command timeout below NGINX_TIMEOUT: ok")
-        check_idle_streams_outlive_nginx_timeout(port, idle=10)
+        print("defaults: command timeout below NGINX_TIMEOUT=8 (124, not 504): ok")
+        check_idle_streams_outlive_nginx_timeout(port, token, idle=10)
     finally:
         subprocess.run([engine, "stop", "-t", "10", container], stdout=subprocess.DEVNULL, check=False)
+        shutil.rmtree(workspace, ignore_errors=True)
 
 
-def check_idle_streams_outlive_nginx_timeout(port, idle):
+def check_idle_streams_outlive_nginx_timeout(port, token, idle):
     """With NGINX_TIMEOUT=8, a terminal WebSocket and an SSE stream that stay silent for `idle` > 8 s still
-    work: boxd's keep-alives (every NGINX_TIMEOUT/2 s) keep nginx from cutting them."""
+    work: the answer deadline applies to a response's start, not to a stream, and boxd's keep-alives
+    (every NGINX_TIMEOUT/2 s) keep any proxy in front from cutting them."""
     from websockets.sync.client import connect
 
-    base, auth = f"http://localhost:{port}/fastapi", {"Authorization": "Bearer secret_token123"}
+    base, auth = f"http://localhost:{port}/fastapi", {"Authorization": f"Bearer {token}"}
     terminal = requests.post(f"{base}/processes", headers=auth, timeout=30,
                              json={"argv": ["/bin/sh"], "pty": True}).json()
     # ping_interval=None: only boxd's pings may keep the connection alive.
@@ -184,7 +224,7 @@ def check_idle_streams_outlive_nginx_timeout(port, idle):
         while "alive-42\r\n" not in seen:
             event = json.loads(socket_.recv(timeout=answer_by - time.perf_counter()))
             seen += event.get("data", "")
-    print(f"terminal WebSocket idle {idle} s through nginx (NGINX_TIMEOUT=8), then answered: ok")
+    print(f"terminal WebSocket idle {idle} s (NGINX_TIMEOUT=8), then answered: ok")
 
     quiet = requests.post(f"{base}/processes", headers=auth, timeout=30,
                           json={"command": f"sleep {idle}; echo done"}).json()
@@ -194,7 +234,7 @@ def check_idle_streams_outlive_nginx_timeout(port, idle):
     assert any(line.startswith(":") for line in lines), lines
     assert any('"data":"done\\n"' in line for line in lines), lines
     assert any('"type":"exit"' in line for line in lines[-3:]), lines
-    print(f"SSE stream silent {idle} s through nginx, kept alive, then done and exit: ok")
+    print(f"SSE stream silent {idle} s (NGINX_TIMEOUT=8), kept alive, then done and exit: ok")
 
 
 if __name__ == "__main__":

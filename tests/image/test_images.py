@@ -1,11 +1,16 @@
 """The gui, browser, filesystem and mobile images, run for real: started as the SDK's manager starts them
 (port 80 published on 127.0.0.1, SECRET_TOKEN, NGINX_TIMEOUT, the workspace bind-mounted) and driven
-through nginx with the real client bound as the SDK's sandbox classes.
+through boxd on port 80 (`boxd init` is PID 1; no nginx) with the real client bound as the SDK's sandbox
+classes.
 
 usage: test_images.py [--engine podman] [--only base,gui,browser,filesystem,mobile] [--keep-shots DIR]
 
 Prints each image's size and its start-up times: container start -> /fastapi/healthz 200, -> a desktop
-screenshot that is not blank, -> an RFB handshake through nginx's /websockify with the token.
+screenshot that is not blank, -> an RFB handshake through boxd's /websockify with the token.
+The stream is refused (403, no 101, no RFB byte) without the whole token, and takes the bearer header or the
+pass cookie of the desktop_url page; x11vnc asks no VNC password (security type None). Issue #33's
+isolation checks (isolation.py) run in the base and gui images from a shell command, a cell and (gui) an
+xterm on the desktop.
 """
 import argparse
 import base64
@@ -34,7 +39,9 @@ from agentscope_runtime.sandbox.box.mobile import MobileSandbox
 from agentscope_runtime.sandbox.client.http_client import SandboxHttpClient
 from agentscope_runtime.sandbox.model import ContainerModel
 
-TOKEN = os.urandom(12).hex()  # VNC authenticates with its first 8 characters
+import isolation
+
+TOKEN = os.urandom(12).hex()
 # The project's device stand-in (tests/adb/device.py and its fakebin), mounted into the second container.
 DEVICE_DIR = pathlib.Path(__file__).resolve().parents[2] / "tests" / "adb"
 GOALS = {"base": 300e6, "gui": 700e6, "browser": 1000e6}
@@ -83,7 +90,7 @@ def not_blank(png):
 
 
 class Box:
-    """One container as the manager runs it, and the real client pointed at its nginx."""
+    """One container as the manager runs it, and the real client pointed at its port 80 (boxd)."""
 
     def __init__(self, image, env=(), extra=()):
         self.image = image
@@ -136,19 +143,63 @@ class Box:
         engine("rm", "-f", self.container, check=False)  # normally gone already (--rm)
         shutil.rmtree(self.workspace, ignore_errors=True)
         if not failed:
-            # SIGTERM reaches every supervised program through the entrypoint; none makes podman wait out
+            # SIGTERM reaches every supervised program through `boxd init`; none makes podman wait out
             # its 10 s and kill.
             print(f"  {ENGINE} stop: {self.stopped_in:.2f} s")
             assert self.stopped_in < 8, f"stop took {self.stopped_in:.1f} s"
 
 
-def rfb_handshake(port, password, deadline_s=10, frame=False):
-    """RFB 3.8 over nginx's /websockify with VNC authentication; answers the server's desktop size (and,
-    with `frame`, the whole screen as a PNG, as a VNC viewer sees it), or raises with the server's reason."""
-    from Crypto.Cipher import DES
+def stream_headers(port, token=None, cookie=None):
+    headers = {"Origin": f"http://localhost:{port}"}
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    if cookie is not None:
+        headers["Cookie"] = cookie
+    return headers
 
+
+def stream_refusal(port, path="/websockify", headers=None, deadline_s=10):
+    """A raw WebSocket upgrade of `path` that must be refused: answers the status code and checks that no
+    101 and not a single RFB byte came back (the refusal comes before the VNC server is reached)."""
+    request = [f"GET {path} HTTP/1.1", f"Host: localhost:{port}", "Upgrade: websocket", "Connection: Upgrade",
+               "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==", "Sec-WebSocket-Version: 13",
+               *(f"{name}: {value}" for name, value in (headers or {}).items())]
+    answer = bytearray()
+    with socket.create_connection(("127.0.0.1", port), timeout=deadline_s) as sock:
+        sock.sendall(("\r\n".join(request) + "\r\n\r\n").encode())
+        deadline = time.monotonic() + deadline_s
+        # The head, then the body by its Content-Length (the connection may stay open), then a short
+        # look for anything more (an RFB greeting would come unasked).
+        while b"\r\n\r\n" not in answer and time.monotonic() < deadline:
+            chunk = sock.recv(4096)
+            if not chunk:
+                break
+            answer.extend(chunk)
+        head = bytes(answer).split(b"\r\n\r\n", 1)[0].decode(errors="replace")
+        length = re.search(r"(?im)^content-length:\s*(\d+)", head)
+        total = len(head) + 4 + (int(length.group(1)) if length else 0)
+        sock.settimeout(0.5)
+        try:
+            while time.monotonic() < deadline and len(answer) < max(total, 1) + 4096:
+                chunk = sock.recv(4096)
+                if not chunk:
+                    break
+                answer.extend(chunk)
+        except TimeoutError:
+            pass
+    status = int(answer.split(b" ", 2)[1]) if answer.startswith(b"HTTP/1.1 ") else None
+    assert status is not None and status != 101, answer[:300]
+    assert b"RFB 0" not in answer, answer[:300]
+    return status
+
+
+def rfb_handshake(port, token=TOKEN, cookie=None, deadline_s=10, frame=False):
+    """RFB 3.8 over boxd's /websockify, admitted by the whole token as a bearer header (`token`) or by the
+    desktop page's pass (`cookie`: "boxd_desktop=..."); x11vnc offers security type None (1) only, as boxd
+    guards the stream. Answers the server's desktop size (and, with `frame`, the whole screen as a PNG, as
+    a VNC viewer sees it)."""
     with connect(f"ws://localhost:{port}/websockify", open_timeout=deadline_s, close_timeout=1,
-                 additional_headers={"Origin": f"http://localhost:{port}"}) as ws:
+                 additional_headers=stream_headers(port, token, cookie)) as ws:
         buffer = bytearray()
 
         def read(count):
@@ -161,17 +212,15 @@ def rfb_handshake(port, password, deadline_s=10, frame=False):
         version = read(12)
         assert version.startswith(b"RFB 003."), version
         ws.send(b"RFB 003.008\n")
-        types = read(read(1)[0])
-        assert 2 in types, f"no VNC authentication offered: {list(types)}"
-        ws.send(bytes([2]))
-        challenge = read(16)
-        # VNC's DES key: the password's first 8 bytes, each with its bits reversed.
-        key = bytes(int(f"{b:08b}"[::-1], 2) for b in password.encode()[:8].ljust(8, b"\0"))
-        ws.send(DES.new(key, DES.MODE_ECB).encrypt(challenge))
-        result = int.from_bytes(read(4), "big")
+        count = read(1)[0]
+        if count == 0:  # the server refused before any security type: its reason follows
+            raise PermissionError(read(int.from_bytes(read(4), "big")).decode(errors="replace"))
+        types = read(count)
+        assert list(types) == [1], f"security types {list(types)}: expected None (1) only, no VNC password"
+        ws.send(bytes([1]))
+        result = int.from_bytes(read(4), "big")  # RFB 3.8 sends a SecurityResult for None too
         if result != 0:
-            length = int.from_bytes(read(4), "big")
-            raise PermissionError(read(length).decode(errors="replace"))
+            raise PermissionError(read(int.from_bytes(read(4), "big")).decode(errors="replace"))
         ws.send(bytes([1]))  # ClientInit, shared
         width, height = int.from_bytes(read(2), "big"), int.from_bytes(read(2), "big")
         pixel_format = read(16)
@@ -207,7 +256,7 @@ def desktop_started(box, kind, size, figures):
 
 def wait_desktop_and_vnc(box, sandbox_cls):
     """Polls, side by side, a non-blank screenshot (when the image has the `computer` family) and an RFB
-    handshake through nginx; answers their times since container start and the screenshot."""
+    handshake through boxd's /websockify; answers their times since container start and the screenshot."""
     found = {}
 
     def vnc():
@@ -217,7 +266,7 @@ def wait_desktop_and_vnc(box, sandbox_cls):
                 found["vnc_size"] = rfb_handshake(box.port, TOKEN, deadline_s=5)
                 found["vnc"] = box.since_start()
                 return
-            except Exception as error:  # not up yet: 502 from nginx, a closed socket
+            except Exception as error:  # not up yet: 502 from boxd while x11vnc starts, a closed socket
                 found["vnc_error"] = error
                 time.sleep(0.02)
 
@@ -239,14 +288,33 @@ def wait_desktop_and_vnc(box, sandbox_cls):
     return found
 
 
-def novnc_status(url, timeout=30):
+def novnc_status(url, timeout=30, details=None, attempts=3):
     """Opens noVNC's page in a real (headless) Chromium over its DevTools protocol and answers the page's
-    own status line once it settles: "Connected to boxd" when the page reached the desktop."""
+    own status line once it settles: "Connected to boxd" when the page reached the desktop. `details`, a
+    dict, receives what the browser's network showed: the WebSocket URLs the page opened, the status and
+    request headers of each stream handshake, and the cookies the browser holds for /websockify.
+
+    Chromium aborts the requests in flight with net::ERR_NETWORK_CHANGED when the host's interfaces change
+    (the engine adding or removing a container's veth; seen when the page is opened right after the
+    SDK's manager started the container): such a load, and only such a one, is tried again in a fresh
+    browser, at most `attempts` times."""
+    for attempt in range(1, attempts + 1):
+        status, network_changed = _novnc_attempt(url, timeout, details)
+        if not network_changed or (status or "").startswith("Connected"):
+            return status
+        print(f"  (noVNC page load {attempt}: Chromium reported net::ERR_NETWORK_CHANGED; loading it again)")
+    return status
+
+
+def _novnc_attempt(url, timeout, details):
     port = free_port()
     profile = tempfile.mkdtemp(prefix="novnc-check-")
     proc = subprocess.Popen(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--no-proxy-server",
                              f"--user-data-dir={profile}", f"--remote-debugging-port={port}", "about:blank"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    events = []
+    network_changed = lambda: any(e.get("method") == "Network.loadingFailed" and
+                                  "ERR_NETWORK_CHANGED" in e["params"].get("errorText", "") for e in events)
     try:
         deadline = time.monotonic() + timeout
         while True:
@@ -263,45 +331,111 @@ def novnc_status(url, timeout=30):
                 while True:
                     m = json.loads(ws.recv(timeout=10))
                     if m.get("id") == i: return m.get("result")
+                    if m.get("method", "").startswith(("Network.webSocket", "Network.loadingFailed")): events.append(m)
+            call("Network.enable")
             call("Page.navigate", url=url)
             status = None
             while time.monotonic() < deadline:
                 r = call("Runtime.evaluate", expression="(document.getElementById('status')||{}).textContent")
                 status = r["result"].get("value")
                 if status and status.startswith(("Connected", "Disconnected", "Something")): break
+                if network_changed() and status == "Loading":
+                    time.sleep(0.5)  # the page's remaining modules cannot load: this attempt is over
+                    return status, True
                 time.sleep(0.05)
             else:
                 r = call("Runtime.evaluate", expression="document.readyState + ' ' + JSON.stringify(performance.getEntriesByType('resource').map(e => [e.name.split('/vnc/')[1], Math.round(e.responseEnd)]))")
                 status = f"{status} after {timeout} s: {r['result'].get('value')}"
-            return status
+            if details is not None:
+                origin = url.split("/vnc/")[0]
+                details["cookies"] = call("Network.getCookies", urls=[f"{origin}/websockify"])["cookies"]
+                details["page_cookie"] = call("Runtime.evaluate", expression="document.cookie")["result"].get("value")
+                details["ws_urls"] = [e["params"]["url"] for e in events if e["method"] == "Network.webSocketCreated"]
+                details["handshakes"] = [
+                    {"status": e["params"]["response"].get("status"),
+                     "request": {k.lower(): v for k, v in (e["params"]["response"].get("requestHeaders") or {}).items()}}
+                    for e in events if e["method"] == "Network.webSocketHandshakeResponseReceived"]
+            return status, network_changed()
     finally:
         proc.kill(); proc.wait(); shutil.rmtree(profile, ignore_errors=True)
 
 
+def page_pass(box, token=TOKEN):
+    """Opens the desktop page as desktop_url does; answers its Set-Cookie header (or None) and the response."""
+    page = requests.get(f"{box.base}/vnc/vnc_lite.html", params={"password": token}, timeout=10)
+    return page.headers.get("set-cookie"), page
+
+
 def check_vnc_page_and_auth(box):
-    page = requests.get(f"{box.base}/vnc/vnc_lite.html?password={TOKEN}", timeout=10)
+    """The desktop page, its pass and the stream's gate: refused without the whole token, before any RFB
+    byte; a real browser through desktop_url reaches the desktop on the page's pass cookie alone."""
+    set_cookie, page = page_pass(box)
     assert page.status_code == 200 and "noVNC" in page.text, page.status_code
     assert page.headers.get("referrer-policy") == "no-referrer", page.headers  # its URL holds the token
+    assert set_cookie and set_cookie.startswith("boxd_desktop="), page.headers
+    attributes = {part.strip().split("=")[0].lower() for part in set_cookie.split(";")}
+    assert {"httponly", "path"} <= attributes and "Path=/websockify" in set_cookie, set_cookie
+    assert TOKEN not in set_cookie, "the pass is the token"
+    cookie = set_cookie.split(";")[0]
     script = requests.get(f"{box.base}/vnc/core/rfb.js", timeout=10)
     assert script.status_code == 200 and "javascript" in script.headers["content-type"], script.headers
+    assert "set-cookie" not in script.headers, script.headers  # no token in its query: no pass
+    for wrong in ("wrong", TOKEN[:8], TOKEN[:-1], TOKEN + "0"):
+        assert page_pass(box, wrong)[0] is None, f"a pass for the wrong token {wrong!r}"
+
+    # The stream: no 101 and no RFB byte without the whole token.
+    refusals = {
+        "no token": {},
+        "the token's first 8 characters as bearer": {"Authorization": f"Bearer {TOKEN[:8]}"},
+        "a wrong bearer": {"Authorization": "Bearer not-the-token"},
+        "a forged pass": {"Cookie": "boxd_desktop=forged"},
+        "the token itself as the cookie": {"Cookie": f"boxd_desktop={TOKEN}"},
+    }
+    for what, headers in refusals.items():
+        status = stream_refusal(box.port, headers={"Origin": box.base, **headers})
+        assert status == 403, f"/websockify with {what}: {status}"
+    for query in ("password=wrong", f"password={TOKEN[:8]}", f"token={TOKEN[:-1]}"):
+        status = stream_refusal(box.port, path=f"/websockify?{query}", headers={"Origin": box.base})
+        assert status == 403, f"/websockify?{query}: {status}"
+    print(f"  /websockify refused with 403, no 101, no RFB byte: {', '.join(refusals)}, wrong query tokens")
+    # The whole token: as the bearer, as the page's pass, in the query (the SDK's remote relay).
+    assert rfb_handshake(box.port, token=TOKEN) == (1280, 800)
+    assert rfb_handshake(box.port, token=None, cookie=cookie) == (1280, 800)
+    with connect(f"ws://localhost:{box.port}/websockify?password={TOKEN}", open_timeout=10, close_timeout=1,
+                 additional_headers={"Origin": box.base}) as ws:
+        assert ws.recv(timeout=10).startswith(b"RFB 003.")
+    print("  RFB 3.8, security type None: with the bearer token, with the page's pass cookie, ?password=TOKEN")
+
     if shutil.which("chromium"):  # scripts/setup.sh installs it; the page itself, as a person opens it
         desktop_url = f"{box.base}/vnc/vnc_lite.html?password={TOKEN}"
-        status = novnc_status(desktop_url)
-        assert status == "Connected to boxd", status
+        seen = {}
+        status = novnc_status(desktop_url, details=seen)
+        check_browser_pass(status, seen)
         wrong = novnc_status(f"{box.base}/vnc/vnc_lite.html?password=wrong")
         assert wrong and not wrong.startswith("Connected"), wrong
-        print("  desktop_url in Chromium: noVNC connected; with a wrong password it did not")
-    # The password is the token (VNC uses its first 8 characters): another one is refused.
-    try:
-        rfb_handshake(box.port, "not-the-token")
-    except PermissionError as error:
-        print(f"  VNC with a wrong password: refused ({error})")
-    else:
-        raise AssertionError("a wrong VNC password was accepted")
+        print("  desktop_url in Chromium: noVNC connected on the page's HttpOnly pass (no token in the "
+              "stream's URL or headers); with a wrong password it did not")
     # The token is in no process's argv and in no log.
     argv = engine("exec", box.container, "ps", "-eo", "args").stdout
     assert TOKEN not in argv and TOKEN[:8] not in argv, "the token shows in the process list"
     assert TOKEN not in box.logs() and TOKEN[:8] not in box.logs(), "the token shows in the logs"
+
+
+def check_browser_pass(status, seen):
+    """What novnc_status saw for desktop_url: connected, and through the pass cookie only."""
+    assert status == "Connected to boxd", (status, seen)
+    assert seen["ws_urls"] and all(url.split("?")[0].endswith("/websockify") for url in seen["ws_urls"]), seen
+    assert not any("password=" in url or "token=" in url for url in seen["ws_urls"]), seen["ws_urls"]
+    passes = [c for c in seen["cookies"] if c["name"] == "boxd_desktop"]
+    assert passes and passes[0]["httpOnly"] and passes[0]["path"] == "/websockify", seen["cookies"]
+    assert "boxd_desktop" not in (seen["page_cookie"] or ""), "the pass is readable by the page's scripts"
+    # The stream's handshake as Chromium sent it: 101, with the pass cookie and nothing else that holds
+    # the token (no Authorization header, no query).
+    opened = [h for h in seen["handshakes"] if h["status"] == 101]
+    assert opened, seen["handshakes"]
+    for handshake in opened:
+        assert "authorization" not in handshake["request"], handshake
+        assert "boxd_desktop=" in handshake["request"].get("cookie", ""), handshake
 
 
 def save(name, png):
@@ -313,9 +447,17 @@ def pid_of(box, name):
     return engine("exec", box.container, "pidof", name, check=False).stdout.split()
 
 
+def serve_pid(box):
+    """`boxd serve`'s pid: the boxd that is not PID 1 (`boxd init`)."""
+    pids = pid_of(box, "boxd")
+    assert "1" in pids, f"PID 1 is not boxd: {pids}"
+    return [pid for pid in pids if pid != "1"]
+
+
 def check_supervision(box, with_desktop):
     """Kill -9 Xvfb, the window manager and the VNC server: each comes back, boxd keeps its pid."""
-    boxd = pid_of(box, "boxd")
+    boxd = serve_pid(box)
+    assert len(boxd) == 1, boxd
     for program in ("Xvfb", "jwm", "x11vnc"):
         old = pid_of(box, program)
         assert old, f"{program} is not running"
@@ -344,16 +486,19 @@ def check_supervision(box, with_desktop):
                 assert time.perf_counter() < deadline, f"no desktop again after killing {program}"
                 time.sleep(0.05)
         print(f"  kill -9 {program}: back, desktop and VNC working again in {time.perf_counter() - killed:.2f} s")
-    assert pid_of(box, "boxd") == boxd, "boxd was restarted"
-    # And the other way round: a crashed boxd is restarted on its own, the desktop programs keep running.
+    assert serve_pid(box) == boxd, "boxd serve was restarted"
+    # And the other way round: a crashed `boxd serve` is restarted by `boxd init` (PID 1, holding port 80
+    # meanwhile), the desktop programs keep running.
     desktop = {program: pid_of(box, program) for program in ("Xvfb", "jwm", "x11vnc")}
     engine("exec", box.container, "kill", "-9", *boxd)
     killed, deadline = time.perf_counter(), time.perf_counter() + 20
-    while not box.client.check_health() or pid_of(box, "boxd") in ([], boxd):
-        assert time.perf_counter() < deadline, "boxd was not restarted within 20 s"
+    while not box.client.check_health() or serve_pid(box) in ([], boxd):
+        assert time.perf_counter() < deadline, "boxd serve was not restarted within 20 s"
         time.sleep(0.05)
     assert {program: pid_of(box, program) for program in desktop} == desktop, "a desktop program restarted"
-    print(f"  kill -9 boxd: healthy again in {time.perf_counter() - killed:.2f} s, desktop programs untouched")
+    rfb_handshake(box.port, TOKEN)  # the new boxd serve gates and relays the stream as the old one did
+    print(f"  kill -9 boxd serve: healthy again in {time.perf_counter() - killed:.2f} s (boxd init kept PID 1), "
+          "desktop programs untouched")
 
 
 def test_gui(figures):
@@ -402,6 +547,13 @@ def test_gui(figures):
         assert picture.getpixel((300, 200)) == (255, 255, 255), "the VNC view does not show the xterm"
         print("  click into the desktop menu, xterm started, typed a command that ran: ok")
 
+        # Issue #33 from the desktop: the same xterm (jwm's child, not boxd's) runs the isolation scan.
+        isolation.prepare(box.workspace, TOKEN)
+        sandbox.computer_use("type", text=isolation.XTERM_COMMAND)
+        sandbox.computer_use("key", text="Return")
+        print("  " + isolation.check(isolation.wait_report(box.workspace, "xterm", timeout=120)))
+        check_isolation(box)
+
         check_supervision(box, with_desktop=True)
         failed = False
     finally:
@@ -415,7 +567,7 @@ def check_usage_error_stops(image):
     done = subprocess.run([ENGINE, "run", "--rm", "-e", "BOXD_TOOLS=shell,no-such-family", image],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2, (done.returncode, done.stderr[-2000:])
-    assert "stopping the container" in done.stderr, done.stderr[-2000:]
+    assert "boxd rejected its configuration" in done.stderr, done.stderr[-2000:]
     print(f"  boxd usage error: container exited 2 after {time.perf_counter() - started:.2f} s")
 
 
@@ -585,8 +737,18 @@ def test_mobile(figures):
         shutil.rmtree(log_dir, ignore_errors=True)
 
 
+def check_isolation(box):
+    """Issue #33 from a shell command and an IPython cell (boxd's children): no token in any process's
+    environment or argv or in any file, both boxd processes' /proc/<pid>/mem refused."""
+    isolation.prepare(box.workspace, TOKEN)
+    for scan in (isolation.scan_shell, isolation.scan_cell):
+        print("  " + isolation.check(scan(box.client, box.workspace)))
+    isolation.cleanup(box.workspace)
+
+
 def test_base(figures):
-    """Only the start-up time, for comparison in the same run (tests/image/test_base_image.py drives it)."""
+    """The start-up time, for comparison in the same run (tests/image/test_base_image.py drives the rest),
+    and issue #33's isolation checks."""
     image = "boxd-base:latest"
     size = image_size(image)
     box, failed = Box(image), True
@@ -594,6 +756,7 @@ def test_base(figures):
         healthy = box.wait_healthy()
         print(f"  start -> healthz {healthy:.2f} s")
         figures.append(("base", size, healthy, None, None, box.engine_run))
+        check_isolation(box)
         failed = False
     finally:
         box.close(failed)

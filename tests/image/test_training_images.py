@@ -7,7 +7,8 @@ token-guarded /fastapi/ routes with the real SandboxHttpClient.
   of multi_turn_base_0 (the calls from the prepared data inside the image, read through /fastapi's shell;
   positional ground-truth arguments sent named) ending with reward 1.0, evaluate == 1.0, release; then
   the same through the SDK's own SandboxManager (embedded, docker backend on podman's socket) with
-  TrainingSandbox(box_type=SandboxType.BFCL).
+  TrainingSandbox(box_type=SandboxType.BFCL). NGINX_TIMEOUT (boxd's answer deadline; no nginx) reaches
+  boxd's limits, gives 504 to a request unanswered that long, and stops commands before it.
 - appworld (built without APPWORLD_DATA): healthy, and get_env_profile / create answer the clear "task
   data not installed" error naming the build argument.
 
@@ -186,22 +187,31 @@ def check_bfcl(image):
     size = image_size(image)
     env = ["OPENAI_API_KEY=", f"BFCL_DATA_PATH={DATA_DIR}/multi_turn_processed.jsonl",
            f"BFCL_SPLID_ID_PATH={DATA_DIR}/multi_turn_split_ids.json"]
-    box = Box(image, env, nginx_timeout=47)  # an unusual value: the training locations must carry it
+    box = Box(image, env, nginx_timeout=47)  # an unusual value: boxd's limits must carry it
     failed = True
     try:
         healthy = box.wait_healthy()
         answer = requests.get(f"{box.base}/healthz", timeout=10)
         assert answer.status_code == 200 and answer.text == "OK", (answer.status_code, answer.text)
-        # The token still guards /fastapi/; the training routes need none and nothing else is at the root.
+        # The token still guards /fastapi/; the training routes need none. boxd itself is on port 80 now (no
+        # nginx choosing paths): its own routes also answer without the /fastapi prefix, and they take the
+        # token too (only the probes /healthz and /livez answer without it).
         assert box.fastapi.check_health()
         assert requests.get(f"{box.base}/fastapi/healthz", headers={"Authorization": f"Bearer {TOKEN}"},
                             timeout=10).status_code == 200
         assert requests.post(f"{box.base}/fastapi/tools/run_shell_command", json={"command": "true"},
                              timeout=10).status_code in (401, 403)
-        assert requests.get(f"{box.base}/readyz", timeout=10).status_code == 404
+        for path in ("/readyz", "/openapi.json", "/mcp/list_tools"):
+            assert requests.get(f"{box.base}{path}", timeout=10).status_code in (401, 403), path
+        assert requests.post(f"{box.base}/tools/run_shell_command", json={"command": "true"},
+                             timeout=10).status_code in (401, 403)
+        assert requests.get(f"{box.base}/no-such-path", timeout=10).status_code == 404
         assert requests.get(f"{box.base}/create", timeout=10).status_code == 405
-        rendered = box.shell("grep -h proxy_read_timeout /etc/boxd/nginx.d/training.conf")
-        assert rendered.split() == ["proxy_read_timeout", "47s;"], rendered
+        # NGINX_TIMEOUT=47 reached boxd serve (no nginx renders it any more): `boxd init` derived the
+        # answer deadline and the work limits from it, and boxd's children inherit what boxd runs with.
+        limits = box.shell("echo $BOXD_RESPONSE_TIMEOUT $BOXD_COMMAND_TIMEOUT $BOXD_CELL_TIMEOUT "
+                           "$BOXD_TRAINING_CALL_TIMEOUT")
+        assert limits.split() == ["47", "42", "42", "42"], limits
         task = json.loads(box.shell(READ_TASK))
         check_bfcl_episode(box.training, task, "TrainingSandboxClient at the root")
         # Errors come back as the client's ValueError with the server's detail.
@@ -213,7 +223,43 @@ def check_bfcl(image):
         failed = False
     finally:
         box.close(failed)
+    check_answer_deadline(image, env)
     return size, healthy, task
+
+
+def check_answer_deadline(image, env):
+    """NGINX_TIMEOUT honoured as nginx did: a request still unanswered after it gets 504 (here a command
+    allowed longer than the timeout by its own limit), and by default work stops 5 s (or a quarter)
+    before it, so a slow command answers 124 rather than 504."""
+    box = Box(image, [*env, "BOXD_COMMAND_TIMEOUT=30"], nginx_timeout=3)
+    failed = True
+    try:
+        box.wait_healthy()
+        url = f"{box.base}/fastapi/tools/run_shell_command"
+        started = time.perf_counter()
+        answer = requests.post(url, json={"command": "sleep 10"}, headers={"Authorization": f"Bearer {TOKEN}"},
+                               timeout=30)
+        elapsed = time.perf_counter() - started
+        assert answer.status_code == 504 and "NGINX_TIMEOUT" in answer.text, (answer.status_code, answer.text)
+        assert 2.9 < elapsed < 5, elapsed
+        print(f"  NGINX_TIMEOUT=3 with a 30 s command limit: 504 after {elapsed:.2f} s")
+        failed = False
+    finally:
+        box.close(failed)
+    box = Box(image, env, nginx_timeout=3)
+    failed = True
+    try:
+        box.wait_healthy()
+        started = time.perf_counter()
+        result = box.fastapi.run_shell_command("echo started; sleep 10")
+        elapsed = time.perf_counter() - started
+        out = {item.get("description"): item.get("text") for item in result["content"]}
+        assert out.get("returncode") == "124" and out.get("stdout") == "started\n", result
+        assert elapsed < 3, elapsed
+        print(f"  NGINX_TIMEOUT=3 by default: the command stopped first, 124 after {elapsed:.2f} s")
+        failed = False
+    finally:
+        box.close(failed)
 
 
 def check_appworld(image):
@@ -244,6 +290,7 @@ def check_sdk_manager(task):
     socket of our own (as test_sdk_manager.py)."""
     socket_path = pathlib.Path(tempfile.mkdtemp(prefix="boxd-training-manager-")) / "podman.sock"
     before = set(engine("ps", "-aq").stdout.split())
+    cwd = os.getcwd()
     service = subprocess.Popen(["podman", "system", "service", "--time=0", f"unix://{socket_path}"],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -252,6 +299,8 @@ def check_sdk_manager(task):
             assert time.perf_counter() < deadline, "podman's socket never appeared"
             time.sleep(0.05)
         os.environ["DOCKER_HOST"] = f"unix://{socket_path}"
+        # The embedded manager makes a directory per session under ./sessions_mount_dir: not in the checkout.
+        os.chdir(socket_path.parent)
         from agentscope_runtime.sandbox.box.training_box.training_box import TrainingSandbox
         from agentscope_runtime.sandbox.enums import SandboxType
 
@@ -268,8 +317,8 @@ def check_sdk_manager(task):
             engine("rm", "-f", "-t", "2", *leftovers, check=False)
         service.terminate()
         service.wait(10)
-        socket_path.unlink(missing_ok=True)
-        socket_path.parent.rmdir()
+        os.chdir(cwd)
+        shutil.rmtree(socket_path.parent, ignore_errors=True)
 
 
 def main():
