@@ -120,6 +120,16 @@ const MAX_BLOCKING_THREADS: usize = 64;
 const BLOCKING_WORK_GRACE: Duration = Duration::from_secs(1);
 
 fn main() -> std::process::ExitCode {
+    // `boxd init` is every image's PID 1: the SDK probes its port once, ~15 ms after the engine's start
+    // returns, and sleeps a whole second if refused. Its few flags are parsed alone, before the full
+    // command line (every family's flags and environment fallbacks) is even built.
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|command| command == "init")
+    {
+        let command = init::InitCommand::parse_from(std::env::args_os().skip(1));
+        return init::main(command.args);
+    }
     let cli = Cli::parse();
     if let Command::Limits(args) = &cli.command {
         print!("{}", limits::markdown(args));

@@ -26,6 +26,21 @@ use std::process::ExitCode;
 
 use clap::Args;
 
+// `boxd init`'s own command line, parsed without the rest of boxd's (see `main`); not a doc comment,
+// which clap would show as its description.
+#[derive(Debug, clap::Parser)]
+#[command(
+    name = "boxd init",
+    bin_name = "boxd init",
+    version,
+    about = "Be a container's first process: bind the public port, then start and keep running `boxd \
+             serve` and the image's services, holding the token so that no other process sees it"
+)]
+pub struct InitCommand {
+    #[command(flatten)]
+    pub args: InitArgs,
+}
+
 #[derive(Debug, Args)]
 pub struct InitArgs {
     /// The public address, bound before anything else starts; `boxd serve` answers on it.
@@ -46,6 +61,14 @@ pub struct InitArgs {
 const POOL_SECRET_VARIABLE: &str = "BOXD_POOL_SECRET_FILE";
 
 pub fn main(args: InitArgs) -> ExitCode {
+    // The port first: nothing before it but the exec itself (see `main`), so the first probe connects.
+    let listener = match TcpListener::bind(args.listen.as_str()) {
+        Ok(listener) => listener,
+        Err(err) => {
+            eprintln!("boxd init: cannot listen on {}: {err}", args.listen);
+            return ExitCode::FAILURE;
+        }
+    };
     // First, while single-threaded: the secrets leave the environment (and /proc/1/environ) before any
     // child exists, and this process's memory and descriptors close to everyone else.
     let mut secrets = secrets::from_environment();
@@ -76,13 +99,6 @@ pub fn main(args: InitArgs) -> ExitCode {
         Err(err) => {
             eprintln!("boxd init: {err}");
             return ExitCode::from(2);
-        }
-    };
-    let listener = match TcpListener::bind(args.listen.as_str()) {
-        Ok(listener) => listener,
-        Err(err) => {
-            eprintln!("boxd init: cannot listen on {}: {err}", args.listen);
-            return ExitCode::FAILURE;
         }
     };
     let timeout = settings::nginx_timeout(&args.nginx_timeout);
