@@ -22,6 +22,8 @@ need Xvfb xvfb
 /usr/bin/python3 -c 'import tkinter' >/dev/null 2>&1 || missing+=(python3-tk)
 # The adb family's tests: Debian's adb server, to reach the device stand-in (tests/adb/device.py) as an image's server would.
 need adb adb
+# ...and openssl, which makes the keys of the ADB authorization tests (tests/python/test_adb_auth.py).
+need openssl openssl
 # The browser family's tests: Debian's Chromium, driven headless over the DevTools protocol; headless,
 # boxd prefers Chromium's headless shell (same version, about half the start time) when it is installed.
 need chromium chromium

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
+use super::key::AdbKey;
 use super::wire::{Deadline, Direct, Output, Server, WireError};
 use crate::core::health::Health;
 use crate::core::owner::{Loss, Owner, OwnerError};
@@ -55,6 +56,8 @@ enum Live {
 
 struct Connector {
     target: Target,
+    /// What a direct device that asks for authorization is answered with (`BOXD_ADB_KEY`).
+    key: Option<Arc<AdbKey>>,
     live: Option<Live>,
     loss: Arc<Loss>,
 }
@@ -83,9 +86,10 @@ pub enum DeviceError {
 }
 
 impl Device {
-    pub fn start(target: Target) -> Result<Device, String> {
+    pub fn start(target: Target, key: Option<Arc<AdbKey>>) -> Result<Device, String> {
         let owner = Owner::start("boxd-adb", MAX_QUEUED_COMMANDS, |loss| Connector {
             target,
+            key,
             live: None,
             loss,
         })?;
@@ -226,9 +230,15 @@ impl Connector {
         let deadline = Deadline::after(CONNECT_TIMEOUT);
         match &self.target {
             Target::Direct(address) => {
-                let direct = Direct::connect(address, deadline).map_err(|err| {
-                    DeviceError::Unreachable(format!("device {address} unreachable: {err}"))
-                })?;
+                let direct =
+                    Direct::connect(address, self.key.as_deref(), deadline).map_err(|err| {
+                        DeviceError::Unreachable(match err {
+                            // The device answered and refused boxd (authorization, TLS): its own
+                            // words, which name the address; "unreachable" would mislead.
+                            WireError::Refused(reason) => reason,
+                            other => format!("device {address} unreachable: {other}"),
+                        })
+                    })?;
                 tracing::info!(device = %address, banner = %direct.banner, "connected to the adb device");
                 Ok(Live::Direct(direct))
             }

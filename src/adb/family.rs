@@ -13,6 +13,7 @@ use axum::Router;
 
 use super::Adb;
 use super::device::{Device, DeviceError, Target};
+use super::key::AdbKey;
 use super::wire::Server;
 use crate::core::child::Backoff;
 use crate::core::health::Health;
@@ -25,6 +26,9 @@ const IDLE_CHECK: Duration = Duration::from_secs(10);
 
 struct AdbFamily {
     adb: Arc<Adb>,
+    /// BOXD_ADB_KEY's public half as a line of adb_keys, logged at start for the operator to install
+    /// on the device (public keys are not secret); None without a key.
+    public_key: Option<String>,
 }
 
 impl Family for AdbFamily {
@@ -52,6 +56,11 @@ impl Family for AdbFamily {
 
     fn start(self: Arc<Self>, health: Health) -> BoxFuture<'static, ()> {
         Box::pin(async move {
+            if let Some(line) = &self.public_key {
+                tracing::info!(
+                    "adb: boxd authenticates to the device with BOXD_ADB_KEY; the device trusts it once this line is in its /data/misc/adb/adb_keys: {line}"
+                );
+            }
             let device = self.adb.device.clone();
             device.set_health(health.clone());
             let mut backoff = Backoff::new(Duration::from_millis(250), Duration::from_secs(5));
@@ -125,6 +134,19 @@ pub struct AdbArgs {
 }
 
 pub fn family(_: &Setup, args: &AdbArgs) -> Result<Arc<dyn Family>, String> {
+    // Parsed before anything connects, so a bad key stops boxd at start rather than failing every
+    // connection later. The message names the variable, never its value.
+    let key = match args
+        .adb_key
+        .as_deref()
+        .map(str::trim)
+        .filter(|pem| !pem.is_empty())
+    {
+        Some(pem) => Some(Arc::new(
+            AdbKey::from_pem(pem).map_err(|err| format!("BOXD_ADB_KEY {err}"))?,
+        )),
+        None => None,
+    };
     let target = match args
         .adb_connect
         .as_deref()
@@ -152,8 +174,19 @@ pub fn family(_: &Setup, args: &AdbArgs) -> Result<Arc<dyn Family>, String> {
                 .map(str::to_owned),
         },
     };
-    let device = Device::start(target)?;
+    if key.is_some()
+        && let Target::Server { server, .. } = &target
+    {
+        // An adb server answers the device's authorization with its own keys; boxd never sees it.
+        tracing::warn!(
+            server = %server.address,
+            "BOXD_ADB_KEY is used only for a device reached straight over TCP (BOXD_ADB_CONNECT); the adb server authenticates with its own keys"
+        );
+    }
+    let public_key = key.as_ref().map(|key| key.public_line().to_owned());
+    let device = Device::start(target, key)?;
     Ok(Arc::new(AdbFamily {
+        public_key,
         adb: Arc::new(Adb {
             device,
             geometry: std::sync::Mutex::new(None),

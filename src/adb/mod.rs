@@ -7,6 +7,7 @@
 mod actions;
 mod device;
 mod family;
+mod key;
 mod screen;
 mod ui;
 mod view;

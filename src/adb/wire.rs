@@ -2,11 +2,14 @@
 //! `OKAY`/`CLSE` messages; redroid and emulators listen for it) and an adb server's smart socket
 //! (`host:devices`, `host:transport:SERIAL`). Commands run through the shell v2 service, which carries
 //! stdout, stderr and the exit status apart. Every read and write is bounded by the caller's deadline,
-//! and a peer that closes the connection is an error, never a loop.
+//! and a peer that closes the connection is an error, never a loop. A device that asks for
+//! authorization is answered with boxd's key (`BOXD_ADB_KEY`, src/adb/key.rs), as adb answers it.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
+
+use super::key::AdbKey;
 
 const A_CNXN: u32 = 0x4e58_4e43;
 const A_OPEN: u32 = 0x4e45_504f;
@@ -15,6 +18,10 @@ const A_CLSE: u32 = 0x4553_4c43;
 const A_WRTE: u32 = 0x4554_5257;
 const A_AUTH: u32 = 0x4854_5541;
 const A_STLS: u32 = 0x534c_5453;
+/// `AUTH`'s first argument: what the message carries (adb/protocol.txt).
+const AUTH_TOKEN: u32 = 1;
+const AUTH_SIGNATURE: u32 = 2;
+const AUTH_RSAPUBLICKEY: u32 = 3;
 /// The transport version that lets either side skip payload checksums (adbd since Android 9); boxd still
 /// sends them, for older devices.
 const VERSION: u32 = 0x0100_0001;
@@ -212,7 +219,15 @@ pub struct Direct {
 }
 
 impl Direct {
-    pub fn connect(address: &str, deadline: Deadline) -> Result<Direct, WireError> {
+    /// Connects and completes adbd's handshake. A device that asks for authorization (`AUTH TOKEN`) is
+    /// answered with `key`'s signature; if it asks again (it does not know the key), it is offered
+    /// the public key once, and then has until `deadline` to come online (adbd stays silent while it
+    /// does not trust a key, so the deadline is what ends the wait).
+    pub fn connect(
+        address: &str,
+        key: Option<&AdbKey>,
+        deadline: Deadline,
+    ) -> Result<Direct, WireError> {
         let mut stream = connect(address, deadline)?;
         send(
             &mut stream,
@@ -223,25 +238,86 @@ impl Direct {
             deadline,
             false,
         )?;
-        let (command, _, device_max, data) = receive(&mut stream, deadline, false)?;
-        match command {
-            A_CNXN => {}
-            A_AUTH => {
-                return Err(WireError::Refused(format!(
-                    "the device at {address} asks for ADB authorization (an RSA key it trusts): reach it through an adb server that holds such a key (ADB_SERVER_SOCKET), or run it with ro.adb.secure=0"
-                )));
+        let mut signed = false;
+        let mut offered = false;
+        let (device_max, data) = loop {
+            let (command, arg0, arg1, data) = match receive(&mut stream, deadline, false) {
+                Ok(message) => message,
+                // Silence or a close after the public key was offered: the device did not take it.
+                Err(err @ (WireError::Timeout(_) | WireError::Io { .. })) if offered => {
+                    return Err(untrusted(address, key, &err.to_string()));
+                }
+                Err(err) => return Err(err),
+            };
+            match command {
+                A_CNXN => break (arg1, data),
+                A_AUTH => {
+                    let Some(key) = key else {
+                        return Err(WireError::Refused(format!(
+                            "the device at {address} asks for ADB authorization (an RSA key it trusts): reach it through an adb server that holds such a key (ADB_SERVER_SOCKET), or run it with ro.adb.secure=0, or give boxd a key the device trusts (BOXD_ADB_KEY)"
+                        )));
+                    };
+                    if arg0 != AUTH_TOKEN {
+                        return Err(WireError::Refused(format!(
+                            "the device at {address} sent an AUTH message of type {arg0}, not a token to sign"
+                        )));
+                    }
+                    if offered {
+                        // adbd asks for another signature only after refusing one: the offered key
+                        // was not accepted either.
+                        return Err(untrusted(
+                            address,
+                            Some(key),
+                            "it asked for a signature again",
+                        ));
+                    }
+                    if !signed {
+                        let signature = key.sign(&data).map_err(|err| {
+                            WireError::Refused(format!("the device at {address}: {err}"))
+                        })?;
+                        send(
+                            &mut stream,
+                            A_AUTH,
+                            AUTH_SIGNATURE,
+                            0,
+                            &signature,
+                            deadline,
+                            false,
+                        )?;
+                        signed = true;
+                    } else {
+                        // The signature was refused: offer the public key, once, as adb does; a
+                        // device that accepts new keys (a person tapping "Allow") comes online.
+                        let mut payload = key.public_line().as_bytes().to_vec();
+                        payload.push(0);
+                        send(
+                            &mut stream,
+                            A_AUTH,
+                            AUTH_RSAPUBLICKEY,
+                            0,
+                            &payload,
+                            deadline,
+                            false,
+                        )?;
+                        offered = true;
+                        tracing::warn!(
+                            device = %address,
+                            "the device refused boxd's signature; offered boxd's public key and waiting for the device to accept it"
+                        );
+                    }
+                }
+                A_STLS => {
+                    return Err(WireError::Refused(format!(
+                        "the device at {address} asks for TLS (wireless debugging pairing): reach it through a paired adb server (ADB_SERVER_SOCKET)"
+                    )));
+                }
+                other => {
+                    return Err(WireError::Refused(format!(
+                        "{address} is not an adb device (answered 0x{other:08x} to CNXN)"
+                    )));
+                }
             }
-            A_STLS => {
-                return Err(WireError::Refused(format!(
-                    "the device at {address} asks for TLS (wireless debugging pairing): reach it through a paired adb server (ADB_SERVER_SOCKET)"
-                )));
-            }
-            other => {
-                return Err(WireError::Refused(format!(
-                    "{address} is not an adb device (answered 0x{other:08x} to CNXN)"
-                )));
-            }
-        }
+        };
         let banner = String::from_utf8_lossy(&data)
             .trim_end_matches('\0')
             .to_owned();
@@ -305,6 +381,14 @@ impl Direct {
             }
         }
     }
+}
+
+/// The device refused boxd's key: what it said, and how to make it trust the key.
+fn untrusted(address: &str, key: Option<&AdbKey>, how: &str) -> WireError {
+    let line = key.map(AdbKey::public_line).unwrap_or_default();
+    WireError::Refused(format!(
+        "the device at {address} does not trust boxd's ADB key (BOXD_ADB_KEY): it refused the signature and did not accept the public key ({how}); install the key on the device by adding this line to its /data/misc/adb/adb_keys: {line}"
+    ))
 }
 
 fn send(
@@ -584,10 +668,10 @@ mod tests {
             drop(silent);
         });
         let started = Instant::now();
-        let silent = Direct::connect(&address, Deadline::after(Duration::from_millis(200)));
+        let silent = Direct::connect(&address, None, Deadline::after(Duration::from_millis(200)));
         assert!(matches!(silent, Err(WireError::Timeout(_))));
         assert!(started.elapsed() < Duration::from_secs(2));
-        let closing = Direct::connect(&address, Deadline::after(Duration::from_secs(5)));
+        let closing = Direct::connect(&address, None, Deadline::after(Duration::from_secs(5)));
         assert!(
             matches!(closing, Err(WireError::Io { opened: false, .. })),
             "{:?}",

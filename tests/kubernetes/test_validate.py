@@ -46,6 +46,17 @@ def set_path(obj: dict, path: str, value: Any) -> None:
     obj[last] = value
 
 
+def env_named(container: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(item for item in container["env"] if item["name"] == name)
+
+
+def mount_key_secret(spec: dict[str, Any]) -> None:
+    """The device key's Secret mounted into boxd's container as files (which tenant code could read)."""
+    secret = env_named(spec["containers"][0], "BOXD_ADB_KEY")["valueFrom"]["secretKeyRef"]["name"]
+    spec["volumes"].append({"name": "adb-key-files", "secret": {"secretName": secret}})
+    spec["containers"][0]["volumeMounts"].append({"name": "adb-key-files", "mountPath": "/var/run/adb"})
+
+
 CASES = [
     # (file, kind, change, expected words in a failure)
     ("agent-sandbox/base.yaml", "SandboxTemplate", lambda t: set_path(t, "spec.podTemplat", {}), "Additional properties"),
@@ -78,6 +89,12 @@ CASES = [
     ("plain/base.yaml", "Service", lambda s: set_path(s["spec"], "selector", {"app": "other"}), "selects no Pod"),
     ("plain/base.yaml", "Service", lambda s: set_path(s["spec"]["ports"][0], "targetPort", "api"), "targetPort 'api'"),
     ("plain/base.yaml", "NetworkPolicy", lambda n: set_path(n["spec"], "policyTypes", ["Ingress"]), "default deny both ways"),
+    ("agent-sandbox/mobile.yaml", "SandboxTemplate", lambda t: set_path(boxd(t), "env", [e for e in boxd(t)["env"] if e["name"] != "BOXD_ADB_KEY"]), "without BOXD_ADB_KEY"),
+    ("agent-sandbox/mobile.yaml", "SandboxTemplate", lambda t: set_path(env_named(boxd(t), "BOXD_ADB_KEY"), "valueFrom", None), "from a Secret (valueFrom.secretKeyRef)"),
+    ("agent-sandbox/mobile.yaml", "SandboxTemplate", lambda t: mount_key_secret(t["spec"]["podTemplate"]["spec"]), "could read the device key"),
+    ("agent-sandbox/mobile.yaml", "SandboxTemplate", lambda t: t["spec"]["podTemplate"]["spec"]["containers"][1]["args"].remove("ro.adb.secure=1"), "ro.adb.secure=1"),
+    ("mobile-redroid-pod.yaml", "Pod", lambda p: p["spec"]["containers"][1]["args"].remove("ro.adb.secure=1"), "ro.adb.secure=1"),
+    ("mobile-redroid-pod.yaml", "Pod", lambda p: set_path(env_named(boxd(p), "BOXD_ADB_KEY"), "valueFrom", None) or set_path(env_named(boxd(p), "BOXD_ADB_KEY"), "value", "-----BEGIN PRIVATE KEY-----"), "not a literal"),
     ("plain/base.yaml", "NetworkPolicy", lambda n: set_path(n["spec"]["egress"][0], "to", [{"namespaceSelector": {}}]), "reaches inside the cluster"),
 ]
 

@@ -18,6 +18,10 @@
      mounts name things that exist;
    - references resolve: a warm pool's template, a claim's warm pool, a Service's and a NetworkPolicy's
      selector select a Pod of the same file;
+   - a device boxd reaches over TCP (BOXD_ADB_CONNECT) requires ADB authorization: boxd gets its key
+     (BOXD_ADB_KEY) from a Secret as an env (secretKeyRef), never a literal nor the Secret mounted into
+     boxd's container (tenant code reads every file there), and a redroid container in the pod runs
+     with ro.adb.secure=1 (tenant code shares the pod's network and reaches adbd's port);
    - for deploy/kubernetes/agent-sandbox/ and plain/ (ours; files others add get 1 and 2 and the checks
      above): every image type has a template and a warm pool, templates run boxd in pool mode
      (BOXD_POOL_SECRET_FILE, no SECRET_TOKEN) and refuse claim env (a cold start); boxd's container has
@@ -310,6 +314,7 @@ def check_pod(manifest: Manifest, port: int) -> Iterator[str]:
         if not is_boxd(container):
             continue
         boxd_containers += 1
+        yield from check_device_key(container, spec)
         if port not in {p.get("containerPort") for p in container.get("ports") or []}:
             yield f"container {name}: does not declare the image's public port {port} (which boxd init binds)"
         if manifest.own:
@@ -318,6 +323,43 @@ def check_pod(manifest: Manifest, port: int) -> Iterator[str]:
         yield f"expected one boxd container (image docker.io/agentscope/runtime-sandbox-<type>), found {boxd_containers}"
     elif manifest.own and spec.get("automountServiceAccountToken") is not False:
         yield "automountServiceAccountToken must be false: nothing in a sandbox talks to the Kubernetes API"
+
+
+def check_device_key(container: dict, spec: dict) -> Iterator[str]:
+    """The device boxd drives answers boxd's key alone: tenant code runs in boxd's container and shares
+    the pod's network, so adbd's port is within its reach; only the key keeps it out."""
+    name = container.get("name")
+    env = {item.get("name"): item for item in container.get("env") or []}
+    if "BOXD_ADB_CONNECT" in env and "BOXD_ADB_KEY" not in env:
+        yield (
+            f"container {name}: BOXD_ADB_CONNECT without BOXD_ADB_KEY: the device must require ADB "
+            f"authorization and trust boxd's key alone (tenant code can reach its port)"
+        )
+    key = env.get("BOXD_ADB_KEY")
+    if key is None:
+        return
+    secret = ((key.get("valueFrom") or {}).get("secretKeyRef") or {}).get("name")
+    if not secret:
+        yield f"container {name}: BOXD_ADB_KEY must come from a Secret (valueFrom.secretKeyRef), not a literal"
+    secret_volumes = {
+        volume.get("name")
+        for volume in spec.get("volumes") or []
+        if secret and (volume.get("secret") or {}).get("secretName") == secret
+    }
+    for mount in container.get("volumeMounts") or []:
+        if mount.get("name") in secret_volumes:
+            yield (
+                f"container {name}: mounts the Secret {secret!r} that holds BOXD_ADB_KEY: tenant code "
+                f"could read the device key from {mount.get('mountPath')}"
+            )
+    for other in spec.get("containers") or []:
+        if "redroid" in str(other.get("image", "")) and "ro.adb.secure=1" not in [
+            str(arg) for arg in (other.get("args") or []) + (other.get("command") or [])
+        ]:
+            yield (
+                f"container {other.get('name')}: redroid must run with ro.adb.secure=1 (its default is "
+                f"no ADB authorization), or BOXD_ADB_KEY keeps nobody out"
+            )
 
 
 def check_own_boxd_container(manifest: Manifest, container: dict) -> Iterator[str]:

@@ -27,12 +27,15 @@ class Boxd:
         )
         found = threading.Event()
         self.port = None
+        # Everything boxd logged, for tests that read what it says at start (a test's boxd is short-lived).
+        self.log_lines = []
 
         copy = os.environ.get("BOXD_TEST_STDERR")
 
         def drain():
             sink = open(copy, "a") if copy else None
             for line in self.proc.stderr:
+                self.log_lines.append(line)
                 if sink:
                     sink.write(line)
                     sink.flush()
