@@ -2,9 +2,8 @@
 //! or child exists, so no spawn site can forget to filter them, and their bytes in the environment block
 //! the kernel shows as `/proc/<boxd>/environ` are overwritten, so a child cannot read them there either.
 //!
-//! What remains: a child running as the same user with ptrace rights (root in the base image) could
-//! still read boxd's memory through `/proc/<boxd>/mem`; only running children as another user closes
-//! that (README, "Secrets").
+//! boxd is non-dumpable besides (`init::make_undumpable`), so `/proc/<boxd>/mem` and `fd` stay closed to
+//! a child without `CAP_SYS_PTRACE`, root included (README, "Trust model").
 
 use std::ffi::CString;
 use std::sync::OnceLock;
