@@ -4,13 +4,13 @@
 //! says whether the device is reachable.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
 use super::key::AdbKey;
 use super::wire::{Deadline, Direct, Output, Server, WireError};
 use crate::core::health::Health;
 use crate::core::owner::{Loss, Owner, OwnerError};
+use crate::core::ticket::{Ticket, WithdrawOnDrop};
 
 /// Commands waiting for the device beyond this are refused as busy (429), not queued without end.
 pub const MAX_QUEUED_COMMANDS: usize = 64;
@@ -119,7 +119,7 @@ impl Device {
         &self,
         work: impl FnOnce(&mut Connector) -> Result<T, DeviceError> + Send + 'static,
     ) -> Result<T, DeviceError> {
-        let ticket = Arc::new(Ticket(AtomicU8::new(QUEUED)));
+        let ticket = Ticket::new();
         let claim = Arc::clone(&ticket);
         let job = move |connector: &mut Connector| {
             if !claim.start() {
@@ -127,7 +127,7 @@ impl Device {
             }
             work(connector)
         };
-        let guard = WithdrawOnDrop(Arc::clone(&ticket));
+        let guard = WithdrawOnDrop::new(&ticket, "an adb command");
         let answer = self.owner.run(job, None);
         tokio::pin!(answer);
         let answered = tokio::select! {
@@ -155,40 +155,6 @@ impl Device {
     /// Resolves when a command found the device gone.
     pub async fn lost(&self) {
         self.owner.lost().await;
-    }
-}
-
-/// A queued command's state, shared by its caller and the device's thread: exactly one of them moves it
-/// out of `QUEUED`, so a command either runs or is withdrawn, never both.
-struct Ticket(AtomicU8);
-
-const QUEUED: u8 = 0;
-const RUNNING: u8 = 1;
-const WITHDRAWN: u8 = 2;
-
-impl Ticket {
-    fn start(&self) -> bool {
-        self.0
-            .compare_exchange(QUEUED, RUNNING, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
-    }
-
-    fn withdraw(&self) -> bool {
-        self.0
-            .compare_exchange(QUEUED, WITHDRAWN, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
-    }
-}
-
-/// Withdraws the command when its caller's future is dropped (the HTTP client went away) before its
-/// turn came.
-struct WithdrawOnDrop(Arc<Ticket>);
-
-impl Drop for WithdrawOnDrop {
-    fn drop(&mut self) {
-        if self.0.withdraw() {
-            tracing::debug!("an adb command was withdrawn: its caller went away before its turn");
-        }
     }
 }
 
@@ -370,17 +336,7 @@ fn choose(
 
 #[cfg(test)]
 mod tests {
-    use super::{AtomicU8, QUEUED, Ticket, choose};
-
-    #[test]
-    fn a_command_either_runs_or_is_withdrawn_never_both() {
-        let ticket = Ticket(AtomicU8::new(QUEUED));
-        assert!(ticket.withdraw());
-        assert!(!ticket.start(), "a withdrawn command does not run");
-        let ticket = Ticket(AtomicU8::new(QUEUED));
-        assert!(ticket.start());
-        assert!(!ticket.withdraw(), "a running command is not withdrawn");
-    }
+    use super::choose;
 
     fn devices(list: &[(&str, &str)]) -> Vec<(String, String)> {
         list.iter()

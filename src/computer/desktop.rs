@@ -11,7 +11,7 @@
 //! - a call waits for its turn at most [`TURN_WAIT`]; a call whose caller went away (or whose wait ran
 //!   out) is withdrawn and its action never runs.
 
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -20,6 +20,7 @@ use tokio::sync::Notify;
 use super::x11::{Session, XError};
 use crate::core::health::Health;
 use crate::core::owner::{Owner, OwnerError};
+use crate::core::ticket::{Ticket, WithdrawOnDrop};
 
 /// Actions waiting for the desktop beyond this are refused as busy (429), not queued without end.
 pub const MAX_QUEUED_ACTIONS: usize = 64;
@@ -73,40 +74,6 @@ pub enum DesktopError {
     Withdrawn,
 }
 
-/// A queued action's state, shared by its caller and the desktop's thread: exactly one of them moves
-/// it out of `QUEUED`, so an action either runs or is withdrawn, never both.
-struct Ticket(AtomicU8);
-
-const QUEUED: u8 = 0;
-const RUNNING: u8 = 1;
-const WITHDRAWN: u8 = 2;
-
-impl Ticket {
-    fn start(&self) -> bool {
-        self.0
-            .compare_exchange(QUEUED, RUNNING, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
-    }
-
-    fn withdraw(&self) -> bool {
-        self.0
-            .compare_exchange(QUEUED, WITHDRAWN, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
-    }
-}
-
-/// Withdraws the action when its caller's future is dropped (the HTTP client went away) before its
-/// turn came.
-struct WithdrawOnDrop(Arc<Ticket>);
-
-impl Drop for WithdrawOnDrop {
-    fn drop(&mut self) {
-        if self.0.withdraw() {
-            tracing::debug!("a desktop action was withdrawn: its caller went away before its turn");
-        }
-    }
-}
-
 impl Desktop {
     pub fn start(display: String) -> Result<Desktop, String> {
         let shared = Arc::new(Shared {
@@ -149,7 +116,7 @@ impl Desktop {
         work: impl FnOnce(&mut Session) -> Result<T, XError> + Send + 'static,
         probe: bool,
     ) -> Result<T, DesktopError> {
-        let ticket = Arc::new(Ticket(AtomicU8::new(QUEUED)));
+        let ticket = Ticket::new();
         let claim = Arc::clone(&ticket);
         let job = move |connector: &mut Connector| {
             if !claim.start() {
@@ -157,7 +124,7 @@ impl Desktop {
             }
             connector.with_session(work, probe)
         };
-        let guard = WithdrawOnDrop(Arc::clone(&ticket));
+        let guard = WithdrawOnDrop::new(&ticket, "a desktop action");
         let answer = self.owner.run(job, None);
         tokio::pin!(answer);
         tokio::select! {
@@ -287,20 +254,5 @@ impl Connector {
             }
         };
         work(session)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn an_action_either_runs_or_is_withdrawn_never_both() {
-        let ticket = Ticket(AtomicU8::new(QUEUED));
-        assert!(ticket.withdraw());
-        assert!(!ticket.start(), "a withdrawn action does not run");
-        let ticket = Ticket(AtomicU8::new(QUEUED));
-        assert!(ticket.start());
-        assert!(!ticket.withdraw(), "a running action is not withdrawn");
     }
 }

@@ -12,4 +12,5 @@ pub mod health;
 pub mod memory;
 pub mod owner;
 pub mod staging;
+pub mod ticket;
 pub mod utf8;
