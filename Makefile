@@ -135,7 +135,9 @@ image-base-node: containers image-base
 
 # All of them, then the layers no tag uses any more (each rebuild leaves the previous ones dangling).
 images: containers image-base image-gui image-browser image-filesystem image-mobile image-bfcl image-appworld
-	$(ENGINE) image prune -f >/dev/null
+	@# Podman's prune can trip over a layer another build still references ("image not known"): it only
+	@# leaves dangling layers, so it is reported, not fatal; every image above is built and tagged.
+	$(ENGINE) image prune -f >/dev/null || echo "images: podman image prune failed; the dangling layers stay"
 	$(ENGINE) images --filter reference='boxd-*'
 
 # Runs every image as the manager does (port 80 on 127.0.0.1, SECRET_TOKEN, NGINX_TIMEOUT, the workspace
