@@ -220,3 +220,17 @@ async fn without_a_desktop_there_is_no_stream() {
         .expect("answered");
     assert_eq!(response.status(), 404);
 }
+
+/// The mobile image's device view is at upstream's `/websockify/` too (`MobileSandbox.mobile_url`).
+#[tokio::test]
+async fn the_device_view_is_also_at_websockify_slash() {
+    let server = Server::start_with(&["--tools", "shell,adb", "--adb-connect", "127.0.0.1:9"]);
+    let page = server
+        .anonymous()
+        .get(server.url(&format!("/websockify/?password={TOKEN}")))
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(page.status(), 200);
+    assert!(page.text().await.unwrap_or_default().contains("<html"));
+}

@@ -1,5 +1,5 @@
 //! A person's live view of the device (what `MobileSandbox.mobile_url`, `/websockify/?password=TOKEN`,
-//! opens; the image's nginx proxies `/websockify/` to `GET /adb/view`): a page, the frames it shows and
+//! opens, and `GET /adb/view`): a page, the frames it shows and
 //! the taps and keys it sends. The page holds no data and is served like a static file; every frame and
 //! every input goes through the routes behind the bearer check, with the token the page read from its
 //! own address.
@@ -53,9 +53,12 @@ impl Views {
     }
 }
 
-/// The page, served without the token.
+/// The page, served without the token; also at `/websockify/`, where upstream's mobile image serves its
+/// viewer (`MobileSandbox.mobile_url`).
 pub fn page_routes() -> Router {
-    Router::new().route("/adb/view", get(page))
+    Router::new()
+        .route("/adb/view", get(page))
+        .route("/websockify/", get(page))
 }
 
 /// The frames and the input, behind the bearer check (and the family's health) like every family route.

@@ -10,7 +10,6 @@
 //! - the desktop stream at `/websockify`, relayed to the VNC server on loopback only for a client that
 //!   shows the pass, the token as a bearer header, or the token in its query (the SDK's remote manager
 //!   relays the page's query): anyone else gets 403 before a single RFB byte;
-//! - `/websockify/`, the mobile image's device view, is boxd's `/adb/view`.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -56,9 +55,6 @@ const MAX_PASSES: usize = 64;
 const PASS_COOKIE: &str = "boxd_desktop";
 /// The VNC server must answer the relayed handshake within this.
 const STREAM_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// The device view's path in upstream's mobile image, and the boxd route that serves it.
-const DEVICE_VIEW_ALIAS: &str = "/websockify/";
-const DEVICE_VIEW: &str = "/adb/view";
 
 /// The front's settings, checked.
 #[derive(Clone)]
@@ -124,32 +120,13 @@ impl Front {
         routes
     }
 
-    /// `router` with the answer deadline and the device view's alias around it.
+    /// `router` with the answer deadline, when there is one.
     pub fn wrap(&self, router: Router) -> Router {
-        let router = match self.response_timeout {
+        match self.response_timeout {
             Some(limit) => router.layer(middleware::from_fn_with_state(limit, answer_within)),
             None => router,
-        };
-        let aliased = router.clone();
-        Router::new()
-            .route_service(
-                DEVICE_VIEW_ALIAS,
-                tower::util::MapRequest::new(aliased, to_device_view),
-            )
-            .fallback_service(router)
+        }
     }
-}
-
-/// `/websockify/?password=...` (the SDK's `mobile_url`) is `/adb/view` with the same query.
-fn to_device_view(mut request: Request) -> Request {
-    let rewritten = match request.uri().query() {
-        Some(query) => format!("{DEVICE_VIEW}?{query}"),
-        None => DEVICE_VIEW.to_string(),
-    };
-    if let Ok(uri) = rewritten.parse::<Uri>() {
-        *request.uri_mut() = uri;
-    }
-    request
 }
 
 async fn answer_within(State(limit): State<Duration>, request: Request, next: Next) -> Response {
