@@ -19,7 +19,7 @@ SDK_IMAGE_PREFIX ?= docker.io/agentscope/runtime-sandbox-
 STATIC_DEP := $(if $(filter 1,$(SKIP_STATIC)),,static)
 
 .PHONY: run build kernel-venv test setup lint format unit python-tests smoke-release fuzz fuzz-quick static \
-	debug-tests release-build-niced \
+	test-build setup-build \
 	bench image-base \
 	image-test clean load faults kube-manifests images image-gui image-browser image-filesystem \
 	image-mobile image-base-node containers image-bfcl image-appworld
@@ -34,22 +34,31 @@ build:
 kernel-venv:
 	@./scripts/kernel-venv.sh >/dev/null
 
-# The debug tests and the release build run side by side: the release build is niced, so it takes the
-# cores the tests leave idle (they wait on kernels, browsers, sockets) and slows the debug build little;
-# then the release binary's smoke run and the fuzz run. Cargo locks target/debug and target/release
-# separately, so the two builds do not wait on each other.
-test: setup format
-	@$(MAKE) --no-print-directory -j2 debug-tests release-build-niced
-	@$(MAKE) --no-print-directory -j1 smoke-release fuzz-quick
+# One build serves every test: the release profile, the one `make run` runs and, with fat LTO and static
+# linking added, the images ship (overflow checks on, panics unwind). Built once with clippy as the
+# compiler of this crate's own targets (RUSTC_WORKSPACE_WRAPPER and the deny-warnings argument, as `cargo
+# clippy` itself passes them): the lint of `make lint` without a second build of every dependency in check
+# mode. Crates already built are not linted again: on a clean checkout (CI) everything is; locally, `make
+# lint` checks all. Every step below uses this same command line, so none rebuilds what another built.
+CARGO_TEST = driver=$$(rustup which clippy-driver) && \
+	RUSTC_WORKSPACE_WRAPPER="$$driver" CLIPPY_ARGS=-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__ \
+	cargo test --release
+TESTED_BIN := $(CURDIR)/target/release/boxd
 
-debug-tests:
-	@$(MAKE) --no-print-directory -j1 unit python-tests kube-manifests
+# The build starts once its own prerequisites are there; the rest of the set-up (Chromium, Xvfb, the
+# venv, npm: downloads, mostly) and then the Kubernetes manifests' check run beside it. The tests follow.
+test: setup-build format
+	@$(MAKE) --no-print-directory -j2 test-build kube-manifests
+	@$(MAKE) --no-print-directory -j1 unit python-tests fuzz-quick
 
-release-build-niced:
-	nice -n 19 cargo build --release --quiet
+test-build:
+	$(CARGO_TEST) --no-run -q
 
 setup:
 	./scripts/setup.sh
+
+setup-build:
+	./scripts/setup.sh build
 
 lint: format
 	cargo clippy --all-targets -- -D warnings
@@ -57,28 +66,22 @@ lint: format
 format:
 	cargo fmt --all -- --check
 
-# The tests, built with clippy as the compiler of this crate's own targets (RUSTC_WORKSPACE_WRAPPER and
-# the deny-warnings argument, as `cargo clippy` itself passes them): the lint of `make lint` without a
-# second build of every dependency in check mode. Crates already built are not linted again: on a clean
-# checkout (CI) everything is; locally, `make lint` checks all.
+# The unit tests beside the code and the integration tests in tests/, which start the binary under test.
 unit:
-	driver=$$(rustup which clippy-driver) && \
-	RUSTC_WORKSPACE_WRAPPER="$$driver" CLIPPY_ARGS=-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__ \
-	cargo test
+	$(CARGO_TEST)
 
-# The real agentscope-runtime client against the debug binary `cargo test` builds. `--no-run` (not
-# `cargo build`) keeps the test build's feature set, so CI does not compile every dependency twice.
-python-tests:
-	cargo test --no-run -q
-	.venv/bin/python -m pytest -q -rs -p no:cacheprovider -W ignore::DeprecationWarning tests/python
+# The real agentscope-runtime client against the same binary. `--no-run` (not `cargo build`) keeps the
+# test build's feature set, so no dependency is compiled twice.
+python-tests: test-build
+	BOXD_BIN=$(TESTED_BIN) .venv/bin/python -m pytest -q -rs -p no:cacheprovider -W ignore::DeprecationWarning tests/python
 
 # deploy/kubernetes/ checked offline: vendored agent-sandbox CRDs + kubernetes-validate's Kubernetes 1.37 schemas.
 kube-manifests: setup
 	.venv/bin/python -m pytest -q -p no:cacheprovider tests/kubernetes
 
-# A smoke subset against the release binary: its profile differs from the debug one the tests above use.
-smoke-release: build
-	BOXD_BIN=$(CURDIR)/target/release/boxd cargo test -q --test smoke
+# A few fast checks of the release binary (`cargo test` runs them too; here alone, e.g. after `make build`).
+smoke-release: test-build
+	BOXD_BIN=$(TESTED_BIN) $(CARGO_TEST) -q --test smoke
 
 # The fault suite (tests/faults): kills, a full disk, floods, 200 000 files. Not part of `make test`: it runs
 # as root (it mounts small tmpfs workspaces) and waits out server-side timeouts, for some minutes.
@@ -90,9 +93,10 @@ faults: setup
 fuzz: build
 	./scripts/fuzz.sh
 
-# `make test`'s share of it: the same run with 100 examples per operation and phase (~2 min, not ~5).
-fuzz-quick: build
-	FUZZ_EXAMPLES=100 ./scripts/fuzz.sh
+# `make test`'s share of it: the same run with 100 examples per operation and phase (~2 min, not ~5), on
+# the binary the other tests ran.
+fuzz-quick: test-build
+	BOXD_BIN=$(TESTED_BIN) FUZZ_EXAMPLES=100 ./scripts/fuzz.sh
 
 # Fully static release binary (glibc static-pie), with fat LTO: what images ship.
 static:

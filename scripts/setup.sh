@@ -7,12 +7,30 @@ cd "$(dirname "$0")/.."
 
 missing=()
 need() { command -v "$1" >/dev/null 2>&1 || missing+=("$2"); }
+install_missing() {
+  ((${#missing[@]})) || return 0
+  local sudo=""
+  [[ $(id -u) -eq 0 ]] || sudo="sudo"
+  echo "setup: installing Debian packages: ${missing[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  missing=()
+}
+
+# `setup.sh build`: only what the Rust build needs (a C compiler for libgit2, clippy as the build's lint),
+# so `make test` can start compiling while the rest below installs.
 need git git
+need cc gcc
+need make make
+install_missing
+if ! cargo clippy --version >/dev/null 2>&1 || ! cargo fmt --version >/dev/null 2>&1; then
+  rustup component add clippy rustfmt
+fi
+[[ ${1:-} == build ]] && exit 0
+
 need pgrep procps
 need pkill procps
 need file file
-need cc gcc
-need make make
 need python3 python3
 need node nodejs
 need npm npm
@@ -29,17 +47,7 @@ need openssl openssl
 need chromium chromium
 need chromium-headless-shell chromium-headless-shell
 
-if ((${#missing[@]})); then
-  sudo=""
-  [[ $(id -u) -eq 0 ]] || sudo="sudo"
-  echo "setup: installing Debian packages: ${missing[*]}"
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
-fi
-
-if ! cargo clippy --version >/dev/null 2>&1 || ! cargo fmt --version >/dev/null 2>&1; then
-  rustup component add clippy rustfmt
-fi
+install_missing
 
 # The test venv: the client, pytest, MCP peers, and (by `-r`) the kernel's list the image and `make run` use.
 requirements=tests/python/requirements.txt

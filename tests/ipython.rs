@@ -62,6 +62,33 @@ async fn state_streams_shell_escapes_and_magics() {
     );
 }
 
+/// The helper starts without running IPython's package `__init__` (the terminal front end it imports is
+/// half the start-up); user code must still see the whole package, whichever way it asks for it.
+#[tokio::test]
+async fn the_whole_ipython_package_is_there_for_user_code() {
+    let server = start();
+    let code = "import IPython\n\
+        from IPython import get_ipython, embed\n\
+        from IPython.display import display, Markdown\n\
+        print(IPython.__version__ == IPython.core.release.version, callable(embed))\n\
+        print(get_ipython() is IPython.get_ipython(), type(get_ipython()).__name__)\n\
+        print(IPython.version_info[0] >= 8, IPython.InteractiveShell.initialized())";
+    let answer = cell(&server, code).await;
+    assert_eq!(answer["isError"], false, "{answer}");
+    assert_eq!(
+        item(&answer, "stdout"),
+        Some("True True\nTrue InteractiveShell\nTrue True\n"),
+        "{answer}"
+    );
+    // `from IPython import X` of a missing name fails as it does with the package fully loaded.
+    let missing = cell(&server, "from IPython import no_such_name").await;
+    assert_eq!(missing["isError"], true, "{missing}");
+    assert!(
+        item(&missing, "stderr").unwrap().contains("ImportError"),
+        "{missing}"
+    );
+}
+
 #[tokio::test]
 async fn matplotlib_figure_comes_back_as_a_png_item() {
     let server = start();
@@ -85,6 +112,18 @@ async fn matplotlib_figure_comes_back_as_a_png_item() {
             .unwrap()
             .starts_with("iVBORw0KGgo")
     );
+
+    // A notebook's usual first line works too (it raised NotImplementedError), and a GUI loop is an error.
+    let inline = cell(&server, "%matplotlib inline\nplt.plot([2, 1])\nplt.show()").await;
+    assert_eq!(inline["isError"], false, "{inline}");
+    let images = inline["content"].as_array().unwrap().iter();
+    assert_eq!(
+        images.filter(|item| item["type"] == "image").count(),
+        1,
+        "{inline}"
+    );
+    let gui = cell(&server, "%matplotlib qt").await;
+    assert_eq!(gui["isError"], true, "{gui}");
 }
 
 #[tokio::test]

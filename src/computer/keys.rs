@@ -1,10 +1,12 @@
 //! Key names as agents write them (xdotool style: `ctrl+shift+t`, `Return`, `enter`, `KP_Enter`, `F13`,
 //! `Print`, `apostrophe`, `super`), case-insensitively, to X keysyms. Every X keysym name is accepted
-//! (the `x11-keysymdef` table, indexed once in lower case), plus the short names agents and upstream's
-//! nut-js use (`ctrl`, `alt`, `esc`, `pageup`, `cmd`, ...).
+//! (X.Org's keysymdef.h as data in `keysymdef.rs`, indexed once in lower case), plus the short names
+//! agents and upstream's nut-js use (`ctrl`, `alt`, `esc`, `pageup`, `cmd`, ...).
 
 use std::collections::HashMap;
 use std::sync::OnceLock;
+
+use super::keysymdef;
 
 /// Keysyms the X standard names (Latin, other scripts, function keys).
 const NAMED_KEYSYM_RANGES: [std::ops::RangeInclusive<u32>; 1] = [0x0000..=0xffff];
@@ -83,22 +85,22 @@ fn lowercase_names() -> &'static HashMap<String, u32> {
     static NAMES: OnceLock<HashMap<String, u32>> = OnceLock::new();
     NAMES.get_or_init(|| {
         let mut names = HashMap::new();
-        for keysym in NAMED_KEYSYM_RANGES.into_iter().flatten() {
-            let Some(record) = x11_keysymdef::lookup_by_keysym(keysym) else {
-                continue;
-            };
-            for name in record.names {
-                let lower = name.to_lowercase();
-                let lower_case_name = *name == lower;
-                names
-                    .entry(lower)
-                    .and_modify(|existing| {
-                        if lower_case_name {
-                            *existing = keysym;
-                        }
-                    })
-                    .or_insert(keysym);
-            }
+        let named = keysymdef::BY_NAME.iter().filter(|(_, keysym)| {
+            NAMED_KEYSYM_RANGES
+                .iter()
+                .any(|range| range.contains(keysym))
+        });
+        for &(name, keysym) in named {
+            let lower = name.to_lowercase();
+            let lower_case_name = name == lower;
+            names
+                .entry(lower)
+                .and_modify(|existing| {
+                    if lower_case_name {
+                        *existing = keysym;
+                    }
+                })
+                .or_insert(keysym);
         }
         for (alias, keysym) in ALIASES {
             names.insert((*alias).to_owned(), *keysym);
@@ -115,8 +117,8 @@ pub fn keysym_of_name(name: &str) -> Option<u32> {
         // A single character names the key that types it (`a`, `1`, `!`, `é`).
         return Some(keysym_of_char(only));
     }
-    if let Some(record) = x11_keysymdef::lookup_by_name(name) {
-        return Some(record.keysym);
+    if let Some(keysym) = keysym_named_exactly(name) {
+        return Some(keysym);
     }
     if let Some(keysym) = lowercase_names().get(&lower) {
         return Some(*keysym);
@@ -145,8 +147,17 @@ pub fn keysym_of_name(name: &str) -> Option<u32> {
     };
     [each_capitalized, prefix_upper]
         .iter()
-        .find_map(|candidate| x11_keysymdef::lookup_by_name(candidate))
-        .map(|record| record.keysym)
+        .find_map(|candidate| keysym_named_exactly(candidate))
+}
+
+/// The keysym X names `name`, spelled exactly as keysymdef.h spells it.
+fn keysym_named_exactly(name: &str) -> Option<u32> {
+    let table = keysymdef::BY_NAME;
+    let index = table.binary_search_by(|(entry, _)| entry.as_bytes().cmp(name.as_bytes()));
+    index
+        .ok()
+        .and_then(|index| table.get(index))
+        .map(|&(_, keysym)| keysym)
 }
 
 /// The keysym that types `character`: its named keysym where X has one, else the Unicode keysym
@@ -157,9 +168,15 @@ pub fn keysym_of_char(character: char) -> u32 {
         '\t' => 0xff09,
         '\u{8}' => 0xff08,
         ' '..='~' | '\u{a0}'..='\u{ff}' => u32::from(character),
-        _ => x11_keysymdef::lookup_by_codepoint(character)
-            .map(|record| record.keysym)
-            .unwrap_or(0x0100_0000 + u32::from(character)),
+        _ => {
+            let codepoint = u32::from(character);
+            let table = keysymdef::BY_CODEPOINT;
+            table
+                .binary_search_by_key(&codepoint, |&(entry, _)| entry)
+                .ok()
+                .and_then(|index| table.get(index))
+                .map_or(0x0100_0000 + codepoint, |&(_, keysym)| keysym)
+        }
     }
 }
 
@@ -205,6 +222,21 @@ pub fn parse_chord(text: &str) -> Result<Vec<u32>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_keysym_tables_are_sorted_for_binary_search() {
+        let names = keysymdef::BY_NAME;
+        assert!(names.len() > 2000, "{}", names.len());
+        assert!(names.windows(2).all(|pair| pair[0].0 < pair[1].0));
+        let codepoints = keysymdef::BY_CODEPOINT;
+        assert!(codepoints.windows(2).all(|pair| pair[0].0 < pair[1].0));
+        assert_eq!(keysym_named_exactly("Greek_alpha"), Some(0x7e1));
+        assert_eq!(keysym_named_exactly("greek_alpha"), None);
+        assert_eq!(keysym_of_char('é'), 0xe9);
+        assert_eq!(keysym_of_char('Ω'), 0x7d9);
+        assert_eq!(keysym_of_char('€'), 0x20ac);
+        assert_eq!(keysym_of_char('中'), 0x0100_4e2d);
+    }
 
     #[test]
     fn agent_and_x_names_are_accepted_in_any_case() {

@@ -9,6 +9,7 @@ mod capture;
 mod desktop;
 mod family;
 mod keys;
+mod keysymdef;
 mod x11;
 
 pub use family::{ComputerArgs, family, limits};

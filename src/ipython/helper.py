@@ -9,6 +9,7 @@ import base64
 import codecs
 import collections
 import fcntl
+import gc
 import json
 import os
 import re
@@ -36,8 +37,50 @@ def send(message):
         proto_out.flush()
 
 
+
+
+def import_ipython_core():
+    """Imports IPython's shell without running the package's `__init__` at start.
+
+    `import IPython` imports the terminal front end (prompt_toolkit, the application machinery): about
+    half of the kernel's start-up, none of it needed to run cells. The package module is created from
+    its spec but left unexecuted; its `__init__` runs the first time anything asks the package for a
+    name it does not have yet (`IPython.display`, `from IPython import embed`, `IPython.__version__`),
+    so user code sees the whole package.
+    """
+    import importlib.util
+
+    spec = importlib.util.find_spec("IPython")
+    if spec is None or spec.loader is None:
+        raise ImportError("no module named IPython")
+    package = importlib.util.module_from_spec(spec)
+    state = {"loaded": False}
+
+    def load_whole_package(name):
+        if state["loaded"]:
+            raise AttributeError(f"module 'IPython' has no attribute {name!r}")
+        state["loaded"] = True
+        del package.__getattr__
+        spec.loader.exec_module(package)
+        return getattr(package, name)
+
+    package.__getattr__ = load_whole_package
+    sys.modules["IPython"] = package
+    try:
+        from IPython.core.getipython import get_ipython
+        # The core's own modules import this one name from the package while they load.
+        package.get_ipython = get_ipython
+        from IPython.core import release
+        return release.version
+    except BaseException:
+        sys.modules.pop("IPython", None)
+        raise
+
+
+# Start-up allocates many objects and frees few: collections during it would only cost time.
+gc.disable()
 try:
-    import IPython
+    ipython_version = import_ipython_core()
     from IPython.core.displayhook import DisplayHook
     from IPython.core.displaypub import DisplayPublisher
     from IPython.core.interactiveshell import InteractiveShell
@@ -115,6 +158,19 @@ settings = Config()
 settings.HistoryManager.enabled = False
 shell = InteractiveShell.instance(config=settings, display_pub_class=Publisher, displayhook_class=Hook,
                                   colors="NoColor")
+
+
+def enable_gui(gui=None):
+    # `%matplotlib` and `%matplotlib inline` end here: figures come back as image items, and there is no
+    # GUI event loop to integrate (the base class only raises NotImplementedError). Set on the instance,
+    # not in a subclass: libraries tell front ends apart by the shell's class name.
+    if gui not in (None, "inline"):
+        from IPython.core.error import UsageError
+
+        raise UsageError(f"no {gui} event loop in this kernel: figures come back inline, as images")
+
+
+shell.enable_gui = enable_gui
 
 
 def show_traceback_on_stderr(etype, evalue, stb):
@@ -348,7 +404,10 @@ def run(code, request_id, stream):
     return {"stdout": stdout, "stderr": ANSI.sub("", err.text()), "images": list(images)}
 
 
-send({"ready": True, "python": sys.version.split()[0], "ipython": IPython.__version__})
+# What start-up allocated lives as long as the kernel: kept out of every later collection.
+gc.freeze()
+gc.enable()
+send({"ready": True, "python": sys.version.split()[0], "ipython": ipython_version})
 for line in proto_in:
     request = json.loads(line)
     answer = run(request["code"], request["id"], request.get("stream", False))
