@@ -130,6 +130,14 @@ fn main() -> std::process::ExitCode {
         let command = init::InitCommand::parse_from(std::env::args_os().skip(1));
         return init::main(command.args);
     }
+    // The guard `boxd serve` starts to stop what its children leave if it is killed: not a command for
+    // users, so not in the help.
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|command| command == core::child::REAPER_COMMAND)
+    {
+        return core::child::reaper_main(std::env::args_os().skip(2));
+    }
     let cli = Cli::parse();
     if let Command::Limits(args) = &cli.command {
         print!("{}", limits::markdown(args));
@@ -254,9 +262,12 @@ async fn serve(mut args: ServeArgs, instance: String) -> Result<(), String> {
     };
     let address: SocketAddr = listener.local_addr().map_err(|err| err.to_string())?;
     // Only once the port is ours: another live boxd of the same instance cannot exist then.
-    let leftovers = tokio::task::spawn_blocking(move || core::child::stop_leftovers(&instance))
+    let previous = instance.clone();
+    let leftovers = tokio::task::spawn_blocking(move || core::child::stop_leftovers(&previous))
         .await
         .unwrap_or(0);
+    // Before any child exists: whatever kills boxd from now on, what its children leave is stopped.
+    core::child::spawn_reaper(instance);
     if leftovers > 0 {
         tracing::warn!(
             leftovers,

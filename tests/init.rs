@@ -148,11 +148,19 @@ fn cmdline(pid: i32) -> String {
         .unwrap_or_default()
 }
 
+/// The children of every thread of `parent` (boxd starts children from its runtime's threads).
 fn children_of(parent: i32) -> Vec<i32> {
-    std::fs::read_to_string(format!("/proc/{parent}/task/{parent}/children"))
-        .unwrap_or_default()
-        .split_whitespace()
-        .filter_map(|pid| pid.parse().ok())
+    std::fs::read_dir(format!("/proc/{parent}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .flat_map(|task| {
+            std::fs::read_to_string(task.path().join("children"))
+                .unwrap_or_default()
+                .split_whitespace()
+                .filter_map(|pid| pid.parse().ok())
+                .collect::<Vec<i32>>()
+        })
         .collect()
 }
 
@@ -246,6 +254,18 @@ async fn the_secrets_reach_no_other_process_and_boxd_memory_is_closed() {
         "a service saw the device key"
     );
     assert!(!service_env.contains("SECRET_TOKEN"), "{service_env}");
+}
+
+/// The public port's listener that init hands to boxd stays boxd's: a child holding it could accept
+/// connections meant for boxd (and read their bearer tokens).
+#[tokio::test]
+async fn children_do_not_inherit_the_public_listener() {
+    let init = Init::start(&[], &[("SECRET_TOKEN", TOKEN)]);
+    init.wait_serving().await;
+    let sockets = init
+        .shell(TOKEN, "ls -l /proc/$$/fd/ | grep -c socket")
+        .await;
+    assert_eq!(sockets.trim(), "0", "a command holds a socket");
 }
 
 #[tokio::test]
@@ -355,6 +375,70 @@ async fn exits_are_restarted_with_a_growing_delay_and_sigterm_stops_everything()
     for pid in read_pids(&init.path("sleep.pids")) {
         assert!(!alive(pid), "{pid} (a service or its child) was stopped");
     }
+}
+
+/// boxd SIGKILLed, with its own guard (`boxd reaper`) killed first: init itself stops what boxd's children
+/// left (reparented to it) before boxd starts again, whether it carries boxd's marker, left its
+/// group or dropped its whole environment, and leaves a service's orphans alone.
+#[tokio::test]
+async fn what_a_killed_boxd_left_is_stopped_before_boxd_starts_again() {
+    let init = Init::start(
+        &[(
+            "10-orphaning",
+            "sh -c 'sleep 300 & echo $! > \"$SERVICE_DIR/service-orphan.pid\"'; exec sleep 300",
+        )],
+        &[("SECRET_TOKEN", TOKEN)],
+    );
+    init.wait_serving().await;
+    let output = init
+        .shell(
+            TOKEN,
+            "sleep 1000 >/dev/null 2>&1 & echo $!; \
+             setsid sleep 1000 >/dev/null 2>&1 & echo $!; \
+             env -i sleep 1000 >/dev/null 2>&1 & echo $!",
+        )
+        .await;
+    let left: Vec<i32> = output
+        .lines()
+        .filter_map(|line| line.trim().parse().ok())
+        .collect();
+    assert_eq!(left.len(), 3, "three background sleeps: {output}");
+    let service_orphan = read_pids(&init.path("service-orphan.pid"))
+        .first()
+        .copied()
+        .expect("the service left a child");
+    assert!(left.iter().all(|pid| alive(*pid)) && alive(service_orphan));
+
+    let serve = init.serve_pid().expect("boxd serve runs");
+    let guard = children_of(serve)
+        .into_iter()
+        .find(|pid| cmdline(*pid).contains("reaper"))
+        .expect("boxd runs its guard");
+    // SAFETY: kill(2) on processes of this test.
+    unsafe {
+        libc::kill(guard, libc::SIGKILL);
+        libc::kill(serve, libc::SIGKILL);
+    }
+    let killed = Instant::now();
+    let deadline = killed + Duration::from_secs(5);
+    while left.iter().any(|pid| alive(*pid)) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let took = killed.elapsed();
+    let survivors: Vec<i32> = left.iter().copied().filter(|pid| alive(*pid)).collect();
+    for pid in &survivors {
+        // SAFETY: kill(2) on a sleep this test started.
+        unsafe { libc::kill(*pid, libc::SIGKILL) };
+    }
+    assert!(
+        survivors.is_empty(),
+        "outlived boxd: {survivors:?}\n{}",
+        init.stderr()
+    );
+    // boxd starts again a second after it died, at the soonest.
+    assert!(took < Duration::from_secs(1), "stopped only after {took:?}");
+    assert!(alive(service_orphan), "a service's orphan was stopped");
+    init.wait_serving().await;
 }
 
 #[tokio::test]
