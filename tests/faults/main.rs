@@ -1,10 +1,12 @@
-//! `make faults`: boxd under faults an unlucky operator meets (issue 15). Not part of `make test`: some
+//! `make faults`: boxd under faults an unlucky operator meets (issue 15), and hostile pages and hung
+//! displays (issue 34, `hostile.rs`). Not part of `make test`: some
 //! cases mount a tmpfs (root), and some wait out server-side timeouts. Every test is `#[ignore]` and runs
 //! with `cargo test --test faults -- --ignored --test-threads=1`. Each case asserts what the user sees,
 //! that nothing is left running, and that `/healthz` answers afterwards; each prints a `figure:` line.
 
 #[path = "../common/mod.rs"]
 mod common;
+mod hostile;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
