@@ -209,19 +209,28 @@ async fn serve(mut args: ServeArgs, instance: String) -> Result<(), String> {
         let mut secrets = init::secrets::read(fd)?;
         args.token = secrets.remove(init::secrets::TOKEN);
         args.adb.adb_key = secrets.remove(init::secrets::ADB_KEY);
+        args.pool_secret = secrets.remove(init::secrets::POOL_SECRET);
     }
     let token = args.token.clone().filter(|token| !token.is_empty());
-    let auth = match (&args.pool_secret_file, token) {
-        (Some(_), Some(_)) => {
+    let pool_secret = args.pool_secret.clone().filter(|secret| !secret.is_empty());
+    let auth = match (pool_secret, &args.pool_secret_file, token) {
+        (Some(_), Some(_), _) => {
             return Err(
-                "pool mode (--pool-secret-file) takes its token from POST /init; unset \
-                        SECRET_TOKEN (--token)"
+                "pool mode takes one pool secret: BOXD_POOL_SECRET or --pool-secret-file, not both"
                     .into(),
             );
         }
-        (Some(path), None) => auth::Auth::pool_from_file(path)?,
-        (None, Some(token)) => auth::Auth::fixed(&token),
-        (None, None) => {
+        (Some(_), None, Some(_)) | (None, Some(_), Some(_)) => {
+            return Err(
+                "pool mode (BOXD_POOL_SECRET, --pool-secret-file) takes its token from POST /init; \
+                 unset SECRET_TOKEN (--token)"
+                    .into(),
+            );
+        }
+        (Some(secret), None, None) => auth::Auth::pool_from_secret(&secret, "BOXD_POOL_SECRET")?,
+        (None, Some(path), None) => auth::Auth::pool_from_file(path)?,
+        (None, None, Some(token)) => auth::Auth::fixed(&token),
+        (None, None, None) => {
             let token = auth::generate();
             eprintln!("boxd: SECRET_TOKEN is not set; generated token: {token}");
             auth::Auth::fixed(&token)

@@ -54,6 +54,7 @@ impl Init {
             .env_remove("SECRET_TOKEN")
             .env_remove("BOXD_MCP_CONFIG")
             .env_remove("BOXD_POOL_SECRET_FILE")
+            .env_remove("BOXD_POOL_SECRET")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&stderr).expect("stderr file"));
@@ -223,28 +224,7 @@ async fn the_secrets_reach_no_other_process_and_boxd_memory_is_closed() {
         .await
         .expect("readyz");
     assert_eq!(forbidden.status(), 403);
-    let serve = init.serve_pid().expect("boxd serve runs");
-    let init_pid = init.child.id();
-    // Every process's environment and command line that a command can read, and boxd's memory and
-    // descriptors; root keeps every capability but CAP_SYS_PTRACE, as under an engine's defaults.
-    let drop_ptrace = if unsafe { libc::geteuid() } == 0 {
-        "setpriv --bounding-set -sys_ptrace"
-    } else {
-        ""
-    };
-    // The pattern is read from a file: on a command line it would be found in /proc itself.
-    let pattern = init.path("pattern");
-    std::fs::write(&pattern, format!("{secret}\n{device_key}\n")).expect("pattern");
-    let pattern = pattern.display();
-    let script = format!(
-        "for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do {drop_ptrace} cat \"$f\" 2>/dev/null; done \
-           | tr '\\0' '\\n' | grep -c -F -f {pattern}; \
-         for p in {init_pid} {serve}; do \
-           {drop_ptrace} head -c 1 /proc/$p/mem >/dev/null 2>&1 && echo mem-open-$p; \
-           {drop_ptrace} ls -l /proc/$p/fd/ 2>/dev/null | grep -q pipe && {drop_ptrace} cat /proc/$p/fd/* 2>/dev/null | grep -c -F -f {pattern}; \
-         done; echo done"
-    );
-    let output = init.shell(secret, &script).await;
+    let output = search_for_secrets(&init, secret, &[secret, device_key]).await;
     assert_eq!(output.trim(), "0\ndone", "the token was found: {output}");
     let service_env = std::fs::read_to_string(init.path("service.env")).unwrap_or_default();
     assert!(!service_env.is_empty(), "the service ran");
@@ -266,6 +246,104 @@ async fn children_do_not_inherit_the_public_listener() {
         .shell(TOKEN, "ls -l /proc/$$/fd/ | grep -c socket")
         .await;
     assert_eq!(sockets.trim(), "0", "a command holds a socket");
+}
+
+/// What a command run with `token` finds of `secrets`: the count of matching lines among every
+/// process's environment and command line, boxd's (init's and serve's) memory if open, matches in
+/// their pipes if readable; then `done`. Root keeps every capability but CAP_SYS_PTRACE, as under an
+/// engine's defaults.
+async fn search_for_secrets(init: &Init, token: &str, secrets: &[&str]) -> String {
+    let serve = init.serve_pid().expect("boxd serve runs");
+    let init_pid = init.child.id();
+    // SAFETY: geteuid has no preconditions.
+    let drop_ptrace = if unsafe { libc::geteuid() } == 0 {
+        "setpriv --bounding-set -sys_ptrace"
+    } else {
+        ""
+    };
+    // The pattern is read from a file: on a command line it would be found in /proc itself.
+    let pattern = init.path("pattern");
+    std::fs::write(&pattern, format!("{}\n", secrets.join("\n"))).expect("pattern");
+    let pattern = pattern.display();
+    let script = format!(
+        "for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do {drop_ptrace} cat \"$f\" 2>/dev/null; done \
+           | tr '\\0' '\\n' | grep -c -F -f {pattern}; \
+         for p in {init_pid} {serve}; do \
+           {drop_ptrace} head -c 1 /proc/$p/mem >/dev/null 2>&1 && echo mem-open-$p; \
+           {drop_ptrace} ls -l /proc/$p/fd/ 2>/dev/null | grep -q pipe && {drop_ptrace} cat /proc/$p/fd/* 2>/dev/null | grep -c -F -f {pattern}; \
+         done; echo done"
+    );
+    init.shell(token, &script).await
+}
+
+/// Pool mode with the secret itself in `BOXD_POOL_SECRET` (what the manifests give through a Secret's
+/// `secretKeyRef`, instead of a mounted file): it opens `POST /init`, and afterwards tenant code finds
+/// it in no process's environment or command line, no descriptor of boxd and no file it can reach.
+#[tokio::test]
+async fn the_pool_secret_opens_init_and_reaches_no_other_process_or_file() {
+    let pool_secret = "pool-0123456789-unique-secret";
+    let session = "session-0123456789-token";
+    let init = Init::start(
+        &[(
+            "10-record",
+            "env > \"$SERVICE_DIR/service.env\"; exec sleep 300",
+        )],
+        &[("BOXD_POOL_SECRET", pool_secret)],
+    );
+    init.wait_serving().await;
+    let client = reqwest::Client::new();
+    let unclaimed = client
+        .get(init.url("/fastapi/healthz"))
+        .bearer_auth(pool_secret)
+        .send()
+        .await
+        .expect("healthz");
+    assert_eq!(
+        unclaimed.status(),
+        403,
+        "pool mode: nothing before the claim"
+    );
+    let claimed = client
+        .post(init.url("/fastapi/init"))
+        .bearer_auth(pool_secret)
+        .json(&serde_json::json!({ "token": session }))
+        .send()
+        .await
+        .expect("init");
+    assert_eq!(claimed.status(), 200, "{:?}", claimed.text().await);
+
+    let output = search_for_secrets(&init, session, &[pool_secret]).await;
+    assert_eq!(
+        output.trim(),
+        "0\ndone",
+        "the pool secret was found: {output}"
+    );
+    // Files: where a container gets mounted secrets, and this test's own directory (the services',
+    // the workspace, the log), the pattern file aside. (Not all of /tmp: this machine's other users
+    // keep files there.)
+    let files = init
+        .shell(
+            session,
+            &format!(
+                "grep -rlF --exclude=pattern -f {pattern} {dir} /run /dev/shm /var/run 2>/dev/null \
+                   | grep -v '^{dir}/pattern$' | head -5; echo done",
+                pattern = init.path("pattern").display(),
+                dir = init.dir.path().display()
+            ),
+        )
+        .await;
+    assert_eq!(
+        files.trim(),
+        "done",
+        "a file holds the pool secret: {files}"
+    );
+    let service_env = std::fs::read_to_string(init.path("service.env")).unwrap_or_default();
+    assert!(!service_env.is_empty(), "the service ran");
+    assert!(!service_env.contains(pool_secret) && !service_env.contains("BOXD_POOL_SECRET"));
+    assert!(
+        !init.stderr().contains(pool_secret),
+        "the log shows the pool secret"
+    );
 }
 
 #[tokio::test]
