@@ -32,6 +32,7 @@ use std::process::{ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use super::leftovers::{MARKER, stop_leftovers_started_before};
+use super::spawn::Backoff;
 
 /// The first argument that runs the guard instead of anything else (see `main`).
 pub const REAPER_COMMAND: &str = "reaper";
@@ -40,15 +41,21 @@ pub const REAPER_COMMAND: &str = "reaper";
 const SWEEP_BOUND: Duration = Duration::from_secs(5);
 /// Between two passes that found something.
 const SWEEP_PAUSE: Duration = Duration::from_millis(10);
-/// Before a guard that exited while boxd runs (someone killed it) is started again.
+/// Before a guard that exited while boxd runs (someone killed it) is started again: doubling up to the
+/// second bound while it keeps failing, so a machine that cannot start it is not flooded with warnings.
 const RESTART_DELAY: Duration = Duration::from_secs(1);
+const MAX_RESTART_DELAY: Duration = Duration::from_secs(60);
+/// A guard that ran this long before exiting restarts after the first delay again.
+const STABLE_RUN: Duration = Duration::from_secs(60);
 
 /// Starts the guard for instance `key` and keeps one running while boxd runs (it is started again if
 /// it exits). Call once the port is bound (no other live boxd of the instance exists then) and the
 /// previous leftovers are stopped, from the async runtime.
 pub fn spawn_reaper(key: String) {
     tokio::spawn(async move {
+        let mut backoff = Backoff::new(RESTART_DELAY, MAX_RESTART_DELAY);
         loop {
+            let started = Instant::now();
             match start_guard(&key) {
                 Ok((mut guard, _boxd_end)) => {
                     // `_boxd_end` stays open as long as this task (that is, this process) lives.
@@ -62,7 +69,10 @@ pub fn spawn_reaper(key: String) {
                     "cannot start the guard that stops a killed boxd's grandchildren: {err}"
                 ),
             }
-            tokio::time::sleep(RESTART_DELAY).await;
+            if started.elapsed() >= STABLE_RUN {
+                backoff.reset();
+            }
+            tokio::time::sleep(backoff.next_delay()).await;
         }
     });
 }
@@ -141,12 +151,44 @@ fn ticks_since_boot() -> Option<u64> {
     let seconds: f64 = uptime.split_whitespace().next()?.parse().ok()?;
     // SAFETY: sysconf only reads a configuration value.
     let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    let per_second = u64::try_from(per_second).ok().filter(|ticks| *ticks > 0)?;
-    let whole = seconds.max(0.0).floor() as u64;
-    let fraction =
-        ((seconds.max(0.0) - seconds.max(0.0).floor()) * per_second as f64).ceil() as u64;
-    whole
-        .checked_mul(per_second)?
-        .checked_add(fraction)?
-        .checked_add(1)
+    let per_second = u32::try_from(per_second).ok().filter(|ticks| *ticks > 0)?;
+    let ticks = (seconds * f64::from(per_second)).ceil();
+    // A float-to-integer `as` saturates (and maps NaN to 0): no overflow either way.
+    (ticks.is_finite() && ticks >= 0.0).then(|| (ticks as u64).saturating_add(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::process::CommandExt;
+
+    fn runs(pid: u32) -> bool {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+            !stat
+                .rsplit_once(')')
+                .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
+        })
+    }
+
+    /// The guard's sweep kills a process carrying the marker that started before boxd died, and spares
+    /// one that started after (a restarted boxd's child).
+    #[test]
+    fn the_sweep_spares_what_started_after_boxd_died() {
+        let key = format!("reaper-test-{}", std::process::id());
+        let mut marked = std::process::Command::new("sleep")
+            .arg("30")
+            .env(MARKER, &key)
+            .process_group(0)
+            .spawn()
+            .expect("sleep starts");
+        let pid = marked.id();
+        // Boxd "died" before the epoch: the sleep started after, so it is spared.
+        assert_eq!(stop_leftovers_started_before(&key, Some(0)), 0);
+        assert!(runs(pid));
+        let now = ticks_since_boot();
+        assert!(now.is_some_and(|now| now > 0), "{now:?}");
+        assert_eq!(stop_leftovers_started_before(&key, now), 1);
+        let _ = marked.wait();
+        assert!(!runs(pid));
+    }
 }
