@@ -96,6 +96,8 @@ fn start_guard(key: &str) -> std::io::Result<(tokio::process::Child, OwnedFd)> {
         .env_remove(MARKER)
         .stdin(Stdio::from(guard_end))
         .stdout(Stdio::null())
+        // It may outlive boxd by a sweep: it must not keep boxd's working directory's mount busy.
+        .current_dir("/")
         // Its own group: a signal to boxd's group (a terminal's ^C, a supervisor's kill) leaves it to
         // clean up after boxd.
         .process_group(0);
