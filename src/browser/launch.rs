@@ -134,6 +134,9 @@ pub struct Process {
     group: Option<ChildGroup>,
     stderr: StderrTail,
     profile: PathBuf,
+    /// Where a browser under its own user gets copies of the files it uploads: beside its profile, boxd's
+    /// (a directory inside the profile would be the browser's to swap for a link).
+    uploads: Option<PathBuf>,
 }
 
 /// A pipe whose both ends are above the descriptors the child is given (3 and 4), so moving one end
@@ -192,8 +195,10 @@ pub(super) fn program(options: &Options) -> String {
     options.executable.clone()
 }
 
-/// Profiles are named `boxd-browser-PID-N` in the temporary directory.
+/// Profiles are named `boxd-browser-PID-N` in the temporary directory (their upload copies
+/// `boxd-browser-PID-N-uploads`, swept alike).
 const PROFILE_PREFIX: &str = "boxd-browser-";
+const UPLOADS_SUFFIX: &str = "-uploads";
 /// Entries of the temporary directory looked at for stale profiles, at most.
 const MAX_SWEPT_ENTRIES: usize = 10_000;
 
@@ -240,6 +245,19 @@ pub async fn launch(options: &Options) -> Result<Process, LaunchError> {
             let _ = std::fs::remove_dir_all(&profile);
             format!("cannot create the browser profile {profile:?}: {err}")
         })?;
+    let uploads = match &user {
+        None => None,
+        Some(_) => {
+            let uploads = PathBuf::from(format!("{}{UPLOADS_SUFFIX}", profile.display()));
+            let _ = std::fs::remove_dir_all(&uploads);
+            // mkdir never follows a link planted at that name: it fails instead.
+            if let Err(err) = std::fs::DirBuilder::new().mode(0o711).create(&uploads) {
+                let _ = std::fs::remove_dir_all(&profile);
+                return Err(format!("cannot create the browser's upload directory: {err}").into());
+            }
+            Some(uploads)
+        }
+    };
     let pipes = pipe().and_then(|to_browser| Ok((to_browser, pipe()?)));
     let ((browser_reads, we_write), (we_read, browser_writes)) =
         pipes.map_err(|err| format!("cannot create the browser's pipes: {err}"))?;
@@ -309,6 +327,9 @@ pub async fn launch(options: &Options) -> Result<Process, LaunchError> {
     }
     let mut spawned = command.spawn().map_err(|err| {
         let _ = std::fs::remove_dir_all(&profile);
+        if let Some(uploads) = &uploads {
+            let _ = std::fs::remove_dir_all(uploads);
+        }
         format!("cannot start the browser {executable:?}: {err}")
     })?;
     let group = ChildGroup::of(spawned.id(), Grouping::OwnGroup);
@@ -335,6 +356,7 @@ pub async fn launch(options: &Options) -> Result<Process, LaunchError> {
         group,
         stderr,
         profile,
+        uploads,
     };
     process
         .cdp
@@ -374,8 +396,7 @@ impl Process {
     /// Where uploads are copied for a browser under its own user (see [`stage_uploads`]), with that user;
     /// `None` when the browser runs as boxd and reads the files where they are.
     pub fn upload_staging(&self) -> Option<(PathBuf, Identity)> {
-        let user = self.user.clone()?;
-        Some((self.profile.join("uploads"), user))
+        Some((self.uploads.clone()?, self.user.clone()?))
     }
 
     /// Why the browser went away, from its last stderr lines ("" when it said nothing).
@@ -389,14 +410,20 @@ impl Process {
             group.terminate(STOP_GRACE).await;
         }
         let profile = self.profile.clone();
-        let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(profile)).await;
+        let uploads = self.uploads.take();
+        let _ = tokio::task::spawn_blocking(move || {
+            let _ = std::fs::remove_dir_all(profile);
+            uploads.map(std::fs::remove_dir_all)
+        })
+        .await;
     }
 }
 
-/// Copies `files` into a new directory under `staging`, keeping their names (a page sees the names it
-/// was given), readable by `user` only: the workspace may be closed to the browser's user, and a copy
-/// leaves it nothing of the workspace to write. At most [`MAX_STAGED_UPLOAD_BYTES`] together; a refused
-/// or failed staging leaves nothing behind. Blocking.
+/// Copies `files` into a new directory under `staging` (boxd's, see [`Process::upload_staging`]),
+/// keeping their names (a page sees the names it was given), each readable by `user` only: the
+/// workspace may be closed to the browser's user, and a copy leaves it nothing of the workspace to
+/// write. The directories stay boxd's, so that user cannot move anything boxd writes. At most
+/// [`MAX_STAGED_UPLOAD_BYTES`] together; a refused or failed staging leaves nothing behind. Blocking.
 pub fn stage_uploads(
     staging: &Path,
     user: &Identity,
@@ -412,14 +439,9 @@ pub fn stage_uploads(
         )));
     }
     let mut builder = std::fs::DirBuilder::new();
-    builder.mode(0o700);
-    if !staging.exists() {
-        builder.create(staging)?;
-        user.give(staging)?;
-    }
+    builder.mode(0o711);
     let batch = staging.join(STAGED_UPLOADS.fetch_add(1, Ordering::Relaxed).to_string());
     builder.create(&batch)?;
-    user.give(&batch)?;
     let staged = files
         .iter()
         .enumerate()
@@ -430,7 +452,6 @@ pub fn stage_uploads(
             // Two files of one name (from two directories) each keep it, in a directory of their own.
             let directory = batch.join(index.to_string());
             builder.create(&directory)?;
-            user.give(&directory)?;
             let target = directory.join(name);
             let mut from = std::fs::File::open(file)?;
             let mut to = std::fs::OpenOptions::new()
@@ -441,7 +462,7 @@ pub fn stage_uploads(
                 .open(&target)?;
             std::io::copy(&mut from, &mut to)?;
             to.set_permissions(std::fs::Permissions::from_mode(0o400))?;
-            user.give(&target)?;
+            std::os::unix::fs::fchown(&to, Some(user.uid), Some(user.gid))?;
             Ok(target)
         })
         .collect::<std::io::Result<Vec<PathBuf>>>();
@@ -456,6 +477,9 @@ impl Drop for Process {
         // The group is killed by its own drop; the profile must not outlive it.
         if self.group.take().is_some() {
             let _ = std::fs::remove_dir_all(&self.profile);
+            if let Some(uploads) = &self.uploads {
+                let _ = std::fs::remove_dir_all(uploads);
+            }
         }
     }
 }

@@ -145,6 +145,18 @@ def test_the_renderer_runs_unprivileged_in_chromiums_sandbox_and_reads_uploads(t
         assert "[File chooser]" in chooser
         text(box.browser_file_upload([str(workspace / "secret.txt")]))
         assert "Read: only boxd can read this" in text(box.browser_snapshot())
+        if IS_ROOT:
+            # The copies sit in boxd's directories beside the profile, which the browser's user cannot
+            # rename or replace; only the copy itself is that user's.
+            import tempfile
+            staged = list(pathlib.Path(tempfile.gettempdir()).glob(f"boxd-browser-{server.proc.pid}-*-uploads"))
+            assert len(staged) == 1, staged
+            copies = list(staged[0].glob("*/*/secret.txt"))
+            assert len(copies) == 1, copies
+            for directory in (staged[0], copies[0].parent, copies[0].parent.parent):
+                assert directory.stat().st_uid == 0 and directory.stat().st_mode & 0o777 == 0o711, directory
+            assert copies[0].stat().st_uid == pwd_uid(BROWSER_USER)
+            assert copies[0].stat().st_mode & 0o777 == 0o400
 
         processes = chromium_of(server)
         browser = [status for _, kind, status in processes if kind == "browser"]

@@ -342,7 +342,17 @@ fn name_download(
 /// part of it.
 fn copy_new(source: &Path, target: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
-    let mut from = std::fs::File::open(source)?;
+    // The source is in the browser's profile, which a browser under its own user may rearrange: its
+    // name must not lead boxd to a file elsewhere (a link to a file of root's), nor block on a FIFO.
+    let mut from = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(source)?;
+    if !from.metadata()?.is_file() {
+        return Err(std::io::Error::other(format!(
+            "{source:?} is not a regular file"
+        )));
+    }
     let mut to = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -397,5 +407,28 @@ mod tests {
         remove_staged(staging.path(), guid).unwrap();
         assert!(!staging.path().join(guid).exists());
         assert!(remove_staged(staging.path(), "../x").is_err());
+    }
+
+    #[test]
+    fn a_staged_download_that_is_a_link_or_no_file_is_never_copied() {
+        // A browser under its own user owns its profile: a "download" swapped for a link to a file
+        // only boxd may read, or for a FIFO, must not land in the workspace.
+        let staging = tempfile::tempdir().unwrap();
+        let workspace = tempfile::tempdir().unwrap();
+        let secret = staging.path().join("secret");
+        std::fs::write(&secret, b"root's").unwrap();
+        std::os::unix::fs::symlink(&secret, staging.path().join("0a")).unwrap();
+        assert!(copy_new(&staging.path().join("0a"), &workspace.path().join("a")).is_err());
+        let fifo =
+            std::ffi::CString::new(staging.path().join("0b").to_string_lossy().as_bytes()).unwrap();
+        // SAFETY: mkfifo reads a NUL-terminated path we own.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        assert!(copy_new(&staging.path().join("0b"), &workspace.path().join("b")).is_err());
+        assert!(
+            std::fs::read_dir(workspace.path())
+                .unwrap()
+                .next()
+                .is_none()
+        );
     }
 }
