@@ -4,6 +4,7 @@
 
 mod environment;
 mod group;
+mod identity;
 mod leftovers;
 mod piped;
 mod reaper;
@@ -14,11 +15,12 @@ pub use environment::{
     runtime_environment, runtime_environment_set, set_runtime_environment, withhold_from_children,
 };
 pub use group::OwnedGroup;
+pub use identity::{Identity, boxd_is_root, probe_user_namespaces};
 pub use leftovers::{carries_any_marker, instance_key, mark_children, stop_leftovers};
 pub use piped::spawn_piped;
 pub use reaper::{REAPER_COMMAND, reaper_main, spawn_reaper};
 pub use spawn::{
-    Backoff, CHILD_OOM_SCORE_ADJ, ChildGroup, Grouping, command, interpreter_path,
+    Backoff, CHILD_OOM_SCORE_ADJ, ChildGroup, Grouping, command, command_as, interpreter_path,
     set_family_environment, spawn_failure,
 };
 pub use stderr::{STDERR_LINE_MAX, STDERR_TAIL_LINES, StderrTail};
