@@ -74,8 +74,20 @@ pub struct ServeArgs {
     #[arg(long, hide = true)]
     pub secrets_fd: Option<i32>,
 
+    /// Pool mode, for a warm pool's pods that start before anyone claims them: the pool secret itself,
+    /// only from the environment (`BOXD_POOL_SECRET`, or `boxd init`'s pipe): kept out of every child's
+    /// environment, and no file holds it. Same rules as `--pool-secret-file`, which it excludes.
+    #[arg(
+        long = "pool-secret",
+        env = "BOXD_POOL_SECRET",
+        hide = true,
+        hide_env_values = true
+    )]
+    pub pool_secret: Option<String>,
+
     /// Pool mode, for a warm pool's pods that start before anyone claims them: the file holding the
-    /// pool secret (a mounted Secret). Until one `POST /init` authenticated with it sets the session
+    /// pool secret (a mounted Secret; weaker than `BOXD_POOL_SECRET`, since tenant code can read a file
+    /// in its container). Until one `POST /init` authenticated with it sets the session
     /// token, only `/livez`, `/readyz/status` and `/init` answer; afterwards only that token works.
     /// Excludes `SECRET_TOKEN`.
     #[arg(long, env = "BOXD_POOL_SECRET_FILE")]

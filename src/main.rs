@@ -130,6 +130,14 @@ fn main() -> std::process::ExitCode {
         let command = init::InitCommand::parse_from(std::env::args_os().skip(1));
         return init::main(command.args);
     }
+    // The guard `boxd serve` starts to stop what its children leave if it is killed: not a command for
+    // users, so not in the help.
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|command| command == core::child::REAPER_COMMAND)
+    {
+        return core::child::reaper_main(std::env::args_os().skip(2));
+    }
     let cli = Cli::parse();
     if let Command::Limits(args) = &cli.command {
         print!("{}", limits::markdown(args));
@@ -201,19 +209,28 @@ async fn serve(mut args: ServeArgs, instance: String) -> Result<(), String> {
         let mut secrets = init::secrets::read(fd)?;
         args.token = secrets.remove(init::secrets::TOKEN);
         args.adb.adb_key = secrets.remove(init::secrets::ADB_KEY);
+        args.pool_secret = secrets.remove(init::secrets::POOL_SECRET);
     }
     let token = args.token.clone().filter(|token| !token.is_empty());
-    let auth = match (&args.pool_secret_file, token) {
-        (Some(_), Some(_)) => {
+    let pool_secret = args.pool_secret.clone().filter(|secret| !secret.is_empty());
+    let auth = match (pool_secret, &args.pool_secret_file, token) {
+        (Some(_), Some(_), _) => {
             return Err(
-                "pool mode (--pool-secret-file) takes its token from POST /init; unset \
-                        SECRET_TOKEN (--token)"
+                "pool mode takes one pool secret: BOXD_POOL_SECRET or --pool-secret-file, not both"
                     .into(),
             );
         }
-        (Some(path), None) => auth::Auth::pool_from_file(path)?,
-        (None, Some(token)) => auth::Auth::fixed(&token),
-        (None, None) => {
+        (Some(_), None, Some(_)) | (None, Some(_), Some(_)) => {
+            return Err(
+                "pool mode (BOXD_POOL_SECRET, --pool-secret-file) takes its token from POST /init; \
+                 unset SECRET_TOKEN (--token)"
+                    .into(),
+            );
+        }
+        (Some(secret), None, None) => auth::Auth::pool_from_secret(&secret, "BOXD_POOL_SECRET")?,
+        (None, Some(path), None) => auth::Auth::pool_from_file(path)?,
+        (None, None, Some(token)) => auth::Auth::fixed(&token),
+        (None, None, None) => {
             let token = auth::generate();
             eprintln!("boxd: SECRET_TOKEN is not set; generated token: {token}");
             auth::Auth::fixed(&token)
@@ -254,9 +271,12 @@ async fn serve(mut args: ServeArgs, instance: String) -> Result<(), String> {
     };
     let address: SocketAddr = listener.local_addr().map_err(|err| err.to_string())?;
     // Only once the port is ours: another live boxd of the same instance cannot exist then.
-    let leftovers = tokio::task::spawn_blocking(move || core::child::stop_leftovers(&instance))
+    let previous = instance.clone();
+    let leftovers = tokio::task::spawn_blocking(move || core::child::stop_leftovers(&previous))
         .await
         .unwrap_or(0);
+    // Before any child exists: whatever kills boxd from now on, what its children leave is stopped.
+    core::child::spawn_reaper(instance);
     if leftovers > 0 {
         tracing::warn!(
             leftovers,

@@ -1,5 +1,6 @@
 //! What every child of boxd gets from the one place children are started (src/child): it dies with
-//! boxd, even when boxd is SIGKILLed, and the OOM killer takes it before boxd.
+//! boxd, even when boxd is SIGKILLed, and so does what it started, at once; the OOM killer takes it
+//! before boxd.
 
 mod common;
 
@@ -70,6 +71,67 @@ async fn a_running_shell_command_dies_with_a_sigkilled_boxd() {
     server.kill();
     assert!(wait_stopped(shell), "the shell command outlived boxd");
     pending.abort();
+}
+
+/// What children started in the background (a command's `sleep &`, which runs on after the command
+/// answered; a live process's, in its group and in a session of its own) stops as soon as boxd is
+/// SIGKILLed, not when the next boxd of the workspace starts.
+#[tokio::test]
+async fn grandchildren_stop_at_once_when_boxd_is_sigkilled() {
+    let mut server = Server::start_with(&["--tools", "shell,processes"]);
+    let answer = server.shell("sleep 1000 >/dev/null 2>&1 & echo $!").await;
+    let behind_command: u64 = item(&answer, "stdout")
+        .and_then(|out| out.trim().parse().ok())
+        .unwrap_or_else(|| panic!("the background sleep's pid: {answer}"));
+    start_process(
+        &server,
+        json!({"argv": ["/bin/sh", "-c",
+            "sleep 1000 & echo $! > grouped.pid; setsid sleep 1000 & echo $! > own-session.pid; wait"]}),
+    )
+    .await;
+    let read_pid = |name: &str| -> Option<u64> {
+        std::fs::read_to_string(server.ws(name))
+            .ok()
+            .filter(|text| text.ends_with('\n'))
+            .and_then(|text| text.trim().parse().ok())
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let (grouped, own_session) = loop {
+        if let (Some(grouped), Some(own_session)) =
+            (read_pid("grouped.pid"), read_pid("own-session.pid"))
+        {
+            break (grouped, own_session);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the live process never started its sleeps"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let grandchildren = [behind_command, grouped, own_session];
+    assert!(
+        grandchildren.iter().all(|pid| runs(*pid)),
+        "{grandchildren:?}"
+    );
+
+    server.kill();
+    let killed = Instant::now();
+    let deadline = killed + Duration::from_secs(5);
+    while grandchildren.iter().any(|pid| runs(*pid)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let took = killed.elapsed();
+    let survivors: Vec<u64> = grandchildren
+        .iter()
+        .copied()
+        .filter(|pid| runs(*pid))
+        .collect();
+    for pid in &survivors {
+        // SAFETY: kill(2) on a sleep this test started.
+        unsafe { libc::kill(*pid as i32, libc::SIGKILL) };
+    }
+    assert!(survivors.is_empty(), "outlived boxd by 5 s: {survivors:?}");
+    assert!(took < Duration::from_secs(2), "stopped only after {took:?}");
 }
 
 #[tokio::test]

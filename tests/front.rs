@@ -234,3 +234,225 @@ async fn the_device_view_is_also_at_websockify_slash() {
     assert_eq!(page.status(), 200);
     assert!(page.text().await.unwrap_or_default().contains("<html"));
 }
+
+/// A plain-RFB VNC server on loopback (no password, as the images' x11vnc): it does the 3.8 handshake
+/// and keeps every byte the viewer sends after `ClientInit`; the count of connections it accepted.
+async fn recording_vnc_server() -> (
+    std::net::SocketAddr,
+    Arc<AtomicUsize>,
+    Arc<tokio::sync::Mutex<Vec<u8>>>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let address = listener.local_addr().expect("address");
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let received = Arc::new(tokio::sync::Mutex::new(Vec::new()));
+    let (counter, sink) = (Arc::clone(&accepted), Arc::clone(&received));
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            counter.fetch_add(1, Ordering::SeqCst);
+            let sink = Arc::clone(&sink);
+            tokio::spawn(async move {
+                let mut version = [0u8; 12];
+                let mut one = [0u8; 1];
+                if stream.write_all(b"RFB 003.008\n").await.is_err()
+                    || stream.read_exact(&mut version).await.is_err()
+                    || stream.write_all(&[1, 1]).await.is_err()
+                    || stream.read_exact(&mut one).await.is_err()
+                    || stream.write_all(&0u32.to_be_bytes()).await.is_err()
+                    || stream.read_exact(&mut one).await.is_err()
+                {
+                    return;
+                }
+                // ServerInit: 8x8, a 32-bit pixel format, the name "rec".
+                let mut init = vec![0, 8, 0, 8, 32, 24, 0, 1, 0, 255, 0, 255, 0, 255, 16, 8, 0];
+                init.extend([0, 0, 0, 0, 0, 0, 3]);
+                init.extend(b"rec");
+                if stream.write_all(&init).await.is_err() {
+                    return;
+                }
+                sink.lock().await.extend([one[0]]);
+                let mut buffer = [0u8; 4096];
+                while let Ok(read) = stream.read(&mut buffer).await {
+                    if read == 0 {
+                        return;
+                    }
+                    sink.lock().await.extend_from_slice(&buffer[..read]);
+                }
+            });
+        }
+    });
+    (address, accepted, received)
+}
+
+/// Reads binary messages until `want` bytes came (within 5 s).
+async fn read_rfb<S>(socket: &mut S, want: usize) -> Vec<u8>
+where
+    S: futures_util::Stream<Item = Result<Message, tokio_tungstenite::tungstenite::Error>> + Unpin,
+{
+    let mut got = Vec::new();
+    while got.len() < want {
+        let message = tokio::time::timeout(Duration::from_secs(5), socket.next())
+            .await
+            .expect("the server answers within 5 s")
+            .expect("a message")
+            .expect("not an error");
+        got.extend_from_slice(&message.into_data());
+    }
+    got
+}
+
+#[tokio::test]
+async fn a_view_only_viewers_keys_and_pointer_never_reach_the_vnc_server() {
+    let (vnc, accepted, received) = recording_vnc_server().await;
+    let (server, _pages) = desktop_server(vnc);
+    let client = server.anonymous();
+
+    // Minting a view-only URL needs the token; the view stream without a pass is refused before the
+    // VNC server sees anyone.
+    let refused = client
+        .post(server.url("/desktop/view_url"))
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(refused.status(), 403);
+    for path in ["/websockify-view", "/websockify-view?view=forged"] {
+        let response = client
+            .get(server.url(path))
+            .header("connection", "upgrade")
+            .header("upgrade", "websocket")
+            .header("sec-websocket-version", "13")
+            .header("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ==")
+            .send()
+            .await
+            .expect("answered");
+        assert_eq!(response.status(), 403, "{path}");
+    }
+    let minted: serde_json::Value = client
+        .post(server.url("/fastapi/desktop/view_url"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .expect("answered")
+        .json()
+        .await
+        .expect("json");
+    let url = minted["url"].as_str().expect("a url").to_string();
+    assert!(
+        url.starts_with("/vnc/vnc_lite.html?") && url.contains("view_only=1"),
+        "{url}"
+    );
+    assert!(
+        url.contains("path=websockify-view") && !url.contains(TOKEN),
+        "{url}"
+    );
+    assert_eq!(minted["expires_in"], 600);
+
+    // The page at that URL gives the view pass as a cookie for the view stream only.
+    let page = client.get(server.url(&url)).send().await.expect("page");
+    assert_eq!(page.status(), 200);
+    let cookie = page
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .find(|value| value.starts_with("boxd_desktop_view="))
+        .expect("a view pass")
+        .to_string();
+    assert!(
+        cookie.contains("Path=/websockify-view") && cookie.contains("HttpOnly"),
+        "{cookie}"
+    );
+    let pass = cookie.split(';').next().unwrap_or_default().to_string();
+    // A view pass never opens the whole stream.
+    let whole = client
+        .get(server.url("/websockify"))
+        .header(
+            "cookie",
+            pass.replace("boxd_desktop_view=", "boxd_desktop="),
+        )
+        .header("connection", "upgrade")
+        .header("upgrade", "websocket")
+        .header("sec-websocket-version", "13")
+        .header("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ==")
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(whole.status(), 403);
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        0,
+        "the VNC server saw no one"
+    );
+
+    let mut request = ws_url(&server, "/websockify-view")
+        .into_client_request()
+        .expect("request");
+    request
+        .headers_mut()
+        .insert("cookie", pass.parse().expect("cookie header"));
+    let (mut socket, response) = tokio_tungstenite::connect_async(request)
+        .await
+        .expect("the view stream opens");
+    assert_eq!(response.status(), 101);
+    assert_eq!(read_rfb(&mut socket, 12).await, b"RFB 003.008\n");
+    socket
+        .send(Message::binary(b"RFB 003.008\n".to_vec()))
+        .await
+        .expect("version");
+    assert_eq!(read_rfb(&mut socket, 2).await, [1, 1]);
+    // None, then ClientInit asking for an exclusive desktop (sent on as shared).
+    socket
+        .send(Message::binary(vec![1, 0]))
+        .await
+        .expect("init");
+    let init = read_rfb(&mut socket, 4 + 24 + 3).await;
+    assert!(init.ends_with(b"rec"));
+
+    let update = vec![3, 1, 0, 0, 0, 0, 0, 8, 0, 8];
+    let encodings = vec![2, 0, 0, 1, 0, 0, 0, 0];
+    let key_down = vec![4, 1, 0, 0, 0, 0, 0xff, 0x0d];
+    let pointer = [5u8, 1, 0, 4, 0, 4];
+    let mut clipboard = vec![6, 0, 0, 0, 0, 0, 0, 4];
+    clipboard.extend(b"rm -");
+    // Input split across messages, and glued to what is allowed.
+    let messages = [
+        encodings.clone(),
+        [key_down.clone(), update.clone()].concat(),
+        pointer[..3].to_vec(),
+        [pointer[3..].to_vec(), clipboard.clone(), update.clone()].concat(),
+    ];
+    for message in messages {
+        socket.send(Message::binary(message)).await.expect("sent");
+    }
+    let expected = [vec![1u8], encodings, update.clone(), update].concat();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while received.lock().await.len() < expected.len() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        *received.lock().await,
+        expected,
+        "only the view's own messages arrived"
+    );
+
+    // A message the relay cannot size ends the stream rather than pass.
+    socket
+        .send(Message::binary(vec![255, 0, 0, 0]))
+        .await
+        .expect("sent");
+    let ended = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            match socket.next().await {
+                None | Some(Err(_)) | Some(Ok(Message::Close(_))) => return,
+                Some(Ok(_)) => {}
+            }
+        }
+    })
+    .await;
+    assert!(ended.is_ok(), "the view stream was closed");
+    assert_eq!(*received.lock().await, expected);
+    assert_eq!(accepted.load(Ordering::SeqCst), 1);
+}

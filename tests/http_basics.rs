@@ -401,8 +401,9 @@ fn an_unknown_family_is_a_usage_error() {
     );
 }
 
-/// A boxd that is SIGKILLed takes its children's leaders with it (tests/child.rs), but what they started
-/// runs on; the next boxd of the same workspace stops that.
+/// A boxd that is SIGKILLed takes its children's leaders with it and its guard stops what they started
+/// (tests/child.rs); with the guard gone too (killed by tenant code, say), what they started runs on
+/// and the next boxd of the same workspace stops that.
 #[tokio::test]
 async fn children_left_by_a_killed_boxd_are_stopped_by_the_next_one() {
     let dir = tempfile::tempdir().unwrap();
@@ -422,8 +423,21 @@ async fn children_left_by_a_killed_boxd_are_stopped_by_the_next_one() {
     while !alive() && std::time::Instant::now() < started {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
+    let guard = std::process::Command::new("pgrep")
+        .args(["-P", &first.pid().to_string(), "-f", "boxd reaper"])
+        .output()
+        .ok()
+        .and_then(|output| {
+            String::from_utf8_lossy(&output.stdout)
+                .trim()
+                .parse::<i32>()
+                .ok()
+        })
+        .expect("boxd runs its guard");
+    // SAFETY: kill(2) on a process of this test's boxd.
+    unsafe { libc::kill(guard, libc::SIGKILL) };
     first.kill();
-    assert!(alive(), "the orphan outlived its boxd");
+    assert!(alive(), "the orphan outlived its boxd and its guard");
     let mut second = Server::start_on(dir.path(), &families, |_| {});
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while alive() && std::time::Instant::now() < deadline {

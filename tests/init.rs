@@ -54,6 +54,7 @@ impl Init {
             .env_remove("SECRET_TOKEN")
             .env_remove("BOXD_MCP_CONFIG")
             .env_remove("BOXD_POOL_SECRET_FILE")
+            .env_remove("BOXD_POOL_SECRET")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&stderr).expect("stderr file"));
@@ -148,11 +149,19 @@ fn cmdline(pid: i32) -> String {
         .unwrap_or_default()
 }
 
+/// The children of every thread of `parent` (boxd starts children from its runtime's threads).
 fn children_of(parent: i32) -> Vec<i32> {
-    std::fs::read_to_string(format!("/proc/{parent}/task/{parent}/children"))
-        .unwrap_or_default()
-        .split_whitespace()
-        .filter_map(|pid| pid.parse().ok())
+    std::fs::read_dir(format!("/proc/{parent}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .flat_map(|task| {
+            std::fs::read_to_string(task.path().join("children"))
+                .unwrap_or_default()
+                .split_whitespace()
+                .filter_map(|pid| pid.parse().ok())
+                .collect::<Vec<i32>>()
+        })
         .collect()
 }
 
@@ -215,28 +224,7 @@ async fn the_secrets_reach_no_other_process_and_boxd_memory_is_closed() {
         .await
         .expect("readyz");
     assert_eq!(forbidden.status(), 403);
-    let serve = init.serve_pid().expect("boxd serve runs");
-    let init_pid = init.child.id();
-    // Every process's environment and command line that a command can read, and boxd's memory and
-    // descriptors; root keeps every capability but CAP_SYS_PTRACE, as under an engine's defaults.
-    let drop_ptrace = if unsafe { libc::geteuid() } == 0 {
-        "setpriv --bounding-set -sys_ptrace"
-    } else {
-        ""
-    };
-    // The pattern is read from a file: on a command line it would be found in /proc itself.
-    let pattern = init.path("pattern");
-    std::fs::write(&pattern, format!("{secret}\n{device_key}\n")).expect("pattern");
-    let pattern = pattern.display();
-    let script = format!(
-        "for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do {drop_ptrace} cat \"$f\" 2>/dev/null; done \
-           | tr '\\0' '\\n' | grep -c -F -f {pattern}; \
-         for p in {init_pid} {serve}; do \
-           {drop_ptrace} head -c 1 /proc/$p/mem >/dev/null 2>&1 && echo mem-open-$p; \
-           {drop_ptrace} ls -l /proc/$p/fd/ 2>/dev/null | grep -q pipe && {drop_ptrace} cat /proc/$p/fd/* 2>/dev/null | grep -c -F -f {pattern}; \
-         done; echo done"
-    );
-    let output = init.shell(secret, &script).await;
+    let output = search_for_secrets(&init, secret, &[secret, device_key]).await;
     assert_eq!(output.trim(), "0\ndone", "the token was found: {output}");
     let service_env = std::fs::read_to_string(init.path("service.env")).unwrap_or_default();
     assert!(!service_env.is_empty(), "the service ran");
@@ -246,6 +234,116 @@ async fn the_secrets_reach_no_other_process_and_boxd_memory_is_closed() {
         "a service saw the device key"
     );
     assert!(!service_env.contains("SECRET_TOKEN"), "{service_env}");
+}
+
+/// The public port's listener that init hands to boxd stays boxd's: a child holding it could accept
+/// connections meant for boxd (and read their bearer tokens).
+#[tokio::test]
+async fn children_do_not_inherit_the_public_listener() {
+    let init = Init::start(&[], &[("SECRET_TOKEN", TOKEN)]);
+    init.wait_serving().await;
+    let sockets = init
+        .shell(TOKEN, "ls -l /proc/$$/fd/ | grep -c socket")
+        .await;
+    assert_eq!(sockets.trim(), "0", "a command holds a socket");
+}
+
+/// What a command run with `token` finds of `secrets`: the count of matching lines among every
+/// process's environment and command line, boxd's (init's and serve's) memory if open, matches in
+/// their pipes if readable; then `done`. Root keeps every capability but CAP_SYS_PTRACE, as under an
+/// engine's defaults.
+async fn search_for_secrets(init: &Init, token: &str, secrets: &[&str]) -> String {
+    let serve = init.serve_pid().expect("boxd serve runs");
+    let init_pid = init.child.id();
+    // SAFETY: geteuid has no preconditions.
+    let drop_ptrace = if unsafe { libc::geteuid() } == 0 {
+        "setpriv --bounding-set -sys_ptrace"
+    } else {
+        ""
+    };
+    // The pattern is read from a file: on a command line it would be found in /proc itself.
+    let pattern = init.path("pattern");
+    std::fs::write(&pattern, format!("{}\n", secrets.join("\n"))).expect("pattern");
+    let pattern = pattern.display();
+    let script = format!(
+        "for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do {drop_ptrace} cat \"$f\" 2>/dev/null; done \
+           | tr '\\0' '\\n' | grep -c -F -f {pattern}; \
+         for p in {init_pid} {serve}; do \
+           {drop_ptrace} head -c 1 /proc/$p/mem >/dev/null 2>&1 && echo mem-open-$p; \
+           {drop_ptrace} ls -l /proc/$p/fd/ 2>/dev/null | grep -q pipe && {drop_ptrace} cat /proc/$p/fd/* 2>/dev/null | grep -c -F -f {pattern}; \
+         done; echo done"
+    );
+    init.shell(token, &script).await
+}
+
+/// Pool mode with the secret itself in `BOXD_POOL_SECRET` (what the manifests give through a Secret's
+/// `secretKeyRef`, instead of a mounted file): it opens `POST /init`, and afterwards tenant code finds
+/// it in no process's environment or command line, no descriptor of boxd and no file it can reach.
+#[tokio::test]
+async fn the_pool_secret_opens_init_and_reaches_no_other_process_or_file() {
+    let pool_secret = "pool-0123456789-unique-secret";
+    let session = "session-0123456789-token";
+    let init = Init::start(
+        &[(
+            "10-record",
+            "env > \"$SERVICE_DIR/service.env\"; exec sleep 300",
+        )],
+        &[("BOXD_POOL_SECRET", pool_secret)],
+    );
+    init.wait_serving().await;
+    let client = reqwest::Client::new();
+    let unclaimed = client
+        .get(init.url("/fastapi/healthz"))
+        .bearer_auth(pool_secret)
+        .send()
+        .await
+        .expect("healthz");
+    assert_eq!(
+        unclaimed.status(),
+        403,
+        "pool mode: nothing before the claim"
+    );
+    let claimed = client
+        .post(init.url("/fastapi/init"))
+        .bearer_auth(pool_secret)
+        .json(&serde_json::json!({ "token": session }))
+        .send()
+        .await
+        .expect("init");
+    assert_eq!(claimed.status(), 200, "{:?}", claimed.text().await);
+
+    let output = search_for_secrets(&init, session, &[pool_secret]).await;
+    assert_eq!(
+        output.trim(),
+        "0\ndone",
+        "the pool secret was found: {output}"
+    );
+    // Files: where a container gets mounted secrets, and this test's own directory (the services',
+    // the workspace, the log), the pattern file aside. (Not all of /tmp: this machine's other users
+    // keep files there.)
+    let files = init
+        .shell(
+            session,
+            &format!(
+                "grep -rlF --exclude=pattern -f {pattern} {dir} /run /dev/shm /var/run 2>/dev/null \
+                   | grep -v '^{dir}/pattern$' | head -5; echo done",
+                pattern = init.path("pattern").display(),
+                dir = init.dir.path().display()
+            ),
+        )
+        .await;
+    assert_eq!(
+        files.trim(),
+        "done",
+        "a file holds the pool secret: {files}"
+    );
+    let service_env = std::fs::read_to_string(init.path("service.env")).unwrap_or_default();
+    assert!(!service_env.is_empty(), "the service ran");
+    assert!(!service_env.contains(pool_secret) && !service_env.contains("BOXD_POOL_SECRET"));
+    assert!(
+        !init.stderr().contains(pool_secret),
+        "the log shows the pool secret"
+    );
 }
 
 #[tokio::test]
@@ -355,6 +453,70 @@ async fn exits_are_restarted_with_a_growing_delay_and_sigterm_stops_everything()
     for pid in read_pids(&init.path("sleep.pids")) {
         assert!(!alive(pid), "{pid} (a service or its child) was stopped");
     }
+}
+
+/// boxd SIGKILLed, with its own guard (`boxd reaper`) killed first: init itself stops what boxd's children
+/// left (reparented to it) before boxd starts again, whether it carries boxd's marker, left its
+/// group or dropped its whole environment, and leaves a service's orphans alone.
+#[tokio::test]
+async fn what_a_killed_boxd_left_is_stopped_before_boxd_starts_again() {
+    let init = Init::start(
+        &[(
+            "10-orphaning",
+            "sh -c 'sleep 300 & echo $! > \"$SERVICE_DIR/service-orphan.pid\"'; exec sleep 300",
+        )],
+        &[("SECRET_TOKEN", TOKEN)],
+    );
+    init.wait_serving().await;
+    let output = init
+        .shell(
+            TOKEN,
+            "sleep 1000 >/dev/null 2>&1 & echo $!; \
+             setsid sleep 1000 >/dev/null 2>&1 & echo $!; \
+             env -i sleep 1000 >/dev/null 2>&1 & echo $!",
+        )
+        .await;
+    let left: Vec<i32> = output
+        .lines()
+        .filter_map(|line| line.trim().parse().ok())
+        .collect();
+    assert_eq!(left.len(), 3, "three background sleeps: {output}");
+    let service_orphan = read_pids(&init.path("service-orphan.pid"))
+        .first()
+        .copied()
+        .expect("the service left a child");
+    assert!(left.iter().all(|pid| alive(*pid)) && alive(service_orphan));
+
+    let serve = init.serve_pid().expect("boxd serve runs");
+    let guard = children_of(serve)
+        .into_iter()
+        .find(|pid| cmdline(*pid).contains("reaper"))
+        .expect("boxd runs its guard");
+    // SAFETY: kill(2) on processes of this test.
+    unsafe {
+        libc::kill(guard, libc::SIGKILL);
+        libc::kill(serve, libc::SIGKILL);
+    }
+    let killed = Instant::now();
+    let deadline = killed + Duration::from_secs(5);
+    while left.iter().any(|pid| alive(*pid)) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let took = killed.elapsed();
+    let survivors: Vec<i32> = left.iter().copied().filter(|pid| alive(*pid)).collect();
+    for pid in &survivors {
+        // SAFETY: kill(2) on a sleep this test started.
+        unsafe { libc::kill(*pid, libc::SIGKILL) };
+    }
+    assert!(
+        survivors.is_empty(),
+        "outlived boxd: {survivors:?}\n{}",
+        init.stderr()
+    );
+    // boxd starts again a second after it died, at the soonest.
+    assert!(took < Duration::from_secs(1), "stopped only after {took:?}");
+    assert!(alive(service_orphan), "a service's orphan was stopped");
+    init.wait_serving().await;
 }
 
 #[tokio::test]

@@ -254,6 +254,32 @@ async fn children_started_after_init_get_its_env_and_not_the_token() {
     assert!(output.contains("claim-42"), "{output}");
 }
 
+/// The secret itself in `BOXD_POOL_SECRET` (a Secret's `secretKeyRef` in the manifests, so no file
+/// holds it) is pool mode as the file is, and no child sees it.
+#[tokio::test]
+async fn the_pool_secret_from_the_environment_is_pool_mode_and_no_child_sees_it() {
+    let server = Server::start_prepared(&["--tools", "shell"], |command| {
+        command
+            .env_remove("SECRET_TOKEN")
+            .env("BOXD_POOL_SECRET", POOL_SECRET);
+    });
+    let pooled = Pooled {
+        server,
+        _secret_dir: tempfile::tempdir().expect("temp dir"),
+    };
+    let (status, body) = pooled.shell(POOL_SECRET, "true").await;
+    assert_eq!(status, 403, "{body}");
+    let (status, answer) = pooled
+        .init(Some(POOL_SECRET), &json!({ "token": SESSION }))
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    let (status, result) = pooled
+        .shell(SESSION, &format!("printf '%s' \"${{BOXD_POOL_SECRET:-unset}}\"; cat /proc/$PPID/environ 2>/dev/null | tr '\\0' '\\n' | grep -c {POOL_SECRET}"))
+        .await;
+    assert_eq!(status, 200, "{result}");
+    assert_eq!(item(&result, "stdout"), Some("unset0\n"), "{result}");
+}
+
 #[tokio::test]
 async fn a_kernel_warmed_before_the_claim_runs_with_its_env() {
     let python = common::python();
@@ -360,9 +386,10 @@ fn pool_mode_refuses_a_fixed_token_and_a_short_secret() {
     let workspace = tempfile::tempdir().expect("workspace");
     let (_long_dir, long) = secret_file(POOL_SECRET);
     let (_short_dir, short) = secret_file("short\n");
-    for (secret, token, expected) in [
-        (&long, Some("a-fixed-token"), "unset SECRET_TOKEN"),
-        (&short, None, "at least 16"),
+    for (secret, token, in_environment, expected) in [
+        (&long, Some("a-fixed-token"), None, "unset SECRET_TOKEN"),
+        (&short, None, None, "at least 16"),
+        (&long, None, Some(POOL_SECRET), "not both"),
     ] {
         let mut command = std::process::Command::new(common::boxd_bin());
         command
@@ -384,6 +411,10 @@ fn pool_mode_refuses_a_fixed_token_and_a_short_secret() {
         if let Some(token) = token {
             command.env("SECRET_TOKEN", token);
         }
+        match in_environment {
+            Some(secret) => command.env("BOXD_POOL_SECRET", secret),
+            None => command.env_remove("BOXD_POOL_SECRET"),
+        };
         let mut child = command
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())

@@ -5,8 +5,10 @@
 use std::sync::Arc;
 
 use super::events::DownloadLimits;
-use super::launch::Options;
+use super::launch::{Isolation, Options};
 use super::tools::Browser;
+use crate::core::child::Identity;
+use crate::core::health::Health;
 use crate::family::limits::{Limit, as_u64, bytes, count, seconds};
 use crate::family::{BoxFuture, Family, Setup};
 use crate::tools::Tool;
@@ -16,6 +18,8 @@ pub const VIEWPORT: (u32, u32) = (1024, 768);
 
 struct BrowserFamily {
     browser: Arc<Browser>,
+    /// The user Chromium runs as (`--browser-user`, when boxd is root); `None`: boxd's own.
+    user: Option<Identity>,
 }
 
 impl Family for BrowserFamily {
@@ -31,6 +35,28 @@ impl Family for BrowserFamily {
         vec![super::GROUP]
     }
 
+    /// Decides who Chromium runs as and whether with its sandbox (a probe of user namespaces), and says
+    /// it as the family's `/readyz` detail; ready either way (`--no-sandbox` is a fallback, not a fault).
+    fn start(self: Arc<Self>, health: Health) -> BoxFuture<'static, ()> {
+        Box::pin(async move {
+            let user = self.user.clone();
+            let isolation = tokio::task::spawn_blocking(move || Isolation::decide(user))
+                .await
+                .unwrap_or_else(|err| Isolation {
+                    user: self.user.clone(),
+                    no_sandbox: Some(format!("the sandbox probe failed: {err}")),
+                });
+            let detail = isolation.describe();
+            if isolation.no_sandbox.is_some() {
+                tracing::warn!("{detail}");
+            } else {
+                tracing::info!("{detail}");
+            }
+            self.browser.set_isolation(isolation, health.clone()).await;
+            health.ready_with(detail);
+        })
+    }
+
     fn stop(&self) -> BoxFuture<'_, ()> {
         Box::pin(async move { self.browser.close().await })
     }
@@ -42,6 +68,11 @@ pub struct BrowserArgs {
     /// The Chromium the `browser` family starts (a name on PATH or a path).
     #[arg(long, env = "BOXD_BROWSER_EXECUTABLE", default_value = "chromium")]
     pub browser_executable: String,
+    /// The unprivileged user the `browser` family's Chromium runs as, with Chromium's own sandbox,
+    /// when boxd runs as root (a name in /etc/passwd, or UID[:GID]); boxd unprivileged runs it as
+    /// itself. Unset with boxd as root: Chromium runs as root with --no-sandbox, said in /readyz.
+    #[arg(long, env = "BOXD_BROWSER_USER")]
+    pub browser_user: Option<String>,
     /// Run the `browser` family's Chromium headless even when a display is set (it is headless
     /// anyway without `DISPLAY`).
     #[arg(long, env = "BOXD_BROWSER_HEADLESS")]
@@ -63,7 +94,10 @@ pub fn family(setup: &Setup, args: &BrowserArgs) -> Result<Arc<dyn Family>, Stri
         headless: args.browser_headless || display.trim().is_empty(),
         viewport: VIEWPORT,
         download_limits: download_limits(args),
+        isolation: Isolation::undecided(),
     };
+    let user = Identity::for_child("browser", "--browser-user", args.browser_user.as_deref())
+        .map_err(|err| format!("--browser-user: {err}"))?;
     // The browser starts with the first call that needs it; its files are read now, while nothing
     // waits for them.
     super::warm::start(super::launch::program(&options));
@@ -71,6 +105,7 @@ pub fn family(setup: &Setup, args: &BrowserArgs) -> Result<Arc<dyn Family>, Stri
     let uploads = setup.allowed_dirs()?;
     Ok(Arc::new(BrowserFamily {
         browser: Arc::new(Browser::new(options, setup.workspace.clone(), uploads)),
+        user,
     }))
 }
 
@@ -173,6 +208,13 @@ pub fn limits(args: &BrowserArgs) -> Vec<Limit> {
             "downloads of one browser run (`browser_close` starts the count again)",
             format!("{} (`--browser-max-downloads`)", count(downloads.max_count)),
             "later ones are cancelled at once, and the answer says so",
+        ),
+        Limit::new(
+            "browser",
+            "the files of one `browser_file_upload` when Chromium runs as its own user (it is given \
+             copies)",
+            bytes(super::launch::MAX_STAGED_UPLOAD_BYTES),
+            "refused, nothing chosen, and the answer says so",
         ),
     ]
 }

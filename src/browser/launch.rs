@@ -3,6 +3,7 @@
 //! child of boxd, and cleaned up (group and profile) when it is closed.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -12,7 +13,7 @@ use serde_json::json;
 
 use super::cdp::Cdp;
 use super::events::DownloadLimits;
-use crate::core::child::{self, ChildGroup, Grouping, StderrTail};
+use crate::core::child::{self, ChildGroup, Grouping, Identity, StderrTail};
 
 /// How long a starting browser may take to answer its first request.
 const START_TIMEOUT: Duration = Duration::from_secs(20);
@@ -20,6 +21,10 @@ const START_TIMEOUT: Duration = Duration::from_secs(20);
 const STOP_GRACE: Duration = Duration::from_secs(2);
 
 static PROFILES: AtomicU64 = AtomicU64::new(0);
+static STAGED_UPLOADS: AtomicU64 = AtomicU64::new(0);
+
+/// The bytes of the files one `browser_file_upload` copies for a browser under its own user.
+pub const MAX_STAGED_UPLOAD_BYTES: u64 = 1024 * 1024 * 1024;
 
 pub struct Options {
     pub executable: String,
@@ -27,6 +32,93 @@ pub struct Options {
     pub viewport: (u32, u32),
     /// The bounds of the browser's downloads (they land in the workspace; see `tools::files`).
     pub download_limits: DownloadLimits,
+    /// Who Chromium runs as, and whether with its own sandbox.
+    pub isolation: Isolation,
+}
+
+/// Who Chromium runs as and whether its own sandbox is on: decided once, when the family starts, and
+/// said in `/readyz` and the log. A renderer exploit from a page is then code of an unprivileged user in
+/// Chromium's namespace and seccomp sandbox, not root in the container.
+#[derive(Debug, Clone)]
+pub struct Isolation {
+    /// The user Chromium runs as; `None`: boxd's own.
+    pub user: Option<Identity>,
+    /// Why Chromium runs with `--no-sandbox`; `None`: it runs with its sandbox.
+    pub no_sandbox: Option<String>,
+}
+
+impl Isolation {
+    /// Before the family has started (no browser is launched then).
+    pub fn undecided() -> Isolation {
+        Isolation {
+            user: None,
+            no_sandbox: Some("the browser family has not started yet".into()),
+        }
+    }
+
+    /// Chromium's sandbox needs a user other than root and user namespaces that user may create (Debian
+    /// ships no setuid sandbox helper): both are checked here (blocking: a fork that never execs).
+    pub fn decide(user: Option<Identity>) -> Isolation {
+        if user.is_none() && child::boxd_is_root() {
+            return Isolation {
+                user,
+                no_sandbox: Some(
+                    "boxd runs as root and no --browser-user is set (Chromium refuses its sandbox to \
+                     root)"
+                        .into(),
+                ),
+            };
+        }
+        let no_sandbox = child::probe_user_namespaces(user.as_ref())
+            .err()
+            .map(|err| {
+                format!(
+                    "{} may not create user namespaces here ({err}), which Chromium's sandbox needs \
+                     (a kernel or seccomp profile that refuses them)",
+                    who(user.as_ref())
+                )
+            });
+        Isolation { user, no_sandbox }
+    }
+
+    /// What `/readyz` and the log say of it.
+    pub fn describe(&self) -> String {
+        match &self.no_sandbox {
+            None => format!(
+                "Chromium runs as {} with its own sandbox",
+                who(self.user.as_ref())
+            ),
+            Some(reason) => format!(
+                "Chromium runs as {} with --no-sandbox: {reason}",
+                who(self.user.as_ref())
+            ),
+        }
+    }
+}
+
+fn who(user: Option<&Identity>) -> String {
+    match user {
+        Some(user) => user.describe(),
+        // SAFETY: geteuid only reads the caller's credentials.
+        None => format!("boxd's own user (uid {})", unsafe { libc::geteuid() }),
+    }
+}
+
+/// Why a launch failed; `sandbox_refused` when Chromium said its sandbox could not start (the caller
+/// then starts it again without).
+#[derive(Debug)]
+pub struct LaunchError {
+    pub message: String,
+    pub sandbox_refused: bool,
+}
+
+impl From<String> for LaunchError {
+    fn from(message: String) -> LaunchError {
+        LaunchError {
+            message,
+            sandbox_refused: false,
+        }
+    }
 }
 
 pub struct Process {
@@ -37,9 +129,14 @@ pub struct Process {
     /// Where the browser writes downloads, each under its guid, until boxd moves it into the
     /// workspace under its name: in the profile, so the workspace never holds a partial file.
     pub downloads: PathBuf,
+    /// The user the browser runs as when it is not boxd's (it gets copies of the files it uploads).
+    pub user: Option<Identity>,
     group: Option<ChildGroup>,
     stderr: StderrTail,
     profile: PathBuf,
+    /// Where a browser under its own user gets copies of the files it uploads: beside its profile, boxd's
+    /// (a directory inside the profile would be the browser's to swap for a link).
+    uploads: Option<PathBuf>,
 }
 
 /// A pipe whose both ends are above the descriptors the child is given (3 and 4), so moving one end
@@ -98,8 +195,10 @@ pub(super) fn program(options: &Options) -> String {
     options.executable.clone()
 }
 
-/// Profiles are named `boxd-browser-PID-N` in the temporary directory.
+/// Profiles are named `boxd-browser-PID-N` in the temporary directory (their upload copies
+/// `boxd-browser-PID-N-uploads`, swept alike).
 const PROFILE_PREFIX: &str = "boxd-browser-";
+const UPLOADS_SUFFIX: &str = "-uploads";
 /// Entries of the temporary directory looked at for stale profiles, at most.
 const MAX_SWEPT_ENTRIES: usize = 10_000;
 
@@ -126,7 +225,7 @@ fn sweep_stale_profiles(temp: &Path) {
     }
 }
 
-pub async fn launch(options: &Options) -> Result<Process, String> {
+pub async fn launch(options: &Options) -> Result<Process, LaunchError> {
     let temp = std::env::temp_dir();
     let sweep = temp.clone();
     // Not waited for: nothing of this launch depends on it.
@@ -137,20 +236,51 @@ pub async fn launch(options: &Options) -> Result<Process, String> {
         PROFILES.fetch_add(1, Ordering::Relaxed)
     ));
     let _ = std::fs::remove_dir_all(&profile);
-    std::fs::create_dir_all(&profile)
-        .map_err(|err| format!("cannot create the browser profile {profile:?}: {err}"))?;
+    let user = options.isolation.user.clone();
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&profile)
+        .and_then(|()| user.as_ref().map_or(Ok(()), |user| user.give(&profile)))
+        .map_err(|err| {
+            let _ = std::fs::remove_dir_all(&profile);
+            format!("cannot create the browser profile {profile:?}: {err}")
+        })?;
+    let uploads = match &user {
+        None => None,
+        Some(_) => {
+            let uploads = PathBuf::from(format!("{}{UPLOADS_SUFFIX}", profile.display()));
+            let _ = std::fs::remove_dir_all(&uploads);
+            // mkdir never follows a link planted at that name: it fails instead.
+            if let Err(err) = std::fs::DirBuilder::new().mode(0o711).create(&uploads) {
+                let _ = std::fs::remove_dir_all(&profile);
+                return Err(format!("cannot create the browser's upload directory: {err}").into());
+            }
+            Some(uploads)
+        }
+    };
     let pipes = pipe().and_then(|to_browser| Ok((to_browser, pipe()?)));
     let ((browser_reads, we_write), (we_read, browser_writes)) =
         pipes.map_err(|err| format!("cannot create the browser's pipes: {err}"))?;
 
     let executable = program(options);
     tracing::debug!(%executable, "starting the browser");
-    let mut command = child::command(&executable, Grouping::OwnGroup);
+    let mut command = child::command_as(&executable, Grouping::OwnGroup, user.as_ref());
+    if user.is_some() {
+        // Its own home, caches and settings in the profile: the user's home (if any) is not its to
+        // write, and nothing of it outlives the browser.
+        command
+            .env("HOME", &profile)
+            .env("XDG_CONFIG_HOME", profile.join(".config"))
+            .env("XDG_CACHE_HOME", profile.join(".cache"));
+    }
+    if let Some(reason) = &options.isolation.no_sandbox {
+        tracing::debug!(reason, "the browser starts with --no-sandbox");
+        command.arg("--no-sandbox");
+    }
     let (width, height) = options.viewport;
     command
         .args([
             "--remote-debugging-pipe",
-            "--no-sandbox",
             "--no-first-run",
             "--no-default-browser-check",
             "--disable-background-networking",
@@ -197,6 +327,9 @@ pub async fn launch(options: &Options) -> Result<Process, String> {
     }
     let mut spawned = command.spawn().map_err(|err| {
         let _ = std::fs::remove_dir_all(&profile);
+        if let Some(uploads) = &uploads {
+            let _ = std::fs::remove_dir_all(uploads);
+        }
         format!("cannot start the browser {executable:?}: {err}")
     })?;
     let group = ChildGroup::of(spawned.id(), Grouping::OwnGroup);
@@ -219,9 +352,11 @@ pub async fn launch(options: &Options) -> Result<Process, String> {
         cdp: Cdp::start(reader, writer),
         frame_control,
         downloads,
+        user,
         group,
         stderr,
         profile,
+        uploads,
     };
     process
         .cdp
@@ -234,9 +369,14 @@ pub async fn launch(options: &Options) -> Result<Process, String> {
     {
         let words = process.stderr.last_words(Duration::from_millis(500)).await;
         process.close().await;
-        return Err(format!(
-            "the browser {executable:?} did not start: {err}{words}"
-        ));
+        // Chromium's words when its sandbox cannot start ("No usable sandbox!", "Failed to move to
+        // new namespace", ...) all name it.
+        let sandbox_refused = options.isolation.no_sandbox.is_none()
+            && words.to_ascii_lowercase().contains("sandbox");
+        return Err(LaunchError {
+            message: format!("the browser {executable:?} did not start: {err}{words}"),
+            sandbox_refused,
+        });
     }
     // Saved under their guid, moved into the workspace by boxd once complete: the name is then
     // boxd's choice, never the page's, and a half-written file never carries the final name.
@@ -253,6 +393,12 @@ pub async fn launch(options: &Options) -> Result<Process, String> {
 }
 
 impl Process {
+    /// Where uploads are copied for a browser under its own user (see [`stage_uploads`]), with that user;
+    /// `None` when the browser runs as boxd and reads the files where they are.
+    pub fn upload_staging(&self) -> Option<(PathBuf, Identity)> {
+        Some((self.uploads.clone()?, self.user.clone()?))
+    }
+
     /// Why the browser went away, from its last stderr lines ("" when it said nothing).
     pub async fn last_words(&mut self) -> String {
         self.stderr.last_words(Duration::from_millis(200)).await
@@ -264,8 +410,66 @@ impl Process {
             group.terminate(STOP_GRACE).await;
         }
         let profile = self.profile.clone();
-        let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(profile)).await;
+        let uploads = self.uploads.take();
+        let _ = tokio::task::spawn_blocking(move || {
+            let _ = std::fs::remove_dir_all(profile);
+            uploads.map(std::fs::remove_dir_all)
+        })
+        .await;
     }
+}
+
+/// Copies `files` into a new directory under `staging` (boxd's, see [`Process::upload_staging`]),
+/// keeping their names (a page sees the names it was given), each readable by `user` only: the
+/// workspace may be closed to the browser's user, and a copy leaves it nothing of the workspace to
+/// write. The directories stay boxd's, so that user cannot move anything boxd writes. At most
+/// [`MAX_STAGED_UPLOAD_BYTES`] together; a refused or failed staging leaves nothing behind. Blocking.
+pub fn stage_uploads(
+    staging: &Path,
+    user: &Identity,
+    files: &[PathBuf],
+) -> std::io::Result<Vec<PathBuf>> {
+    let total = files.iter().try_fold(0u64, |total, file| {
+        Ok::<u64, std::io::Error>(total.saturating_add(std::fs::metadata(file)?.len()))
+    })?;
+    if total > MAX_STAGED_UPLOAD_BYTES {
+        return Err(std::io::Error::other(format!(
+            "the files come to {total} bytes; a browser under its own user is given copies, at most \
+             {MAX_STAGED_UPLOAD_BYTES} bytes at once"
+        )));
+    }
+    let mut builder = std::fs::DirBuilder::new();
+    builder.mode(0o711);
+    let batch = staging.join(STAGED_UPLOADS.fetch_add(1, Ordering::Relaxed).to_string());
+    builder.create(&batch)?;
+    let staged = files
+        .iter()
+        .enumerate()
+        .map(|(index, file)| {
+            let name = file
+                .file_name()
+                .ok_or_else(|| std::io::Error::other(format!("{file:?} names no file")))?;
+            // Two files of one name (from two directories) each keep it, in a directory of their own.
+            let directory = batch.join(index.to_string());
+            builder.create(&directory)?;
+            let target = directory.join(name);
+            let mut from = std::fs::File::open(file)?;
+            let mut to = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .custom_flags(libc::O_NOFOLLOW)
+                .mode(0o400)
+                .open(&target)?;
+            std::io::copy(&mut from, &mut to)?;
+            to.set_permissions(std::fs::Permissions::from_mode(0o400))?;
+            std::os::unix::fs::fchown(&to, Some(user.uid), Some(user.gid))?;
+            Ok(target)
+        })
+        .collect::<std::io::Result<Vec<PathBuf>>>();
+    if staged.is_err() {
+        let _ = std::fs::remove_dir_all(&batch);
+    }
+    staged
 }
 
 impl Drop for Process {
@@ -273,6 +477,9 @@ impl Drop for Process {
         // The group is killed by its own drop; the profile must not outlive it.
         if self.group.take().is_some() {
             let _ = std::fs::remove_dir_all(&self.profile);
+            if let Some(uploads) = &self.uploads {
+                let _ = std::fs::remove_dir_all(uploads);
+            }
         }
     }
 }

@@ -11,8 +11,9 @@ use tokio::time::Instant;
 use super::cdp::{Cdp, CdpError};
 use super::events::{self, TabEvents};
 use super::frames::{ActiveCall, FramePump, Pacer};
-use super::launch::{self, Options, Process};
+use super::launch::{self, Isolation, Options, Process};
 use super::snapshot::{self, MAX_SNAPSHOT_CHARS, NodeKey};
+use crate::core::health::Health;
 use crate::tools::ToolError;
 
 mod page;
@@ -234,6 +235,8 @@ pub struct Session {
     options: Options,
     /// Tool activity, which sets the pace of the tabs' frames.
     pacer: Pacer,
+    /// The family's health, told when the browser falls back to `--no-sandbox`.
+    health: Option<Health>,
 }
 
 impl Session {
@@ -243,6 +246,35 @@ impl Session {
             notice: None,
             options,
             pacer: Pacer::default(),
+            health: None,
+        }
+    }
+
+    pub fn set_isolation(&mut self, isolation: Isolation, health: Health) {
+        self.options.isolation = isolation;
+        self.health = Some(health);
+    }
+
+    /// Starts the browser; if its sandbox is refused (the probe passed but Chromium found otherwise),
+    /// starts it again with `--no-sandbox`, for good, and says so in the log and `/readyz`.
+    async fn launch(&mut self) -> Result<Process, ToolError> {
+        match launch::launch(&self.options).await {
+            Ok(process) => Ok(process),
+            Err(failure) if failure.sandbox_refused => {
+                self.options.isolation.no_sandbox = Some(format!(
+                    "Chromium's sandbox did not start ({})",
+                    failure.message
+                ));
+                let detail = self.options.isolation.describe();
+                tracing::warn!("{detail}");
+                if let Some(health) = &self.health {
+                    health.ready_with(detail);
+                }
+                launch::launch(&self.options)
+                    .await
+                    .map_err(|failure| ToolError::Reported(failure.message))
+            }
+            Err(failure) => Err(ToolError::Reported(failure.message)),
         }
     }
 
@@ -265,9 +297,7 @@ impl Session {
                 ));
             }
             if self.running.is_none() {
-                let process = launch::launch(&self.options)
-                    .await
-                    .map_err(ToolError::Reported)?;
+                let process = self.launch().await?;
                 self.running = Some(Running {
                     process,
                     tabs: Vec::new(),
@@ -328,6 +358,14 @@ impl Session {
             }
             None => false,
         }
+    }
+}
+
+impl Running {
+    /// Where uploads are copied for a browser under its own user, and that user (see
+    /// [`launch::stage_uploads`]); `None` when it reads the files where they are.
+    pub fn upload_staging(&self) -> Option<(std::path::PathBuf, crate::core::child::Identity)> {
+        self.process.upload_staging()
     }
 }
 

@@ -75,12 +75,17 @@ impl Auth {
             .map_err(|err| format!("cannot read the pool secret file {}: {err}", path.display()))?;
         let secret = String::from_utf8(bytes)
             .map_err(|_| format!("the pool secret file {} is not UTF-8", path.display()))?;
+        Auth::pool_from_secret(&secret, &path.display().to_string())
+    }
+
+    /// Pool mode with `secret` as given by `source` (`BOXD_POOL_SECRET`, a file), under the same rules:
+    /// surrounding whitespace is not part of it, and it must not be guessable.
+    pub fn pool_from_secret(secret: &str, source: &str) -> Result<Self, String> {
         let secret = secret.trim();
         if secret.len() < MIN_POOL_SECRET {
             return Err(format!(
-                "the pool secret in {} is {} bytes; it must be at least {MIN_POOL_SECRET} \
+                "the pool secret in {source} is {} bytes; it must be at least {MIN_POOL_SECRET} \
                  (e.g. `openssl rand -hex 32`)",
-                path.display(),
                 secret.len()
             ));
         }
@@ -284,5 +289,18 @@ mod tests {
         let auth = Auth::pool_from_file(&good).expect("accepted");
         let pool = auth.pool_mode().expect("pool mode");
         assert!(pool.is_secret("0123456789abcdef0123"));
+        // The same rules for the secret given in BOXD_POOL_SECRET.
+        let error = Auth::pool_from_secret("tooshort", "BOXD_POOL_SECRET")
+            .err()
+            .expect("refused");
+        assert!(
+            error.contains("BOXD_POOL_SECRET") && error.contains("at least 16"),
+            "{error}"
+        );
+        let auth = Auth::pool_from_secret(" 0123456789abcdef0123\n", "BOXD_POOL_SECRET");
+        assert!(auth.is_ok_and(|auth| {
+            auth.pool_mode()
+                .is_some_and(|pool| pool.is_secret("0123456789abcdef0123"))
+        }));
     }
 }

@@ -10,6 +10,9 @@
 //! - the desktop stream at `/websockify`, relayed to the VNC server on loopback only for a client that
 //!   shows the pass, the token as a bearer header, or the token in its query (the SDK's remote manager
 //!   relays the page's query): anyone else gets 403 before a single RFB byte;
+//! - a view-only desktop: `POST /desktop/view_url` (bearer) mints a view pass and answers the viewer's
+//!   URL with it; `/websockify-view` relays to the same VNC server for a view pass (or the token),
+//!   reading the viewer's RFB messages and dropping every input one (`view_only`).
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -23,7 +26,7 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use clap::Args;
 use hyper_util::rt::TokioIo;
 use subtle::ConstantTimeEq;
@@ -53,6 +56,13 @@ const PASS_LIFETIME: Duration = Duration::from_secs(120);
 /// Passes kept at once; the oldest goes first (each page load makes one).
 const MAX_PASSES: usize = 64;
 const PASS_COOKIE: &str = "boxd_desktop";
+/// How long a view-only URL opens the view-only stream (each stream, once open, stays open).
+const VIEW_PASS_LIFETIME: Duration = Duration::from_secs(600);
+const VIEW_PASS_COOKIE: &str = "boxd_desktop_view";
+/// The view-only stream's path (noVNC's `path` setting).
+const VIEW_STREAM_PATH: &str = "websockify-view";
+/// What is read from the VNC server at once for a view-only viewer.
+const VIEW_READ_CHUNK: usize = 64 * 1024;
 /// The VNC server must answer the relayed handshake within this.
 const STREAM_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -67,7 +77,66 @@ struct Desktop {
     pages: Option<PathBuf>,
     stream: Option<SocketAddr>,
     auth: Auth,
-    passes: Mutex<VecDeque<(String, Instant)>>,
+    /// Passes for the whole stream, from a viewer page opened with the token.
+    passes: Passes,
+    /// Passes for the view-only stream, from `POST /desktop/view_url`.
+    view_passes: Passes,
+}
+
+/// Short-lived random passes: each one valid until its expiry, at most [`MAX_PASSES`] (the oldest goes
+/// first).
+struct Passes {
+    lifetime: Duration,
+    entries: Mutex<VecDeque<(String, Instant)>>,
+}
+
+impl Passes {
+    fn new(lifetime: Duration) -> Passes {
+        Passes {
+            lifetime,
+            entries: Mutex::new(VecDeque::new()),
+        }
+    }
+
+    fn issue(&self) -> String {
+        let pass = super::auth::generate();
+        let now = Instant::now();
+        let mut entries = self
+            .entries
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        entries.retain(|(_, expires)| *expires > now);
+        while entries.len() >= MAX_PASSES {
+            entries.pop_front();
+        }
+        entries.push_back((pass.clone(), now + self.lifetime));
+        pass
+    }
+
+    /// How long `presented` stays valid; `None` when it is no live pass (compared in constant time).
+    fn remaining(&self, presented: &str) -> Option<Duration> {
+        let now = Instant::now();
+        let entries = self
+            .entries
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        entries
+            .iter()
+            .filter(|(_, expires)| *expires > now)
+            .find(|(pass, _)| bool::from(pass.as_bytes().ct_eq(presented.as_bytes())))
+            .map(|(_, expires)| expires.saturating_duration_since(now))
+    }
+
+    /// Whether a cookie `name` in `headers` holds a live pass.
+    fn in_cookie(&self, headers: &HeaderMap, name: &str) -> bool {
+        headers
+            .get_all(header::COOKIE)
+            .iter()
+            .filter_map(|value| value.to_str().ok())
+            .flat_map(|value| value.split(';'))
+            .filter_map(|pair| pair.trim().strip_prefix(name)?.strip_prefix('='))
+            .any(|presented| self.remaining(presented).is_some())
+    }
 }
 
 impl Front {
@@ -89,7 +158,8 @@ impl Front {
                 pages: args.desktop_pages.clone(),
                 stream: args.desktop_stream,
                 auth: auth.clone(),
-                passes: Mutex::new(VecDeque::new()),
+                passes: Passes::new(PASS_LIFETIME),
+                view_passes: Passes::new(VIEW_PASS_LIFETIME),
             })
         });
         Ok(Front {
@@ -112,10 +182,21 @@ impl Front {
             ));
         }
         if desktop.stream.is_some() {
-            routes = routes.route(
-                "/websockify",
-                get(relay_stream).with_state(Arc::clone(desktop)),
-            );
+            routes = routes
+                .route(
+                    "/websockify",
+                    get(relay_stream).with_state(Arc::clone(desktop)),
+                )
+                .route(
+                    &format!("/{VIEW_STREAM_PATH}"),
+                    get(relay_view).with_state(Arc::clone(desktop)),
+                );
+            for prefix in ["", "/fastapi"] {
+                routes = routes.route(
+                    &format!("{prefix}/desktop/view_url"),
+                    post(view_url).with_state(Arc::clone(desktop)),
+                );
+            }
         }
         routes
     }
@@ -149,7 +230,14 @@ async fn viewer_page(
 ) -> Response {
     let pass = query_token(request.uri())
         .filter(|token| desktop.auth.accepts(token.as_bytes()))
-        .map(|_| desktop.issue_pass());
+        .map(|_| desktop.passes.issue());
+    // A page opened from a view-only URL: its pass goes into a cookie for the view-only stream.
+    let view_pass = query_value(request.uri(), &["view"]).and_then(|pass| {
+        desktop
+            .view_passes
+            .remaining(&pass)
+            .map(|remaining| (pass, remaining))
+    });
     if matches!(request.uri().path(), "/vnc" | "/vnc/")
         && let Ok(uri) = "/vnc/vnc.html".parse::<Uri>()
     {
@@ -172,59 +260,173 @@ async fn viewer_page(
         }
         headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     }
+    if let Some((view_pass, remaining)) = view_pass {
+        let cookie = format!(
+            "{VIEW_PASS_COOKIE}={view_pass}; Path=/{VIEW_STREAM_PATH}; Max-Age={}; HttpOnly; \
+             SameSite=Strict",
+            remaining.as_secs().max(1)
+        );
+        if let Ok(value) = HeaderValue::from_str(&cookie) {
+            headers.append(header::SET_COOKIE, value);
+        }
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    }
     response
 }
 
 /// The `password` (the SDK's name) or `token` parameter of `uri`'s query.
 fn query_token(uri: &Uri) -> Option<String> {
+    query_value(uri, &["password", "token"])
+}
+
+/// The first parameter of `uri`'s query named one of `names`.
+fn query_value(uri: &Uri, names: &[&str]) -> Option<String> {
     let query = uri.query()?;
     let pairs: Vec<(String, String)> = serde_urlencoded::from_str(query).ok()?;
     pairs
         .into_iter()
-        .find(|(name, _)| name == "password" || name == "token")
+        .find(|(name, _)| names.contains(&name.as_str()))
         .map(|(_, value)| value)
 }
 
 impl Desktop {
-    fn issue_pass(&self) -> String {
-        let pass = super::auth::generate();
-        let now = Instant::now();
-        let mut passes = self
-            .passes
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        passes.retain(|(_, expires)| *expires > now);
-        while passes.len() >= MAX_PASSES {
-            passes.pop_front();
-        }
-        passes.push_back((pass.clone(), now + PASS_LIFETIME));
-        pass
-    }
-
-    fn holds_pass(&self, headers: &HeaderMap) -> bool {
-        let now = Instant::now();
-        let passes = self
-            .passes
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        headers
-            .get_all(header::COOKIE)
-            .iter()
-            .filter_map(|value| value.to_str().ok())
-            .flat_map(|value| value.split(';'))
-            .filter_map(|pair| pair.trim().strip_prefix(PASS_COOKIE)?.strip_prefix('='))
-            .any(|presented| {
-                passes.iter().any(|(pass, expires)| {
-                    *expires > now && bool::from(pass.as_bytes().ct_eq(presented.as_bytes()))
-                })
-            })
+    /// Whether this request shows the whole token: the bearer header or the token in the query.
+    fn shows_token(&self, request: &Request) -> bool {
+        self.auth.check_headers(request.headers()).is_ok()
+            || query_token(request.uri()).is_some_and(|token| self.auth.accepts(token.as_bytes()))
     }
 
     /// Whether this request may open the stream: a pass, the bearer token, or the token in the query.
     fn admits(&self, request: &Request) -> bool {
-        self.holds_pass(request.headers())
-            || self.auth.check_headers(request.headers()).is_ok()
-            || query_token(request.uri()).is_some_and(|token| self.auth.accepts(token.as_bytes()))
+        self.passes.in_cookie(request.headers(), PASS_COOKIE) || self.shows_token(request)
+    }
+
+    /// Whether this request may open the view-only stream: a view pass (its cookie, or `view` in the
+    /// query), or what opens the whole stream. A view pass never opens the whole stream.
+    fn admits_viewer(&self, request: &Request) -> bool {
+        self.view_passes
+            .in_cookie(request.headers(), VIEW_PASS_COOKIE)
+            || query_value(request.uri(), &["view"])
+                .is_some_and(|pass| self.view_passes.remaining(&pass).is_some())
+            || self.admits(request)
+    }
+}
+
+/// `POST /desktop/view_url` (bearer): a view-only viewer's URL (root-relative), good for
+/// [`VIEW_PASS_LIFETIME`]: noVNC's page in view-only mode on the view-only stream, with a pass that
+/// opens nothing else.
+async fn view_url(State(desktop): State<Arc<Desktop>>, request: Request) -> Response {
+    if let Err(reason) = desktop.auth.check_headers(request.headers()) {
+        return ApiError::Forbidden(reason.into()).into_response();
+    }
+    let pass = desktop.view_passes.issue();
+    let url =
+        format!("/vnc/vnc_lite.html?autoconnect=1&view_only=1&path={VIEW_STREAM_PATH}&view={pass}");
+    axum::Json(serde_json::json!({
+        "url": url,
+        "expires_in": VIEW_PASS_LIFETIME.as_secs(),
+    }))
+    .into_response()
+}
+
+/// `GET /websockify-view`: a WebSocket whose RFB goes to the VNC server (its plain RFB port, the one
+/// x11vnc shares with its WebSocket listener) through [`InputFilter`], and whose answers come back
+/// unchanged.
+async fn relay_view(State(desktop): State<Arc<Desktop>>, request: Request) -> Response {
+    use axum::extract::FromRequestParts;
+    use axum::extract::ws::WebSocketUpgrade;
+    if !desktop.admits_viewer(&request) {
+        return ApiError::Forbidden(
+            "the view-only desktop stream needs a view pass: ask POST /desktop/view_url (with the \
+             token) for a view-only URL"
+                .into(),
+        )
+        .into_response();
+    }
+    let Some(address) = desktop.stream else {
+        return ApiError::NotFound("no desktop stream here".into()).into_response();
+    };
+    let (mut parts, _) = request.into_parts();
+    let upgrade = match WebSocketUpgrade::from_request_parts(&mut parts, &()).await {
+        Ok(upgrade) => upgrade,
+        Err(rejection) => return rejection.into_response(),
+    };
+    let server = match tokio::time::timeout(
+        STREAM_CONNECT_TIMEOUT,
+        tokio::net::TcpStream::connect(address),
+    )
+    .await
+    {
+        Ok(Ok(server)) => server,
+        Ok(Err(err)) => {
+            return ApiError::BadGateway(format!(
+                "the desktop stream is not up (yet): {address}: {err}"
+            ))
+            .into_response();
+        }
+        Err(_) => {
+            return ApiError::GatewayTimeout(format!(
+                "the VNC server at {address} did not accept within {} s",
+                STREAM_CONNECT_TIMEOUT.as_secs()
+            ))
+            .into_response();
+        }
+    };
+    // noVNC asks for the `binary` subprotocol (browsers fail a handshake that asked and got none).
+    upgrade
+        .protocols(["binary"])
+        .on_upgrade(move |viewer| pump_view(viewer, server))
+}
+
+/// Moves a view-only viewer's bytes: the VNC server's to the viewer as they come, the viewer's to the
+/// server through the input filter. Ends (both sides closed) when either side ends or the viewer sends
+/// what the filter cannot relay.
+async fn pump_view(viewer: axum::extract::ws::WebSocket, server: tokio::net::TcpStream) {
+    use axum::extract::ws::Message;
+    use futures_util::{SinkExt, StreamExt};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (mut to_viewer, mut from_viewer) = viewer.split();
+    let (mut from_server, mut to_server) = server.into_split();
+    let downstream = async move {
+        let mut buffer = vec![0u8; VIEW_READ_CHUNK];
+        loop {
+            let read = match from_server.read(&mut buffer).await {
+                Ok(0) | Err(_) => break,
+                Ok(read) => read,
+            };
+            let chunk = bytes::Bytes::copy_from_slice(&buffer[..read]);
+            if to_viewer.send(Message::Binary(chunk)).await.is_err() {
+                break;
+            }
+        }
+        let _ = to_viewer.close().await;
+    };
+    let upstream = async move {
+        let mut filter = super::view_only::InputFilter::default();
+        while let Some(Ok(message)) = from_viewer.next().await {
+            let data = match message {
+                Message::Binary(data) => data,
+                Message::Text(text) => bytes::Bytes::copy_from_slice(text.as_str().as_bytes()),
+                Message::Close(_) => break,
+                Message::Ping(_) | Message::Pong(_) => continue,
+            };
+            match filter.feed(&data) {
+                Ok(allowed) => {
+                    if !allowed.is_empty() && to_server.write_all(&allowed).await.is_err() {
+                        break;
+                    }
+                }
+                Err(err) => {
+                    tracing::info!("view-only desktop stream closed: {err}");
+                    break;
+                }
+            }
+        }
+        tracing::debug!(dropped = filter.dropped, "view-only viewer left");
+    };
+    tokio::select! {
+        () = downstream => {}
+        () = upstream => {}
     }
 }
 
@@ -367,33 +569,38 @@ mod tests {
 
     #[test]
     fn a_pass_opens_the_stream_until_it_expires() {
-        let desktop = Desktop {
-            pages: None,
-            stream: None,
-            auth: Auth::fixed("token"),
-            passes: Mutex::new(VecDeque::new()),
-        };
-        let pass = desktop.issue_pass();
+        let passes = Passes::new(PASS_LIFETIME);
+        let pass = passes.issue();
         let mut headers = HeaderMap::new();
         headers.insert(
             header::COOKIE,
             HeaderValue::from_str(&format!("other=1; {PASS_COOKIE}={pass}"))
                 .unwrap_or(HeaderValue::from_static("")),
         );
-        assert!(desktop.holds_pass(&headers));
+        assert!(passes.in_cookie(&headers, PASS_COOKIE));
+        assert!(
+            !passes.in_cookie(&headers, VIEW_PASS_COOKIE),
+            "a pass counts only under its own cookie"
+        );
         headers.insert(
             header::COOKIE,
             HeaderValue::from_static("boxd_desktop=forged"),
         );
-        assert!(!desktop.holds_pass(&headers));
+        assert!(!passes.in_cookie(&headers, PASS_COOKIE));
         for _ in 0..MAX_PASSES {
-            desktop.issue_pass();
+            passes.issue();
         }
         headers.insert(
             header::COOKIE,
             HeaderValue::from_str(&format!("{PASS_COOKIE}={pass}"))
                 .unwrap_or(HeaderValue::from_static("")),
         );
-        assert!(!desktop.holds_pass(&headers), "the oldest pass makes room");
+        assert!(
+            !passes.in_cookie(&headers, PASS_COOKIE),
+            "the oldest pass makes room"
+        );
+        let expired = Passes::new(Duration::ZERO);
+        let gone = expired.issue();
+        assert_eq!(expired.remaining(&gone), None);
     }
 }

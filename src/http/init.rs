@@ -46,7 +46,7 @@ pub async fn init(State(auth): State<Auth>, headers: HeaderMap, request: Request
         let refusal = match auth.check_headers(&headers) {
             Err(detail) => ApiError::Forbidden(detail.into()),
             Ok(()) => ApiError::NotFound(
-                "POST /init exists only in pool mode (boxd serve --pool-secret-file); this boxd \
+                "POST /init exists only in pool mode (BOXD_POOL_SECRET or --pool-secret-file); this boxd \
                  has its token from SECRET_TOKEN"
                     .into(),
             ),

@@ -7,6 +7,7 @@ pub mod front;
 pub mod init;
 mod log;
 pub mod serve;
+mod view_only;
 
 use std::sync::Arc;
 

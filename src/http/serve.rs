@@ -93,6 +93,15 @@ pub fn inherited_listener(fd: i32) -> Result<TcpListener, String> {
     listener
         .local_addr()
         .map_err(|err| format!("descriptor {fd} is not a listening socket: {err}"))?;
+    // Inherited without close-on-exec (that is how it crossed the exec): every child would inherit the
+    // public port too, and tenant code could accept boxd's connections, bearer tokens and all.
+    // SAFETY: fcntl on the descriptor just taken over.
+    if unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) } == -1 {
+        return Err(format!(
+            "cannot keep descriptor {fd} from children: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
     listener
         .set_nonblocking(true)
         .and_then(|()| TcpListener::from_std(listener))

@@ -57,8 +57,9 @@ pub struct InitArgs {
     pub nginx_timeout: String,
 }
 
-/// Pool mode: the token comes with the claim (`POST /init`), never from the environment.
-const POOL_SECRET_VARIABLE: &str = "BOXD_POOL_SECRET_FILE";
+/// Pool mode with the secret in a file (the older, weaker way: tenant code can read the file); with the
+/// secret itself in `BOXD_POOL_SECRET`, it travels on the secrets' pipe like the token.
+const POOL_SECRET_FILE_VARIABLE: &str = "BOXD_POOL_SECRET_FILE";
 
 pub fn main(args: InitArgs) -> ExitCode {
     // The port first: nothing before it but the exec itself (see `main`), so the first probe connects.
@@ -77,11 +78,15 @@ pub fn main(args: InitArgs) -> ExitCode {
         eprintln!("boxd init: cannot make this process non-dumpable: {err}");
         return ExitCode::FAILURE;
     }
-    if std::env::var_os(POOL_SECRET_VARIABLE).is_some() {
+    // Pool mode: the token comes with the claim (`POST /init`), never from the environment.
+    let pool_mode = std::env::var_os(POOL_SECRET_FILE_VARIABLE).is_some()
+        || secrets.contains_key(secrets::POOL_SECRET);
+    if pool_mode {
         if secrets.remove(secrets::TOKEN).is_some() {
             eprintln!(
-                "boxd init: {POOL_SECRET_VARIABLE} is set (pool mode): the token comes with the claim; \
-                 {} is ignored",
+                "boxd init: {} or {POOL_SECRET_FILE_VARIABLE} is set (pool mode): the token comes \
+                 with the claim; {} is ignored",
+                secrets::POOL_SECRET,
                 secrets::TOKEN
             );
         }

@@ -6,12 +6,15 @@ use std::io::Read;
 
 /// Every variable that holds a secret: taken out of the environment of init and of serve before any
 /// child exists (and blanked in `/proc/<pid>/environ`), handed over on the pipe.
-pub const SECRET_VARIABLES: &[&str] = &[TOKEN, ADB_KEY];
+pub const SECRET_VARIABLES: &[&str] = &[TOKEN, ADB_KEY, POOL_SECRET];
 /// The bearer token.
 pub const TOKEN: &str = "SECRET_TOKEN";
+/// Pool mode's secret, which opens `POST /init` of a pod nobody has claimed (a Secret through
+/// `secretKeyRef`: no file in the container holds it, as a mounted Secret would).
+pub const POOL_SECRET: &str = "BOXD_POOL_SECRET";
 /// The private key the `adb` family authenticates to a device with (PEM).
 pub const ADB_KEY: &str = "BOXD_ADB_KEY";
-/// The most the pipe may carry: a token and an RSA key are a few KiB.
+/// The most the pipe may carry: a token, a pool secret and an RSA key are a few KiB.
 pub const MAX_SECRETS_BYTES: usize = 64 * 1024;
 
 /// Secrets by variable name; an absent one is not set.

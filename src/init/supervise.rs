@@ -1,8 +1,9 @@
 //! Keeping the container's programs running: `boxd serve` first, then each service. A program that
 //! exits is started again after 1, 2, 4 ... 30 s (back to 1 s once it had run a minute); restarts are
 //! scheduled, so one program's backoff never delays another's. Orphans of any program are reaped here,
-//! as PID 1 must. SIGTERM, SIGINT or SIGQUIT stop everything: SIGTERM to each program, SIGKILL to what
-//! remains after a grace period.
+//! as PID 1 must; when `boxd serve` dies, what its children left is stopped before it starts again.
+//! SIGTERM, SIGINT or SIGQUIT stop everything: SIGTERM to each program, SIGKILL to what remains after
+//! a grace period.
 
 use std::ffi::OsString;
 use std::io::Write;
@@ -29,6 +30,10 @@ const LISTENER_FD: RawFd = 3;
 const SECRETS_FD: RawFd = 4;
 /// Descriptors are first moved at or above this, so placing one at 3 or 4 cannot overwrite another.
 const SCRATCH_FD_FLOOR: RawFd = 10;
+/// The most spent stopping what a dead boxd's children left before boxd starts again.
+const SWEEP_BOUND: Duration = Duration::from_secs(2);
+/// Between two passes of that sweep that found something.
+const SWEEP_PAUSE: Duration = Duration::from_millis(10);
 
 enum Kind {
     Boxd {
@@ -351,9 +356,79 @@ pub fn run(mut programs: Vec<Program>) -> ExitCode {
                 );
                 return stop(&mut programs, ExitCode::from(2));
             }
+            let was_boxd = matches!(program.kind, Kind::Boxd { .. });
             program.schedule_restart();
+            if was_boxd {
+                // Before the restart is due (a second from now at the soonest); what is killed here is
+                // reaped by this loop as any orphan.
+                stop_what_boxd_left(&programs);
+            }
         }
     }
+}
+
+/// Once `boxd serve` is gone (killed, crashed): its children's leaders die with it (`PR_SET_PDEATHSIG`)
+/// and what they started is reparented here, to PID 1 (or to this subreaper). All of it is stopped
+/// before boxd starts again: every child of this process that is not one of its programs, and its
+/// process group, if it carries a boxd instance's marker (whatever its group) or is in no service's
+/// group (a service's orphans are left alone). Passes repeat while they find something, as a dying
+/// process's own children come here only then; bounded by [`SWEEP_BOUND`].
+fn stop_what_boxd_left(programs: &[Program]) {
+    let running: Vec<libc::pid_t> = programs.iter().filter_map(|program| program.pid).collect();
+    // SAFETY: getpid and getpgrp only read ids.
+    let (me, own_group) = unsafe { (libc::getpid(), libc::getpgrp()) };
+    let started = Instant::now();
+    let mut stopped = 0usize;
+    while started.elapsed() < SWEEP_BOUND {
+        let left: Vec<(libc::pid_t, libc::pid_t)> = live_children(me)
+            .into_iter()
+            .filter(|(pid, _)| !running.contains(pid))
+            .filter(|(pid, group)| {
+                !running.contains(group)
+                    || u32::try_from(*pid).is_ok_and(crate::core::child::carries_any_marker)
+            })
+            .collect();
+        if left.is_empty() {
+            break;
+        }
+        for &(pid, group) in &left {
+            if group > 1 && group != own_group && !running.contains(&group) {
+                // SAFETY: killpg only sends a signal.
+                unsafe { libc::killpg(group, libc::SIGKILL) };
+            }
+            // SAFETY: kill on a child of this process that is not reaped (not a zombie: its pid is ours).
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        stopped = stopped.saturating_add(left.len());
+        std::thread::sleep(SWEEP_PAUSE);
+    }
+    if stopped > 0 {
+        eprintln!(
+            "boxd init: stopped {stopped} processes boxd's children left running, in {:?}",
+            started.elapsed()
+        );
+    }
+}
+
+/// The children of `parent` that still run (not zombies), with their process groups, from `/proc`.
+fn live_children(parent: libc::pid_t) -> Vec<(libc::pid_t, libc::pid_t)> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<libc::pid_t>().ok())
+        .filter_map(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            // After the command name (which may hold anything): state, ppid, pgrp.
+            let (_, rest) = stat.rsplit_once(')')?;
+            let mut fields = rest.split_whitespace();
+            let state = fields.next()?;
+            let ppid: libc::pid_t = fields.next()?.parse().ok()?;
+            let group: libc::pid_t = fields.next()?.parse().ok()?;
+            (ppid == parent && !matches!(state, "Z" | "X")).then_some((pid, group))
+        })
+        .collect()
 }
 
 /// SIGTERM to every running program, SIGKILL to those still running after [`STOP_GRACE`].

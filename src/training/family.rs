@@ -44,11 +44,13 @@ impl Family for Training {
                 self.environment.name()
             ));
             let directory = self.environment.directory().to_path_buf();
+            let user = self.environment.user().cloned();
             let made = tokio::task::spawn_blocking(move || {
                 use std::os::unix::fs::DirBuilderExt;
                 std::fs::DirBuilder::new()
                     .mode(0o700)
                     .create(&directory)
+                    .and_then(|()| user.map_or(Ok(()), |user| user.give(&directory)))
                     .map_err(|err| format!("cannot create {}: {err}", directory.display()))
             })
             .await;
@@ -70,6 +72,17 @@ impl Family for Training {
                     sweeper.release_idle();
                 }
             });
+            match self.environment.user() {
+                Some(user) => tracing::info!(
+                    "the {} workers run as {}",
+                    self.environment.name(),
+                    user.describe()
+                ),
+                None => tracing::info!(
+                    "the {} workers run as boxd's own user",
+                    self.environment.name()
+                ),
+            }
             self.environment.start(health).await;
         })
     }
@@ -105,6 +118,11 @@ pub struct TrainingArgs {
     /// MiB of address space one instance's worker may map (its `RLIMIT_AS`).
     #[arg(long, env = "BOXD_TRAINING_MEMORY_MAX", default_value_t = 4096)]
     pub training_memory_max: u64,
+    /// The unprivileged user the environment workers run as when boxd runs as root (a name in
+    /// /etc/passwd, or UID[:GID]): AppWorld's `execute` runs the policy's code in its worker. boxd
+    /// unprivileged runs them as itself.
+    #[arg(long, env = "BOXD_TRAINING_USER")]
+    pub training_user: Option<String>,
 }
 
 pub fn family(_setup: &Setup, args: &TrainingArgs) -> Result<Arc<dyn Family>, String> {
@@ -115,6 +133,12 @@ pub fn family(_setup: &Setup, args: &TrainingArgs) -> Result<Arc<dyn Family>, St
         directory: scratch_directory()?,
         start_timeout: WORKER_START_TIMEOUT,
         memory_max: args.training_memory_max.max(64).saturating_mul(1024 * 1024),
+        user: crate::core::child::Identity::for_child(
+            "training",
+            "--training-user",
+            args.training_user.as_deref(),
+        )
+        .map_err(|err| format!("--training-user: {err}"))?,
     };
     let limits = InstanceLimits {
         max_live: args.training_max_instances.max(1),

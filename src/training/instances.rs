@@ -131,6 +131,11 @@ impl Environment {
         &self.launch.directory
     }
 
+    /// The user the workers run as, when not boxd's own.
+    pub fn user(&self) -> Option<&crate::core::child::Identity> {
+        self.launch.user.as_ref()
+    }
+
     /// Starts the first spare and keeps trying, with a backoff, until the environment loads; `health`
     /// says how it goes (so a readiness probe sees the environment come up once it can).
     pub async fn start(self: &Arc<Self>, health: Health) {

@@ -34,6 +34,9 @@ pub struct Launch {
     /// The address space one worker may map, in bytes (`RLIMIT_AS`): past it allocations fail in the
     /// worker (an error answer), not in its neighbours or boxd.
     pub memory_max: u64,
+    /// The unprivileged user the workers run as (`--training-user`, when boxd is root): AppWorld's
+    /// `execute` runs the policy's code in the worker. `None`: boxd's own user.
+    pub user: Option<child::Identity>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -97,10 +100,17 @@ pub struct Worker {
 impl Worker {
     pub async fn start(launch: &Launch, name: String) -> Result<Worker, WorkerError> {
         let started = Instant::now();
-        let mut command = child::command(&launch.python, Grouping::OwnGroup);
+        let mut command =
+            child::command_as(&launch.python, Grouping::OwnGroup, launch.user.as_ref());
+        if launch.user.is_some() {
+            // Whatever Python or the library keeps in a home (caches, settings) goes to the workers'
+            // own directory, which that user was given.
+            command.env("HOME", &launch.directory);
+        }
         let memory_max = launch.memory_max;
         // SAFETY: between fork and exec the closure makes one async-signal-safe system call
-        // (setrlimit) on a value computed before the fork.
+        // (setrlimit) on a value computed before the fork. It runs after the switch of user (a user
+        // may lower its own limits).
         unsafe {
             command.pre_exec(move || {
                 let limit = libc::rlimit {

@@ -1,10 +1,12 @@
-//! `make faults`: boxd under faults an unlucky operator meets (issue 15). Not part of `make test`: some
+//! `make faults`: boxd under faults an unlucky operator meets (issue 15), and hostile pages and hung
+//! displays (issue 34, `hostile.rs`). Not part of `make test`: some
 //! cases mount a tmpfs (root), and some wait out server-side timeouts. Every test is `#[ignore]` and runs
 //! with `cargo test --test faults -- --ignored --test-threads=1`. Each case asserts what the user sees,
 //! that nothing is left running, and that `/healthz` answers afterwards; each prints a `figure:` line.
 
 #[path = "../common/mod.rs"]
 mod common;
+mod hostile;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -706,6 +708,11 @@ async fn sigterm_of_a_busy_boxd_exits_promptly_and_leaves_nothing() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let took = started.elapsed();
+    // The guard (`boxd reaper`) exits once boxd has: it checks for leftovers first.
+    eventually(ALL_GONE_BOUND, || {
+        family.iter().all(|(pid, _)| !alive(*pid))
+    })
+    .await;
     let survivors: Vec<_> = family
         .iter()
         .filter(|(pid, _)| alive(*pid))
@@ -730,7 +737,10 @@ async fn sigterm_of_a_busy_boxd_exits_promptly_and_leaves_nothing() {
     );
 }
 
-/// Fails until children die with boxd (PR_SET_PDEATHSIG on each child's leader, lead's change).
+/// Everything a busy boxd started, its children's children included (18 processes: background sleeps
+/// of a command, a cell's subprocess, a terminal's jobs, a hosted server), stops at once when boxd is
+/// SIGKILLed: the leaders by `PR_SET_PDEATHSIG`, the rest by boxd's guard (`boxd reaper`), without
+/// waiting for the next boxd.
 #[tokio::test]
 #[ignore = "fault suite: make faults"]
 async fn sigkill_of_a_busy_boxd_leaves_no_child_running() {
@@ -740,27 +750,20 @@ async fn sigkill_of_a_busy_boxd_leaves_no_child_running() {
     let markers = tempfile::tempdir().unwrap();
     let in_flight = make_busy(&server, markers.path()).await;
     let family = descendants(server.pid() as i32);
-    let leaders: Vec<i32> = family
+    let leaders = family
         .iter()
-        .map(|(pid, _)| *pid)
-        .filter(|pid| stat(*pid).is_some_and(|(_, ppid, _)| ppid == server.pid() as i32))
-        .collect();
+        .filter(|(pid, _)| stat(*pid).is_some_and(|(_, ppid, _)| ppid == server.pid() as i32))
+        .count();
     server.kill();
+    let killed = Instant::now();
     for request in in_flight {
         request.abort();
     }
-    // Every child's leader dies with boxd (PR_SET_PDEATHSIG) ...
-    let leaders_gone = eventually(Duration::from_secs(5), || {
-        leaders.iter().all(|pid| !alive(*pid))
-    })
-    .await;
-    let orphans = family.iter().filter(|(pid, _)| alive(*pid)).count();
-    // ... and what they started is stopped by the next boxd of the same workspace.
-    let next = kernel_server(&workspace, &[], None);
-    eventually(Duration::from_secs(10), || {
+    let all_gone = eventually(ALL_GONE_BOUND, || {
         family.iter().all(|(pid, _)| !alive(*pid))
     })
     .await;
+    let took = killed.elapsed();
     let survivors: Vec<_> = family
         .iter()
         .filter(|(pid, _)| alive(*pid))
@@ -769,17 +772,24 @@ async fn sigkill_of_a_busy_boxd_leaves_no_child_running() {
     for (pid, _) in &survivors {
         kill(*pid, libc::SIGKILL);
     }
-    drop(next);
     eprintln!(
-        "figure: SIGKILL of a busy boxd: {} leaders died with it; {orphans} of {} descendants ran on \
-         until the next boxd; {} survived that: {survivors:?}",
-        leaders.len(),
+        "figure: SIGKILL of a busy boxd: {} descendants ({leaders} children, the guard among them) \
+         stopped in {took:?}; {} survived: {survivors:?}",
         family.len(),
         survivors.len()
     );
-    assert!(leaders_gone, "a child's leader outlived boxd");
-    assert!(survivors.is_empty(), "left running: {survivors:?}");
+    assert!(
+        all_gone,
+        "left running {ALL_GONE_BOUND:?} after the kill: {survivors:?}"
+    );
+    // Nothing for the next boxd of the workspace to find.
+    let next = kernel_server(&workspace, &[], None);
+    assert_healthy(&next).await;
 }
+
+/// How long a killed or stopped boxd's descendants may take to be gone: "at once", with room for a
+/// loaded machine (they take milliseconds).
+const ALL_GONE_BOUND: Duration = Duration::from_secs(2);
 
 // ---------------------------------------------------------------------------------------------------
 // Connection floods

@@ -438,6 +438,32 @@ def check_browser_pass(status, seen):
         assert "boxd_desktop=" in handshake["request"].get("cookie", ""), handshake
 
 
+def check_browser_isolation(box, reason):
+    """Chromium runs as boxd-browser, never root; with its own sandbox when this engine lets that user make
+    user namespaces (podman's default seccomp profile does), else /readyz names the fallback."""
+    table = engine("exec", box.container, "sh", "-c",
+                   "for s in /proc/[0-9]*/status; do p=${s%/status}; "
+                   "printf '%s|%s|%s|%s\\n' \"$(awk '/^Uid/{print $2}' $s)\" "
+                   "\"$(awk '/^NSpid/{print NF-1}' $s)\" \"$(awk '/^Seccomp_filters/{print $2}' $s)\" "
+                   "\"$(tr '\\0' ' ' < $p/cmdline 2>/dev/null | cut -c1-200)\"; done").stdout
+    rows = [line.split("|", 3) for line in table.splitlines() if "/usr/lib/chromium/chromium" in line]
+    assert rows, table
+    user = engine("exec", box.container, "id", "-u", "boxd-browser").stdout.strip()
+    assert all(uid == user for uid, _, _, _ in rows), rows
+    allowed = engine("exec", box.container, "setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups",
+                     "unshare", "--user", "--pid", "--net", "--fork", "true", check=False).returncode == 0
+    if allowed:
+        assert "boxd-browser" in reason and "with its own sandbox" in reason, reason
+        browser = [row for row in rows if "--type=" not in row[3]]
+        renderers = [row for row in rows if "--type=renderer" in row[3]]
+        assert browser and renderers, rows
+        for _, depth, filters, _ in renderers:
+            assert int(depth) > int(browser[0][1]) and int(filters) > int(browser[0][2]), (renderers, browser)
+    else:
+        assert "--no-sandbox" in reason, reason
+    print(f"  {reason}: ok")
+
+
 def save(name, png):
     if SHOTS is not None and png is not None:
         (SHOTS / name).write_bytes(png)
@@ -620,6 +646,7 @@ def test_browser(figures):
               "(Chromium headed on :1): ok")
         ready = box.readyz()
         assert ready["families"]["browser"]["status"] == "ready", ready
+        check_browser_isolation(box, ready["families"]["browser"]["reason"])
 
         # Chromium dies: boxd (not the entrypoint) starts it again on the next call.
         engine("exec", box.container, "pkill", "-9", "-f", "/usr/lib/chromium/chromium")

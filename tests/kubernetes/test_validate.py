@@ -50,6 +50,21 @@ def env_named(container: dict[str, Any], name: str) -> dict[str, Any]:
     return next(item for item in container["env"] if item["name"] == name)
 
 
+def mount_pool_secret(spec: dict[str, Any]) -> None:
+    """The pool secret's Secret mounted into boxd's container as files (which tenant code could read)."""
+    secret = env_named(spec["containers"][0], "BOXD_POOL_SECRET")["valueFrom"]["secretKeyRef"]["name"]
+    spec["volumes"].append({"name": "pool-secret-files", "secret": {"secretName": secret}})
+    spec["containers"][0]["volumeMounts"].append({"name": "pool-secret-files", "mountPath": "/var/run/boxd/pool"})
+
+
+def pool_secret_in_a_file(spec: dict[str, Any]) -> None:
+    """The older way: the Secret mounted and boxd pointed at the file."""
+    mount_pool_secret(spec)
+    container = spec["containers"][0]
+    container["env"] = [e for e in container["env"] if e["name"] != "BOXD_POOL_SECRET"]
+    container["env"].append({"name": "BOXD_POOL_SECRET_FILE", "value": "/var/run/boxd/pool/pool-secret"})
+
+
 def mount_key_secret(spec: dict[str, Any]) -> None:
     """The device key's Secret mounted into boxd's container as files (which tenant code could read)."""
     secret = env_named(spec["containers"][0], "BOXD_ADB_KEY")["valueFrom"]["secretKeyRef"]["name"]
@@ -71,6 +86,9 @@ CASES = [
     ("agent-sandbox/mobile.yaml", "SandboxTemplate", lambda t: set_path(boxd(t), "readinessProbe.httpGet.port", "web"), "no port of the container"),
     ("agent-sandbox/mobile.yaml", "SandboxTemplate", lambda t: boxd(t)["env"].append({"name": "SECRET_TOKEN", "value": "x"}), "POST /init"),
     ("agent-sandbox/mobile.yaml", "SandboxTemplate", lambda t: set_path(boxd(t), "env", []), "pool mode"),
+    ("agent-sandbox/base.yaml", "SandboxTemplate", lambda t: set_path(env_named(boxd(t), "BOXD_POOL_SECRET"), "valueFrom", None) or set_path(env_named(boxd(t), "BOXD_POOL_SECRET"), "value", "0123456789abcdef0123"), "BOXD_POOL_SECRET must come from a Secret"),
+    ("agent-sandbox/gui.yaml", "SandboxTemplate", lambda t: mount_pool_secret(t["spec"]["podTemplate"]["spec"]), "could read the pool secret"),
+    ("agent-sandbox/browser.yaml", "SandboxTemplate", lambda t: pool_secret_in_a_file(t["spec"]["podTemplate"]["spec"]), "a file tenant code can read"),
     ("agent-sandbox/filesystem.yaml", "SandboxTemplate", lambda t: set_path(t, "spec.networkPolicy.ingress.0.ports", []), "admits every port"),
     ("agent-sandbox/filesystem.yaml", "SandboxTemplate", lambda t: set_path(t, "spec.networkPolicy.ingress.0.ports.0.port", 5555), "only TCP 80"),
     ("agent-sandbox/filesystem.yaml", "SandboxTemplate", lambda t: set_path(t, "spec.networkPolicy.egress.0.to.0.ipBlock.except", []), "does not except 10.0.0.0/8"),

@@ -21,10 +21,12 @@
    - a device boxd reaches over TCP (BOXD_ADB_CONNECT) requires ADB authorization: boxd gets its key
      (BOXD_ADB_KEY) from a Secret as an env (secretKeyRef), never a literal nor the Secret mounted into
      boxd's container (tenant code reads every file there), and a redroid container in the pod runs
-     with ro.adb.secure=1 (tenant code shares the pod's network and reaches adbd's port);
+     with ro.adb.secure=1 (tenant code shares the pod's network and reaches adbd's port); the pool
+     secret (BOXD_POOL_SECRET) follows the same rules;
    - for deploy/kubernetes/agent-sandbox/ and plain/ (ours; files others add get 1 and 2 and the checks
      above): every image type has a template and a warm pool, templates run boxd in pool mode
-     (BOXD_POOL_SECRET_FILE, no SECRET_TOKEN) and refuse claim env (a cold start); boxd's container has
+     (BOXD_POOL_SECRET from a secretKeyRef; no BOXD_POOL_SECRET_FILE, whose file tenant code could read;
+     no SECRET_TOKEN) and refuse claim env (a cold start); boxd's container has
      a startup, liveness and readiness probe, requests and limits, no privilege escalation and all
      capabilities dropped but a listed few; every network policy is default-deny both ways, admits only
      the image's public port (TCP) in, and denies egress to private, link-local and shared ranges.
@@ -315,6 +317,7 @@ def check_pod(manifest: Manifest, port: int) -> Iterator[str]:
             continue
         boxd_containers += 1
         yield from check_device_key(container, spec)
+        yield from check_secret_env(container, spec, "BOXD_POOL_SECRET", "the pool secret")
         if port not in {p.get("containerPort") for p in container.get("ports") or []}:
             yield f"container {name}: does not declare the image's public port {port} (which boxd init binds)"
         if manifest.own:
@@ -335,12 +338,30 @@ def check_device_key(container: dict, spec: dict) -> Iterator[str]:
             f"container {name}: BOXD_ADB_CONNECT without BOXD_ADB_KEY: the device must require ADB "
             f"authorization and trust boxd's key alone (tenant code can reach its port)"
         )
-    key = env.get("BOXD_ADB_KEY")
-    if key is None:
+    if "BOXD_ADB_KEY" not in env:
         return
-    secret = ((key.get("valueFrom") or {}).get("secretKeyRef") or {}).get("name")
+    yield from check_secret_env(container, spec, "BOXD_ADB_KEY", "the device key")
+    for other in spec.get("containers") or []:
+        if "redroid" in str(other.get("image", "")) and "ro.adb.secure=1" not in [
+            str(arg) for arg in (other.get("args") or []) + (other.get("command") or [])
+        ]:
+            yield (
+                f"container {other.get('name')}: redroid must run with ro.adb.secure=1 (its default is "
+                f"no ADB authorization), or BOXD_ADB_KEY keeps nobody out"
+            )
+
+
+def check_secret_env(container: dict, spec: dict, variable: str, what: str) -> Iterator[str]:
+    """A secret boxd alone may hold reaches it as an env from a Secret (secretKeyRef), which boxd init
+    takes out of every other process's environment; never a literal (in the manifest for anyone who
+    reads it), nor the same Secret mounted into boxd's container (tenant code reads every file there)."""
+    name = container.get("name")
+    item = {entry.get("name"): entry for entry in container.get("env") or []}.get(variable)
+    if item is None:
+        return
+    secret = ((item.get("valueFrom") or {}).get("secretKeyRef") or {}).get("name")
     if not secret:
-        yield f"container {name}: BOXD_ADB_KEY must come from a Secret (valueFrom.secretKeyRef), not a literal"
+        yield f"container {name}: {variable} must come from a Secret (valueFrom.secretKeyRef), not a literal"
     secret_volumes = {
         volume.get("name")
         for volume in spec.get("volumes") or []
@@ -349,16 +370,8 @@ def check_device_key(container: dict, spec: dict) -> Iterator[str]:
     for mount in container.get("volumeMounts") or []:
         if mount.get("name") in secret_volumes:
             yield (
-                f"container {name}: mounts the Secret {secret!r} that holds BOXD_ADB_KEY: tenant code "
-                f"could read the device key from {mount.get('mountPath')}"
-            )
-    for other in spec.get("containers") or []:
-        if "redroid" in str(other.get("image", "")) and "ro.adb.secure=1" not in [
-            str(arg) for arg in (other.get("args") or []) + (other.get("command") or [])
-        ]:
-            yield (
-                f"container {other.get('name')}: redroid must run with ro.adb.secure=1 (its default is "
-                f"no ADB authorization), or BOXD_ADB_KEY keeps nobody out"
+                f"container {name}: mounts the Secret {secret!r} that holds {variable}: tenant code "
+                f"could read {what} from {mount.get('mountPath')}"
             )
 
 
@@ -389,14 +402,18 @@ def check_own_boxd_container(manifest: Manifest, container: dict) -> Iterator[st
         yield f"container {name}: capabilities {sorted(extra)} are more than boxd's image needs"
     env = {item.get("name"): item for item in container.get("env") or []}
     if manifest.kind == "SandboxTemplate":
-        if "BOXD_POOL_SECRET_FILE" not in env:
-            yield f"container {name}: a pooled pod must run boxd in pool mode (env BOXD_POOL_SECRET_FILE)"
+        if "BOXD_POOL_SECRET" not in env:
+            yield (
+                f"container {name}: a pooled pod must run boxd in pool mode (env BOXD_POOL_SECRET from "
+                f"a Secret's secretKeyRef)"
+            )
+        if "BOXD_POOL_SECRET_FILE" in env:
+            yield (
+                f"container {name}: BOXD_POOL_SECRET_FILE puts the pool secret in a file tenant code can "
+                f"read; give it as the env BOXD_POOL_SECRET from a secretKeyRef instead"
+            )
         if "SECRET_TOKEN" in env:
             yield f"container {name}: a pooled pod gets its token from POST /init, not SECRET_TOKEN"
-        path = str((env.get("BOXD_POOL_SECRET_FILE") or {}).get("value", ""))
-        mounts = [m.get("mountPath", "").rstrip("/") + "/" for m in container.get("volumeMounts") or []]
-        if path and not any(path.startswith(mount) for mount in mounts):
-            yield f"container {name}: BOXD_POOL_SECRET_FILE {path} is on no mounted volume"
     elif "SECRET_TOKEN" in env and "value" in env["SECRET_TOKEN"]:
         yield f"container {name}: SECRET_TOKEN must come from a Secret (valueFrom), not a literal"
 

@@ -266,3 +266,77 @@ def test_an_abandoned_request_does_not_shift_the_answers(server, client):
     answer = wait_for(added, seconds=60)["state"][0]["content"]
     assert json.loads(answer.split("\n")[1]) == {"name": "add_1", "content": {"result": 3}}
     assert client.release_instance("slow") is True
+
+
+def test_workers_run_as_the_training_user(tmp_path_factory, bfcl_data):
+    # AppWorld's `execute` runs the policy's code in the worker: as root, boxd starts the workers as
+    # `--training-user`, in a directory of their own that user was given; unprivileged, as itself.
+    import pathlib
+    import pwd
+    import shutil
+    import tempfile
+    is_root = os.geteuid() == 0
+    user = pwd.getpwnam("nobody") if is_root else pwd.getpwuid(os.geteuid())
+    # The data where that user can read it (pytest's temporary directories are 0700).
+    readable = pathlib.Path(tempfile.mkdtemp(prefix="boxd-bfcl-"))
+    try:
+        readable.chmod(0o755)
+        for name in ("multi_turn_processed.jsonl", "multi_turn_split_ids.json"):
+            shutil.copy(bfcl_data[0] / name, readable / name)
+            (readable / name).chmod(0o644)
+        workspace = tmp_path_factory.mktemp("workspace")
+        extra = ["--training-user", "nobody"] if is_root else []
+        python, env = python_for(user)
+        boxd = Boxd(workspace, "--tools", "training", "--training-env", "bfcl", "--training-python",
+                    python, *extra, env={**bfcl_env(readable), **env})
+        try:
+            with TrainingSandboxClient(base_url=f"http://127.0.0.1:{boxd.port}") as client:
+                task_id = "multi_turn_base_0"
+                episode, _ = create(client, task_id)
+                last = replay(episode, bfcl_data[1][task_id])
+                assert last["reward"] == 1.0
+                workers = [pid for pid in map(int, filter(str.isdigit, os.listdir("/proc")))
+                           if worker_of(pid, boxd.proc.pid)]
+                assert workers, "no environment worker found"
+                for pid in workers:
+                    with open(f"/proc/{pid}/status") as status:
+                        fields = dict(line.split(":", 1) for line in status)
+                    assert set(map(int, fields["Uid"].split())) == {user.pw_uid}, fields["Uid"]
+                    assert set(map(int, fields["Gid"].split())) == {user.pw_gid}, fields["Gid"]
+                    directory = os.readlink(f"/proc/{pid}/cwd")
+                    assert os.stat(directory).st_uid == user.pw_uid
+                    assert os.stat(directory).st_mode & 0o777 == 0o700
+                assert client.release_instance(episode.instance_id) is True
+        finally:
+            boxd.stop()
+    finally:
+        shutil.rmtree(readable, ignore_errors=True)
+
+
+def worker_of(pid, boxd_pid):
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            parent = int(stat.read().rsplit(")", 1)[1].split()[1])
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            argv = cmdline.read().split(b"\0")
+    except OSError:
+        return False
+    return parent == boxd_pid and b"--env" in argv
+
+
+def python_for(user):
+    """An interpreter with bfcl-eval that `user` can run, and the environment it needs: the test venv's
+    when that user can reach it, else the system's Python of the same version with the venv's packages on
+    its path (the venv's interpreter may sit in a home that user cannot enter)."""
+    import sysconfig
+    try:
+        reachable = subprocess.run([sys.executable, "-c", "import bfcl_eval"], user=user.pw_uid,
+                                   group=user.pw_gid, extra_groups=[], capture_output=True, timeout=60)
+        if reachable.returncode == 0:
+            return sys.executable, {}
+    except PermissionError:
+        pass
+    system = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
+    if not os.path.exists(system):
+        pytest.skip(f"no Python {user.pw_name} can run with bfcl-eval")
+    return system, {"PYTHONPATH": sysconfig.get_paths()["purelib"]}

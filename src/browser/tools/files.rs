@@ -10,6 +10,7 @@ use serde_json::json;
 use tokio::time::Instant;
 
 use super::super::events::{Download, DownloadState};
+use super::super::launch::stage_uploads;
 use super::super::session::{Running, SETTLE_CAP};
 use super::capture::safe_name;
 use super::{Answer, Browser, BrowserTool, Declared, PageCall, Policy, given, schema};
@@ -230,6 +231,20 @@ impl Browser {
         })
         .await
         .map_err(|err| ToolError::Reported(format!("resolving the paths failed: {err}")))??;
+        let files = match running.upload_staging() {
+            None => files,
+            Some((staging, user)) => {
+                let originals: Vec<std::path::PathBuf> =
+                    files.iter().map(std::path::PathBuf::from).collect();
+                tokio::task::spawn_blocking(move || stage_uploads(&staging, &user, &originals))
+                    .await
+                    .map_err(|err| ToolError::Reported(format!("copying the files failed: {err}")))?
+                    .map_err(|err| ToolError::Reported(format!("cannot upload the files: {err}")))?
+                    .iter()
+                    .map(|path| path.display().to_string())
+                    .collect()
+            }
+        };
         let before = running.marks()?;
         // The input's own renderer: the tab's, or that of the frame (in another process) it is in.
         running.choose_files(&input_session, input, &files).await?;
@@ -273,6 +288,13 @@ fn name_download(
 ) -> std::io::Result<String> {
     check_guid(guid)?;
     let source = staging.join(guid);
+    // A browser under its own user wrote the file: a hard link would leave that user a writable name
+    // for a workspace file, so it gets a copy of boxd's instead.
+    let written_by_boxd = {
+        use std::os::unix::fs::MetadataExt;
+        // SAFETY: geteuid only reads the caller's credentials.
+        std::fs::symlink_metadata(&source)?.uid() == unsafe { libc::geteuid() }
+    };
     let name = safe_name(suggested, "");
     let name = name.trim_end_matches('.');
     let name = if name.is_empty() { "download" } else { name };
@@ -287,7 +309,12 @@ fn name_download(
         };
         let target = destination.join(&candidate);
         // A hard link never replaces an existing file, and the guid's file is the browser's own.
-        match std::fs::hard_link(&source, &target) {
+        let linked = if written_by_boxd {
+            std::fs::hard_link(&source, &target)
+        } else {
+            Err(std::io::Error::from(std::io::ErrorKind::CrossesDevices))
+        };
+        match linked {
             Ok(()) => {
                 std::fs::remove_file(&source)?;
                 return Ok(candidate);
@@ -315,7 +342,17 @@ fn name_download(
 /// part of it.
 fn copy_new(source: &Path, target: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
-    let mut from = std::fs::File::open(source)?;
+    // The source is in the browser's profile, which a browser under its own user may rearrange: its
+    // name must not lead boxd to a file elsewhere (a link to a file of root's), nor block on a FIFO.
+    let mut from = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(source)?;
+    if !from.metadata()?.is_file() {
+        return Err(std::io::Error::other(format!(
+            "{source:?} is not a regular file"
+        )));
+    }
     let mut to = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -370,5 +407,28 @@ mod tests {
         remove_staged(staging.path(), guid).unwrap();
         assert!(!staging.path().join(guid).exists());
         assert!(remove_staged(staging.path(), "../x").is_err());
+    }
+
+    #[test]
+    fn a_staged_download_that_is_a_link_or_no_file_is_never_copied() {
+        // A browser under its own user owns its profile: a "download" swapped for a link to a file
+        // only boxd may read, or for a FIFO, must not land in the workspace.
+        let staging = tempfile::tempdir().unwrap();
+        let workspace = tempfile::tempdir().unwrap();
+        let secret = staging.path().join("secret");
+        std::fs::write(&secret, b"root's").unwrap();
+        std::os::unix::fs::symlink(&secret, staging.path().join("0a")).unwrap();
+        assert!(copy_new(&staging.path().join("0a"), &workspace.path().join("a")).is_err());
+        let fifo =
+            std::ffi::CString::new(staging.path().join("0b").to_string_lossy().as_bytes()).unwrap();
+        // SAFETY: mkfifo reads a NUL-terminated path we own.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        assert!(copy_new(&staging.path().join("0b"), &workspace.path().join("b")).is_err());
+        assert!(
+            std::fs::read_dir(workspace.path())
+                .unwrap()
+                .next()
+                .is_none()
+        );
     }
 }

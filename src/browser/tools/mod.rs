@@ -247,6 +247,16 @@ impl Browser {
         self.session.lock().await.close().await;
     }
 
+    /// Who the next browser runs as and whether with its sandbox; `health` is told if a sandboxed start
+    /// fails and the browser falls back to `--no-sandbox`.
+    pub async fn set_isolation(
+        &self,
+        isolation: super::launch::Isolation,
+        health: crate::core::health::Health,
+    ) {
+        self.session.lock().await.set_isolation(isolation, health);
+    }
+
     /// A failure is an `isError` answer, said after the notice of a browser that was started again,
     /// as a success is.
     async fn call<A>(&self, tool: &BrowserTool<A>, arguments: A) -> ToolResult {

@@ -31,6 +31,13 @@ pub fn mark_children(key: &str) {
 /// Kills the process groups of every process (but this one) carrying `key`; returns how many
 /// processes were found. Scans `/proc`: call it off the async runtime.
 pub fn stop_leftovers(key: &str) -> usize {
+    stop_leftovers_started_before(key, None)
+}
+
+/// As [`stop_leftovers`], sparing processes that started at or after `bound` (clock ticks since boot,
+/// as `/proc/PID/stat` counts them): the reaper of a killed boxd must not touch the children of a boxd
+/// of the same instance that started since.
+pub fn stop_leftovers_started_before(key: &str, bound: Option<u64>) -> usize {
     let needle = format!("{MARKER}={key}");
     let me = std::process::id();
     let Ok(entries) = std::fs::read_dir("/proc") else {
@@ -42,12 +49,11 @@ pub fn stop_leftovers(key: &str) -> usize {
         .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
         .filter(|&pid| pid != me)
     {
-        let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
+        if !carries(pid, needle.as_bytes()) {
             continue;
-        };
-        if !environ
-            .split(|&byte| byte == 0)
-            .any(|entry| entry == needle.as_bytes())
+        }
+        if let Some(bound) = bound
+            && start_ticks(pid).is_none_or(|start| start >= bound)
         {
             continue;
         }
@@ -64,6 +70,32 @@ pub fn stop_leftovers(key: &str) -> usize {
         unsafe { libc::kill(pid, libc::SIGKILL) };
     }
     found
+}
+
+/// Whether the environment `pid` started with holds `entry` (`NAME=value`). A zombie's reads empty.
+fn carries(pid: u32, entry: &[u8]) -> bool {
+    std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|environ| {
+        environ
+            .split(|&byte| byte == 0)
+            .any(|variable| variable == entry)
+    })
+}
+
+/// Whether the environment `pid` started with names any boxd instance (`BOXD_INSTANCE=...`).
+pub fn carries_any_marker(pid: u32) -> bool {
+    let prefix = format!("{MARKER}=");
+    std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|environ| {
+        environ
+            .split(|&byte| byte == 0)
+            .any(|variable| variable.starts_with(prefix.as_bytes()))
+    })
+}
+
+/// When `pid` started, in clock ticks since boot (field 22 of `/proc/PID/stat`).
+fn start_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(19)?.parse().ok()
 }
 
 #[cfg(test)]

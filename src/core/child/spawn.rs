@@ -23,6 +23,7 @@ use std::time::Duration;
 use tokio::process::Command;
 
 use super::group::OwnedGroup;
+use super::identity::{Identity, Switch};
 use crate::core::error::ApiError;
 
 /// Added to every child's OOM score (range -1000..=1000): high enough that a child is chosen before
@@ -59,6 +60,19 @@ pub(super) fn child_environment_layers() -> impl Iterator<Item = &'static (Strin
 /// A command for `program` that follows every rule of this module; the caller adds arguments, working
 /// directory, environment and stdio, spawns it, and wraps the pid in a [`ChildGroup`] at once.
 pub fn command(program: impl AsRef<OsStr>, grouping: Grouping) -> Command {
+    command_as(program, grouping, None)
+}
+
+/// [`command`] for a child that runs as `identity` (boxd's own user when `None`): it drops to that user
+/// after its OOM score is raised (a process whose user just changed may no longer write its own
+/// `/proc` files) and before its parent-death signal is set (a change of user clears it). The caller
+/// gives it a home and files it can write (see [`Identity::give`]).
+pub fn command_as(
+    program: impl AsRef<OsStr>,
+    grouping: Grouping,
+    identity: Option<&Identity>,
+) -> Command {
+    let switch = identity.map(Switch::of);
     let mut command = Command::new(program);
     command.envs(child_environment_layers().map(|(key, value)| (key, value)));
     if grouping == Grouping::OwnGroup {
@@ -67,7 +81,8 @@ pub fn command(program: impl AsRef<OsStr>, grouping: Grouping) -> Command {
     let parent = std::process::id();
     let oom_score = CHILD_OOM_SCORE_ADJ.to_string();
     // SAFETY: between fork and exec the closure makes only async-signal-safe system calls (setsid,
-    // ioctl, prctl, getppid, open, write, close) on data prepared before the fork.
+    // ioctl, open, write, close, setgroups, setgid, setuid, prctl, getppid) on data prepared before the
+    // fork.
     unsafe {
         command.pre_exec(move || {
             if grouping == Grouping::TerminalSession {
@@ -78,6 +93,10 @@ pub fn command(program: impl AsRef<OsStr>, grouping: Grouping) -> Command {
                     return Err(std::io::Error::last_os_error());
                 }
             }
+            raise_oom_score(oom_score.as_bytes());
+            if let Some(switch) = &switch {
+                switch.apply()?;
+            }
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1 {
                 return Err(std::io::Error::last_os_error());
             }
@@ -85,7 +104,6 @@ pub fn command(program: impl AsRef<OsStr>, grouping: Grouping) -> Command {
             if u32::try_from(libc::getppid()).ok() != Some(parent) {
                 return Err(std::io::Error::other("boxd exited while starting a child"));
             }
-            raise_oom_score(oom_score.as_bytes());
             Ok(())
         });
     }
@@ -272,6 +290,30 @@ mod tests {
         assert_eq!(fields.len(), 3, "{seen}");
         assert_eq!(fields[0], fields[1], "the child leads its own group");
         assert_eq!(fields[2], CHILD_OOM_SCORE_ADJ.to_string());
+    }
+
+    #[tokio::test]
+    async fn a_child_as_another_user_has_its_ids_groups_and_raised_oom_score() {
+        if !super::super::identity::boxd_is_root() {
+            eprintln!("skipped: switching users needs root");
+            return;
+        }
+        let nobody = Identity {
+            name: "65534".into(),
+            uid: 65534,
+            gid: 65534,
+            groups: vec![65534, 4242],
+        };
+        let mut probe = command_as("/bin/sh", Grouping::OwnGroup, Some(&nobody));
+        probe.args([
+            "-c",
+            r#"echo "$(id -u) $(id -g) $(id -G | tr ' ' ,) $(cat /proc/self/oom_score_adj)""#,
+        ]);
+        let seen = output_of(probe).await;
+        assert_eq!(
+            seen.trim(),
+            format!("65534 65534 65534,4242 {CHILD_OOM_SCORE_ADJ}")
+        );
     }
 
     #[tokio::test]
