@@ -647,3 +647,69 @@ async fn a_pty_is_sized_resized_and_a_cancelled_start_kills_its_group() {
         "a cancelled Start kills its group"
     );
 }
+
+/// What of gRPC's reflection messages (`grpc.reflection.v1[alpha].ServerReflection`) a service listing
+/// needs: the oneof's `list_services` (tag 7) and the answer's `list_services_response` (tag 6).
+#[derive(Clone, PartialEq, prost::Message)]
+struct ReflectionRequest {
+    #[prost(string, tag = "1")]
+    host: String,
+    #[prost(string, optional, tag = "7")]
+    list_services: Option<String>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct ReflectionResponse {
+    #[prost(message, optional, tag = "6")]
+    list_services_response: Option<ServiceList>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct ServiceList {
+    #[prost(message, repeated, tag = "1")]
+    service: Vec<ServiceName>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct ServiceName {
+    #[prost(string, tag = "1")]
+    name: String,
+}
+
+/// Server reflection (what `grpcurl -plaintext HOST:PORT list` asks), in both versions clients use.
+#[tokio::test]
+async fn reflection_lists_the_process_service() {
+    let sandboxd = Sandboxd::start().await;
+    for version in ["v1", "v1alpha"] {
+        let channel = tonic::transport::Endpoint::from_shared(sandboxd.grpc.clone())
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let mut grpc = tonic::client::Grpc::new(channel);
+        grpc.ready().await.unwrap();
+        let path = format!("/grpc.reflection.{version}.ServerReflection/ServerReflectionInfo");
+        let request = tonic::Request::new(futures_util::stream::iter([ReflectionRequest {
+            host: String::new(),
+            list_services: Some(String::new()),
+        }]));
+        let codec = tonic_prost::ProstCodec::<ReflectionRequest, ReflectionResponse>::default();
+        let mut answers = grpc
+            .streaming(request, path.parse().unwrap(), codec)
+            .await
+            .unwrap()
+            .into_inner();
+        let answer = answers.message().await.unwrap().expect("one answer");
+        let names: Vec<String> = answer
+            .list_services_response
+            .expect("a service list")
+            .service
+            .into_iter()
+            .map(|service| service.name)
+            .collect();
+        assert!(
+            names.iter().any(|name| name == "process.v1.ProcessService"),
+            "{version}: {names:?}"
+        );
+    }
+}
