@@ -1,11 +1,11 @@
 //! A command run to its end with its whole output: the gRPC `Execute` and the legacy `/execute`. Built
-//! on boxd's child primitive (`core::child::command`: its own process group, the families'
-//! environment, the OOM score, death with boxd); the group is killed when the deadline passes or the
-//! caller goes away (dropping the future drops the [`ChildGroup`]), not only its leader.
+//! on boxd's child primitive, the shell tool's spawn (`core::child::spawn_piped_with_env`: its own
+//! process group, the families' environment, the OOM score, death with boxd, and no fork of boxd's
+//! memory); the group is killed when the deadline passes or the caller goes away (dropping the future
+//! drops the [`ChildGroup`]), not only its leader.
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::Stdio;
 use std::time::Duration;
 
 use tokio::io::AsyncReadExt;
@@ -42,16 +42,14 @@ pub async fn run_to_end(
     let Some(program) = argv.first().filter(|program| !program.is_empty()) else {
         return Err(ApiError::BadRequest("the command is empty".into()));
     };
-    let mut command = child::command(program, Grouping::OwnGroup);
-    command
-        .args(argv.get(1..).unwrap_or_default())
-        .current_dir(cwd)
-        .envs(env)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut running = command.spawn().map_err(|err| spawn_error(program, &err))?;
-    let mut group = ChildGroup::of(running.id(), Grouping::OwnGroup);
+    let args: Vec<&str> = argv.iter().skip(1).map(String::as_str).collect();
+    let extra: Vec<(String, String)> = env
+        .iter()
+        .map(|(key, value)| (key.clone(), value.clone()))
+        .collect();
+    let mut running = child::spawn_piped_with_env(program, &args, cwd, &extra)
+        .map_err(|err| spawn_error(program, &err))?;
+    let mut group = ChildGroup::of(Some(running.id()), Grouping::OwnGroup);
     let (Some(mut stdout), Some(mut stderr)) = (running.stdout.take(), running.stderr.take())
     else {
         return Err(ApiError::Internal("the child's pipes are missing".into()));

@@ -14,7 +14,7 @@ pub use environment::{
 };
 pub use group::OwnedGroup;
 pub use leftovers::{instance_key, mark_children, stop_leftovers};
-pub use piped::spawn_piped;
+pub use piped::{spawn_piped, spawn_piped_with_env};
 pub use spawn::{
     Backoff, CHILD_OOM_SCORE_ADJ, ChildGroup, Grouping, command, interpreter_path,
     set_family_environment, spawn_failure,
