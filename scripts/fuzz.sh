@@ -105,9 +105,11 @@ if ((${#as_user[@]})); then chown -R "$user:" "$workspace" "$scratch/home"; fi
 
 token=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
 log=$scratch/boxd.log
-# Short tool timeouts: a generated `timeout` or command must not hold a worker for minutes.
+# Short tool timeouts: a generated `timeout` or command must not hold a worker for minutes. The sandboxd
+# family's own listeners (not fuzzed here: docs/openapi.json is the main port's) on free ports.
 env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$scratch/home" SECRET_TOKEN="$token" RUST_LOG=info \
   BOXD_COMMAND_TIMEOUT=10 BOXD_CELL_TIMEOUT=10 ${tools:+BOXD_TOOLS=$tools} \
+  SANDBOXD_GRPC_ADDR=127.0.0.1:0 SANDBOXD_REST_ADDR=127.0.0.1:0 SANDBOX_EXEC_TIMEOUT_SECONDS=10 \
   "${as_user[@]}" "$bin" serve --host 127.0.0.1 --port 0 --workspace "$workspace" \
   --python "$python" >"$log" 2>&1 &
 boxd_pid=$!

@@ -41,7 +41,8 @@ trap cleanup EXIT
 
 token=load-$RANDOM$RANDOM
 mkdir -p "$scratch/workspace"
-SECRET_TOKEN=$token RUST_LOG=${RUST_LOG:-warn,boxd=info} "$bin" serve --host 127.0.0.1 --port 0 \
+SECRET_TOKEN=$token RUST_LOG=${RUST_LOG:-warn,boxd=info} SANDBOXD_GRPC_ADDR=127.0.0.1:0 \
+  SANDBOXD_REST_ADDR=127.0.0.1:0 "$bin" serve --host 127.0.0.1 --port 0 \
   --workspace "$scratch/workspace" --python "$python" 2>"$scratch/boxd.log" &
 boxd_pid=$!
 base=

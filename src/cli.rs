@@ -146,6 +146,9 @@ pub struct ServeArgs {
     pub processes: crate::processes::ProcessesArgs,
 
     #[command(flatten)]
+    pub sandboxd: crate::sandboxd::SandboxdArgs,
+
+    #[command(flatten)]
     pub watch: crate::watch::WatchArgs,
 
     #[command(flatten)]

@@ -17,6 +17,7 @@ mod limits;
 mod mcp;
 mod mcp_server;
 mod processes;
+mod sandboxd;
 mod shell;
 mod tools;
 mod training;
@@ -80,6 +81,7 @@ const FAMILIES: &[FamilyEntry] = &[
     family!(processes, on_by_default: true, flags),
     family!(watch, on_by_default: true, flags),
     family!(mcp, on_by_default: true, flags),
+    family!(sandboxd, on_by_default: true, flags),
     family!(computer, on_by_default: false, flags),
     family!(adb, on_by_default: false, flags),
     family!(browser, on_by_default: false, flags),
@@ -248,11 +250,16 @@ async fn serve(mut args: ServeArgs, instance: String) -> Result<(), String> {
 
     let tools = Arc::new(ToolRegistry::default());
     tools.reserve_group(tools::GENERIC_GROUP);
+    let live = core::live::ProcessManager::new(
+        Arc::new(workspace.clone()),
+        processes::table_limits(&args.processes)?,
+    );
     let setup = Setup {
         allow_dirs: &args.allow_dirs,
         max_output: args.max_output,
         workspace: &workspace,
         tools: &tools,
+        live: &live,
     };
     let families = Arc::new(build_families(&setup, &args)?);
     families
@@ -389,11 +396,16 @@ mod tests {
             panic!("workspace: {:?}", opened.err());
         };
         let registry = Arc::new(ToolRegistry::default());
+        let live = core::live::ProcessManager::new(
+            Arc::new(opened.clone()),
+            processes::table_limits(&args.processes).unwrap_or_else(|err| panic!("{err}")),
+        );
         let setup = Setup {
             allow_dirs: &args.allow_dirs,
             max_output: args.max_output,
             workspace: &opened,
             tools: &registry,
+            live: &live,
         };
         let families = match build_families(&setup, &args) {
             Ok(families) => families,

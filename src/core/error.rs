@@ -73,6 +73,25 @@ impl ApiError {
         }
     }
 
+    /// The error's name in the `{"code", "message"}` bodies of the sandboxd REST API (the Kubernetes
+    /// agent-sandbox runtime): gRPC's canonical code names, and `CONFLICT` for a 409 as sandboxd says it.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ApiError::BadRequest(_) | ApiError::Unprocessable(_) => "INVALID_ARGUMENT",
+            ApiError::Forbidden(_) => "PERMISSION_DENIED",
+            ApiError::NotFound(_) => "NOT_FOUND",
+            ApiError::Conflict(_) => "CONFLICT",
+            ApiError::RangeNotSatisfiable(_) => "OUT_OF_RANGE",
+            ApiError::PayloadTooLarge(_)
+            | ApiError::InsufficientStorage(_)
+            | ApiError::TooManyRequests(_)
+            | ApiError::Busy { .. } => "RESOURCE_EXHAUSTED",
+            ApiError::BadGateway(_) | ApiError::Unavailable { .. } => "UNAVAILABLE",
+            ApiError::GatewayTimeout(_) => "DEADLINE_EXCEEDED",
+            ApiError::Internal(_) => "INTERNAL",
+        }
+    }
+
     /// Maps a filesystem error on `what` (a path as the user gave it) to the status a client can act on.
     pub fn from_io(err: &std::io::Error, what: &str) -> ApiError {
         use std::io::ErrorKind as K;

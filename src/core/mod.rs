@@ -1,6 +1,6 @@
 //! What every family stands on and no family owns: errors and their statuses, health, ownership of a
-//! shared resource, deadlines, child supervision, path confinement, staged writes, UTF-8 boundaries,
-//! memory. Nothing here imports anything above it.
+//! shared resource, deadlines, child supervision, the table of live processes, path confinement,
+//! staged writes, UTF-8 boundaries, memory. Nothing here imports anything above it.
 
 pub mod child;
 pub mod confine;
@@ -9,6 +9,7 @@ pub mod entry;
 pub mod error;
 pub mod file_size;
 pub mod health;
+pub mod live;
 pub mod memory;
 pub mod owner;
 pub mod staging;

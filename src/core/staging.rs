@@ -30,6 +30,8 @@ pub struct StagedFile {
     file: File,
     /// The name it has while staged, when it could not be created unnamed: removed unless persisted.
     named: Option<PathBuf>,
+    /// Permission bits set by the writer ([`StagedFile::set_mode`]): kept instead of a replaced file's.
+    mode_set: bool,
 }
 
 impl StagedFile {
@@ -42,7 +44,11 @@ impl StagedFile {
             .custom_flags(libc::O_TMPFILE)
             .open(dir);
         match unnamed {
-            Ok(file) => Ok(StagedFile { file, named: None }),
+            Ok(file) => Ok(StagedFile {
+                file,
+                named: None,
+                mode_set: false,
+            }),
             Err(err) if tmpfile_unsupported(&err) => {
                 tracing::debug!(dir = %dir.display(), %err, "no O_TMPFILE here; staging under a name");
                 StagedFile::create_named(dir)
@@ -56,13 +62,25 @@ impl StagedFile {
         Ok(StagedFile {
             file,
             named: Some(path),
+            mode_set: false,
         })
     }
 
+    /// Blocking. Gives the file these permission bits (not masked by the umask), also when it
+    /// replaces a file with others.
+    pub fn set_mode(&mut self, mode: u32) -> std::io::Result<()> {
+        use std::os::unix::fs::PermissionsExt;
+        self.file
+            .set_permissions(std::fs::Permissions::from_mode(mode))?;
+        self.mode_set = true;
+        Ok(())
+    }
+
     /// Blocking. Puts the content at `target` (whose parent must exist) in one step, keeping the mode of
-    /// a file it replaces.
+    /// a file it replaces unless [`StagedFile::set_mode`] chose one.
     pub fn persist(mut self, target: &Path) -> std::io::Result<()> {
-        if let Ok(existing) = std::fs::metadata(target)
+        if !self.mode_set
+            && let Ok(existing) = std::fs::metadata(target)
             && existing.is_file()
         {
             let _ = self.file.set_permissions(existing.permissions());

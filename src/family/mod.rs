@@ -202,6 +202,8 @@ pub struct Setup<'a> {
     pub workspace: &'a crate::core::confine::Workspace,
     /// The registry, for a family that registers tools while it runs (hosted MCP servers).
     pub tools: &'a Arc<ToolRegistry>,
+    /// boxd's one table of live processes, which more than one family serves (`processes`, `sandboxd`).
+    pub live: &'a Arc<crate::core::live::ProcessManager>,
 }
 
 impl Setup<'_> {

@@ -5,11 +5,12 @@ use std::time::Duration;
 
 use axum::Router;
 
+use crate::core::live::{ProcessLimits, ProcessManager, stdin};
 use crate::family::limits::{Limit, as_u64, bytes, flag_seconds, seconds};
 use crate::family::{BoxFuture, Family, Setup};
 
 struct Processes {
-    manager: Arc<super::ProcessManager>,
+    manager: Arc<ProcessManager>,
 }
 
 impl Family for Processes {
@@ -44,8 +45,10 @@ pub struct ProcessesArgs {
     pub process_retention: f64,
 }
 
-pub fn family(setup: &Setup, args: &ProcessesArgs) -> Result<Arc<dyn Family>, String> {
-    let limits = super::ProcessLimits {
+/// The bounds of boxd's one table of live processes, from this family's flags: the table is shared
+/// (`Setup::live`), with the `sandboxd` family's `ProcessService` too.
+pub fn table_limits(args: &ProcessesArgs) -> Result<ProcessLimits, String> {
+    Ok(ProcessLimits {
         max_running: args.max_processes.max(1),
         max_kept: args.max_processes.saturating_mul(4).max(64),
         buffer_bytes: args.process_buffer.max(4096),
@@ -55,9 +58,12 @@ pub fn family(setup: &Setup, args: &ProcessesArgs) -> Result<Arc<dyn Family>, St
         )?,
         kill_grace: Duration::from_secs(2),
         drain: Duration::from_millis(200),
-    };
+    })
+}
+
+pub fn family(setup: &Setup, _args: &ProcessesArgs) -> Result<Arc<dyn Family>, String> {
     Ok(Arc::new(Processes {
-        manager: super::ProcessManager::new(Arc::new(setup.workspace.clone()), limits),
+        manager: Arc::clone(setup.live),
     }))
 }
 
@@ -88,7 +94,7 @@ pub fn limits(args: &ProcessesArgs) -> Vec<Limit> {
         Limit::new(
             "processes",
             "one stdin body",
-            bytes(as_u64(super::stdin::BODY_MAX)),
+            bytes(as_u64(stdin::BODY_MAX)),
             "413",
         ),
         Limit::new(
@@ -96,8 +102,8 @@ pub fn limits(args: &ProcessesArgs) -> Vec<Limit> {
             "stdin queued for a process that does not read",
             format!(
                 "{}, waited for up to {}",
-                bytes(as_u64(super::stdin::QUEUE_BYTES)),
-                seconds(super::stdin::WAIT)
+                bytes(as_u64(stdin::QUEUE_BYTES)),
+                seconds(stdin::WAIT)
             ),
             "503 + `Retry-After`",
         ),

@@ -16,14 +16,15 @@ use futures_util::{Stream, StreamExt};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::output::ReadOut;
-use super::stdin::{self, Patience};
-use super::{
-    LiveProcess, ProcessManager, ProcessResult, ProcessStatus, StartRequest, TerminalSize, signals,
-};
+use super::StartRequest;
 use crate::api::events::{self, Event, EventFormat};
 use crate::api::extract::{ApiJson, ApiPath, ApiQuery};
 use crate::core::error::{ApiError, ApiResult};
+use crate::core::live::output::ReadOut;
+use crate::core::live::stdin::{self, Patience};
+use crate::core::live::{
+    LiveProcess, ProcessManager, ProcessResult, ProcessStatus, TerminalSize, signals,
+};
 
 /// Output per event batch: bounds one read of the log while a reader catches up.
 const READ_BATCH: usize = 64 * 1024;
@@ -55,7 +56,7 @@ async fn start(
     State(manager): State<Arc<ProcessManager>>,
     ApiJson(request): ApiJson<StartRequest>,
 ) -> ProcessResult<(StatusCode, Json<ProcessStatus>)> {
-    let process = manager.start(request).await?;
+    let process = manager.start(request.launch()?).await?;
     Ok((StatusCode::CREATED, Json(process.status())))
 }
 

@@ -63,6 +63,10 @@ impl Server {
             .args(extra_args)
             .env("SECRET_TOKEN", TOKEN)
             .env("RUST_LOG", "info")
+            // The sandboxd family's listeners on free ports: tests run side by side (its own tests
+            // name theirs with the flags, which win over these).
+            .env("SANDBOXD_GRPC_ADDR", "127.0.0.1:0")
+            .env("SANDBOXD_REST_ADDR", "127.0.0.1:0")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());

@@ -23,6 +23,11 @@ def test_the_deployed_manifests_pass():
     assert failures == []
     kinds = {m.kind for m in manifests}
     assert {"SandboxTemplate", "SandboxWarmPool", "SandboxClaim", "Pod", "Service", "NetworkPolicy"} <= kinds
+    # The template of agent-sandbox's sandboxd runtime: our image with both sandboxd addresses set.
+    sandboxd = [m for m in manifests if m.kind == "SandboxTemplate" and m.name == "boxd-base-sandboxd"]
+    assert len(sandboxd) == 1
+    env = {item["name"]: item.get("value") for item in boxd(sandboxd[0].body)["env"]}
+    assert env["SANDBOXD_GRPC_ADDR"] == "localhost:9090" and env["SANDBOXD_REST_ADDR"] == "localhost:8080"
 
 
 def edit(root: Path, relative: str, kind: str, change: Callable[[dict[str, Any]], None]) -> None:
@@ -100,6 +105,8 @@ CASES = [
     ("agent-sandbox/claim-example.yaml", "SandboxClaim", lambda c: set_path(c, "spec.env", [{"name": "A", "value": "b"}]), "cold start"),
     ("agent-sandbox/claim-example.yaml", "SandboxClaim", lambda c: set_path(c, "spec.warmPool", {"name": "x"}), "Additional properties"),
     ("agent-sandbox/base.yaml", "SandboxWarmPool", lambda p: set_path(p, "spec.sandboxTemplateRef.name", "boxd-none"), "names no SandboxTemplate"),
+    ("agent-sandbox/sandboxd-base.yaml", "SandboxTemplate", lambda t: set_path(env_named(boxd(t), "SANDBOXD_GRPC_ADDR"), "value", "0.0.0.0:9090"), "no token"),
+    ("agent-sandbox/sandboxd-base.yaml", "SandboxTemplate", lambda t: set_path(env_named(boxd(t), "SANDBOXD_REST_ADDR"), "value", "localhost:9090"), "two ports"),
     ("plain/base.yaml", "Pod", lambda p: set_path(p["spec"], "terminationGracePeriodSeconds", "soon"), "schema"),
     ("plain/base.yaml", "Pod", lambda p: set_path(boxd(p), "imagePullPolicy", 3), "schema"),
     ("plain/base.yaml", "Pod", lambda p: set_path(boxd(p), "unknownField", 1), "schema"),

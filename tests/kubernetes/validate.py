@@ -416,6 +416,30 @@ def check_own_boxd_container(manifest: Manifest, container: dict) -> Iterator[st
             yield f"container {name}: a pooled pod gets its token from POST /init, not SECRET_TOKEN"
     elif "SECRET_TOKEN" in env and "value" in env["SECRET_TOKEN"]:
         yield f"container {name}: SECRET_TOKEN must come from a Secret (valueFrom), not a literal"
+    yield from check_sandboxd_addresses(name, env)
+
+
+# The sandboxd family's listeners (agent-sandbox's runtime APIs) take no token: ours keep them on the
+# container's loopback, where the SDK's pod port-forward reaches them and the NetworkPolicy need not.
+SANDBOXD_ADDRESSES = ("SANDBOXD_GRPC_ADDR", "SANDBOXD_REST_ADDR")
+LOOPBACK_HOSTS = {"localhost", "127.0.0.1", "[::1]"}
+
+
+def check_sandboxd_addresses(name: str, env: dict) -> Iterator[str]:
+    ports = []
+    for variable in SANDBOXD_ADDRESSES:
+        if variable not in env:
+            continue
+        value = str(env[variable].get("value", ""))
+        host, _, port = value.rpartition(":")
+        if host not in LOOPBACK_HOSTS or not port.isdigit() or not 0 < int(port) < 65536:
+            yield (
+                f"container {name}: {variable}={value!r} must be a loopback HOST:PORT "
+                f"({sorted(LOOPBACK_HOSTS)}): the sandboxd listeners have no token"
+            )
+        ports.append(port)
+    if len(ports) == 2 and ports[0] == ports[1]:
+        yield f"container {name}: SANDBOXD_GRPC_ADDR and SANDBOXD_REST_ADDR need two ports"
 
 
 def selects(selector: dict, labels: dict) -> bool:

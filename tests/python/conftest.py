@@ -21,7 +21,9 @@ class Boxd:
         self.proc = subprocess.Popen(
             [binary, "serve", "--host", "127.0.0.1", "--port", "0",
              "--workspace", str(workspace), "--python", sys.executable, *extra],
-            env={**os.environ, "SECRET_TOKEN": TOKEN, **(env or {})},
+            # The sandboxd family's listeners on free ports: tests run side by side.
+            env={**os.environ, "SECRET_TOKEN": TOKEN, "SANDBOXD_GRPC_ADDR": "127.0.0.1:0",
+                 "SANDBOXD_REST_ADDR": "127.0.0.1:0", **(env or {})},
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
             text=True,
         )

@@ -110,16 +110,29 @@ impl Drop for PipedChild {
 /// Starts `program` with `args` in `cwd`, with boxd's environment plus the families' (as
 /// [`command`](super::command) gives it) and in a process group of its own.
 pub fn spawn_piped(program: &str, args: &[&str], cwd: &Path) -> std::io::Result<PipedChild> {
+    spawn_piped_with_env(program, args, cwd, &[])
+}
+
+/// As [`spawn_piped`], with `extra` over the environment, and a `program` without a slash looked up
+/// on the child's `PATH` (as `execvp` does; the child may not allocate, so it is looked up here).
+pub fn spawn_piped_with_env(
+    program: &str,
+    args: &[&str],
+    cwd: &Path,
+    extra: &[(String, String)],
+) -> std::io::Result<PipedChild> {
     if !pidfds_work() {
-        return spawn_forked(program, args, cwd);
+        return spawn_forked(program, args, cwd, extra);
     }
-    let program_c = CString::new(program)?;
+    let variables = environment(extra);
+    let executable = find_program(program, &variables, cwd);
+    let program_c = CString::new(executable.as_os_str().as_bytes())?;
     let argv_c = std::iter::once(program)
         .chain(args.iter().copied())
         .map(CString::new)
         .collect::<Result<Vec<_>, _>>()?;
     let argv = null_terminated(&argv_c);
-    let envp_c = environment_block()?;
+    let envp_c = environment_block(variables)?;
     let envp = null_terminated(&envp_c);
     let cwd_c = CString::new(cwd.as_os_str().as_bytes())?;
     let (stdout_read, stdout_write) = pipe_pair()?;
@@ -308,9 +321,15 @@ unsafe fn prepare(request: &ChildRequest) -> bool {
 }
 
 /// The same child through std's spawn, where pidfds are missing.
-fn spawn_forked(program: &str, args: &[&str], cwd: &Path) -> std::io::Result<PipedChild> {
+fn spawn_forked(
+    program: &str,
+    args: &[&str],
+    cwd: &Path,
+    extra: &[(String, String)],
+) -> std::io::Result<PipedChild> {
     let mut child = command(program, Grouping::OwnGroup)
         .args(args)
+        .envs(extra.iter().map(|(key, value)| (key, value)))
         .current_dir(cwd)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -389,16 +408,56 @@ fn pipe_pair() -> std::io::Result<(OwnedFd, OwnedFd)> {
 }
 
 /// boxd's environment (its secrets are already out of it) with the claim's and the families' variables
-/// over it.
-fn environment_block() -> std::io::Result<Vec<CString>> {
+/// over it, and the caller's `extra` over those.
+fn environment(extra: &[(String, String)]) -> Vec<(OsString, OsString)> {
     let mut variables: Vec<(OsString, OsString)> = std::env::vars_os().collect();
-    for (key, value) in child_environment_layers() {
+    let layers = child_environment_layers().map(|(key, value)| (key.as_str(), value.as_str()));
+    let extra = extra
+        .iter()
+        .map(|(key, value)| (key.as_str(), value.as_str()));
+    for (key, value) in layers.chain(extra) {
         let key = OsStr::new(key);
         match variables.iter_mut().find(|(existing, _)| existing == key) {
             Some(slot) => slot.1 = OsString::from(value),
             None => variables.push((key.to_owned(), OsString::from(value))),
         }
     }
+    variables
+}
+
+/// `program` itself when it names a path, else the first executable file of that name in the
+/// directories of the child's `PATH` (relative ones from `cwd`); the name as given when none has it,
+/// for the exec to fail with `ENOENT`.
+fn find_program(
+    program: &str,
+    variables: &[(OsString, OsString)],
+    cwd: &Path,
+) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    if program.contains('/') || program.is_empty() {
+        return program.into();
+    }
+    let search = variables.iter().find(|(key, _)| key == "PATH").map_or_else(
+        || OsString::from("/usr/local/bin:/usr/bin:/bin"),
+        |(_, value)| value.clone(),
+    );
+    for dir in std::env::split_paths(&search) {
+        let dir = if dir.as_os_str().is_empty() {
+            cwd.to_path_buf()
+        } else {
+            cwd.join(dir)
+        };
+        let candidate = dir.join(program);
+        if std::fs::metadata(&candidate)
+            .is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
+        {
+            return candidate;
+        }
+    }
+    program.into()
+}
+
+fn environment_block(variables: Vec<(OsString, OsString)>) -> std::io::Result<Vec<CString>> {
     variables
         .into_iter()
         .map(|(key, value)| {
@@ -492,6 +551,27 @@ mod tests {
             .err()
             .expect("fails");
         assert_eq!(nul.kind(), std::io::ErrorKind::InvalidInput);
+    }
+
+    #[tokio::test]
+    async fn a_bare_name_is_found_on_the_childs_path_and_extra_env_wins() {
+        let extra = [
+            ("GREETING".to_owned(), "hi".to_owned()),
+            ("PATH".to_owned(), "/nonexistent:/bin:/usr/bin".to_owned()),
+        ];
+        let mut child =
+            spawn_piped_with_env("sh", &["-c", "echo $GREETING"], Path::new("/"), &extra)
+                .expect("spawns");
+        let mut out = String::new();
+        let mut stdout = child.stdout.take().expect("piped");
+        stdout.read_to_string(&mut out).await.expect("stdout");
+        assert!(child.wait().await.expect("exits").success());
+        assert_eq!(out, "hi\n");
+        let only_elsewhere = [("PATH".to_owned(), "/nonexistent".to_owned())];
+        let missing = spawn_piped_with_env("sh", &[], Path::new("/"), &only_elsewhere)
+            .err()
+            .expect("not on that PATH");
+        assert_eq!(missing.raw_os_error(), Some(libc::ENOENT));
     }
 
     #[tokio::test]

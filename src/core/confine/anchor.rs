@@ -359,6 +359,32 @@ impl Anchor {
         }
     }
 
+    /// Removes the entry only if that takes no more: a link or file itself, a directory only if it is
+    /// empty (`ENOTEMPTY` otherwise), like `rm` without `-r`.
+    pub fn remove_one(&self) -> io::Result<()> {
+        let dir = self.parent()?;
+        let name = self
+            .name
+            .as_deref()
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "a root is not removed"))?;
+        if at::file_type_at(dir, name)? == libc::S_IFDIR {
+            at::unlink_at(dir, name, libc::AT_REMOVEDIR)
+        } else {
+            at::unlink_at(dir, name, 0)
+        }
+    }
+
+    /// Removes everything in the entry, a directory (a root too), and keeps the directory itself: for
+    /// a root that is a mount point.
+    pub fn clear(&self) -> io::Result<()> {
+        let dir = self.open_dir()?;
+        for entry in at::read_dir(dir.fd.as_fd())? {
+            let name = CString::new(entry.name.into_vec()).map_err(io::Error::other)?;
+            remove_tree(dir.fd.as_fd(), &name)?;
+        }
+        Ok(())
+    }
+
     /// Renames the entry (a link as itself) to `to`, whose parent must exist. `no_replace`: fail with
     /// `EEXIST` rather than replace, atomically where the filesystem supports it.
     pub fn rename_to(&self, to: &Anchor, no_replace: bool) -> io::Result<()> {
