@@ -86,7 +86,7 @@ smoke-release: test-build
 # The fault suite (tests/faults): kills, a full disk, floods, 200 000 files. Not part of `make test`: it runs
 # as root (it mounts small tmpfs workspaces) and waits out server-side timeouts, for some minutes.
 faults: setup
-	cargo test --test faults -- --ignored --test-threads=1 --nocapture
+	$(CARGO_TEST) --test faults -- --ignored --test-threads=1 --nocapture
 
 # schemathesis over docs/openapi.json against the release binary, as an unprivileged user on a scratch
 # workspace, fixed seed, bounded examples (a few minutes): any 5xx, schema mismatch or dead server fails.
