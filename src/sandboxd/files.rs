@@ -40,6 +40,30 @@ pub async fn locate(
     .await
 }
 
+/// Where a write of `input` goes: the path held, its parent directories made, and the parent's checked
+/// path the staged file is made in. A directory there is refused with `on_directory` (the two APIs
+/// answer it differently).
+pub async fn prepare_write_target(
+    workspace: &Arc<Workspace>,
+    input: &str,
+    on_directory: fn(String) -> ApiError,
+) -> ApiResult<(Anchor, std::path::PathBuf)> {
+    let (_, mut held, _) = locate(workspace, input).await?;
+    let what = input.to_owned();
+    blocking(move || {
+        if held.is_root() || held.metadata().is_ok_and(|meta| meta.is_dir()) {
+            return Err(on_directory(what));
+        }
+        held.create_parents()
+            .map_err(|err| ApiError::from_io(&err, &what))?;
+        let parent = held
+            .parent_path()
+            .map_err(|err| ApiError::from_io(&err, &what))?;
+        Ok((held, parent))
+    })
+    .await
+}
+
 /// The entry held, a final symlink as itself (what deletes or tests for existence).
 pub async fn locate_entry(workspace: &Arc<Workspace>, input: &str) -> ApiResult<Anchor> {
     let workspace = Arc::clone(workspace);

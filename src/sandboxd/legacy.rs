@@ -127,20 +127,8 @@ async fn upload(
                 .map(str::to_owned)
                 .filter(|name| !name.trim().is_empty())
                 .ok_or_else(|| ApiError::BadRequest("the file part has no filename".into()))?;
-            let (_, mut held, _) = files::locate(&workspace, &name).await?;
-            let what = name.clone();
-            let (held, parent) = blocking(move || {
-                if held.is_root() || held.metadata().is_ok_and(|meta| meta.is_dir()) {
-                    return Err(ApiError::Conflict(format!(
-                        "path exists and is a directory: {what}"
-                    )));
-                }
-                held.create_parents()
-                    .map_err(|err| ApiError::from_io(&err, &what))?;
-                let parent = held
-                    .parent_path()
-                    .map_err(|err| ApiError::from_io(&err, &what))?;
-                Ok((held, parent))
+            let (held, parent) = files::prepare_write_target(&workspace, &name, |what| {
+                ApiError::Conflict(format!("path exists and is a directory: {what}"))
             })
             .await?;
             let staged = staging::stage(&parent, part, &name).await?;

@@ -184,20 +184,8 @@ async fn write(
         let Query(query) =
             query.map_err(|rejection| ApiError::BadRequest(format!("bad query: {rejection}")))?;
         let mode = parse_mode(query.mode.as_deref())?;
-        let (_, mut held, _) = files::locate(&rest.workspace, &input).await?;
-        let what = input.clone();
-        let (held, parent) = blocking(move || {
-            if held.is_root() || held.metadata().is_ok_and(|meta| meta.is_dir()) {
-                return Err(ApiError::BadRequest(format!(
-                    "target path is a directory: {what}"
-                )));
-            }
-            held.create_parents()
-                .map_err(|err| ApiError::from_io(&err, &what))?;
-            let parent = held
-                .parent_path()
-                .map_err(|err| ApiError::from_io(&err, &what))?;
-            Ok((held, parent))
+        let (held, parent) = files::prepare_write_target(&rest.workspace, &input, |what| {
+            ApiError::BadRequest(format!("target path is a directory: {what}"))
         })
         .await?;
         Ok::<_, ApiError>((input, mode, held, parent))
