@@ -424,6 +424,26 @@ async fn a_passed_deadline_kills_the_whole_group_of_execute() {
     );
 }
 
+/// Starts `command` and takes its first event, which must be the InitEvent.
+async fn start(
+    client: &mut ProcessServiceClient<tonic::transport::Channel>,
+    command: &[&str],
+    pty: Option<Pty>,
+) -> (tonic::Streaming<StartResponse>, pb::InitEvent) {
+    let mut stream = client
+        .start(StartRequest {
+            config: Some(config(command)),
+            pty,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let Event::Init(init) = next_event(&mut stream).await else {
+        panic!("the first event is InitEvent");
+    };
+    (stream, init)
+}
+
 async fn next_event(stream: &mut tonic::Streaming<StartResponse>) -> Event {
     tokio::time::timeout(Duration::from_secs(10), stream.next())
         .await
@@ -451,17 +471,12 @@ async fn stdout_until(stream: &mut tonic::Streaming<StartResponse>, wanted: &str
 async fn start_streams_output_takes_stdin_and_eof_and_shares_the_table() {
     let sandboxd = Sandboxd::start().await;
     let mut client = sandboxd.client().await;
-    let mut stream = client
-        .start(StartRequest {
-            config: Some(config(&["/bin/sh", "-c", "echo ready; echo warn >&2; cat"])),
-            pty: None,
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    let Event::Init(init) = next_event(&mut stream).await else {
-        panic!("the first event is InitEvent");
-    };
+    let (mut stream, init) = start(
+        &mut client,
+        &["/bin/sh", "-c", "echo ready; echo warn >&2; cat"],
+        None,
+    )
+    .await;
     let id = init.process_id;
     assert!(id > 0);
     let (mut stdout, mut stderr) = (String::new(), String::new());
@@ -537,17 +552,12 @@ async fn start_streams_output_takes_stdin_and_eof_and_shares_the_table() {
 async fn signals_reach_the_group_and_the_exit_names_them() {
     let sandboxd = Sandboxd::start().await;
     let mut client = sandboxd.client().await;
-    let mut stream = client
-        .start(StartRequest {
-            config: Some(config(&["/bin/sh", "-c", "sleep 60 & echo $!; wait"])),
-            pty: None,
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    let Event::Init(init) = next_event(&mut stream).await else {
-        panic!("InitEvent first");
-    };
+    let (mut stream, init) = start(
+        &mut client,
+        &["/bin/sh", "-c", "sleep 60 & echo $!; wait"],
+        None,
+    )
+    .await;
     let pid: i32 = stdout_until(&mut stream, "\n")
         .await
         .trim()
@@ -592,21 +602,16 @@ async fn signals_reach_the_group_and_the_exit_names_them() {
 async fn a_pty_is_sized_resized_and_a_cancelled_start_kills_its_group() {
     let sandboxd = Sandboxd::start().await;
     let mut client = sandboxd.client().await;
-    let mut stream = client
-        .start(StartRequest {
-            config: Some(config(&[
-                "/bin/sh",
-                "-c",
-                "stty size; read line; stty size; sleep 60 & echo bg=$!; wait",
-            ])),
-            pty: Some(Pty { cols: 80, rows: 24 }),
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    let Event::Init(init) = next_event(&mut stream).await else {
-        panic!("InitEvent first");
-    };
+    let (mut stream, init) = start(
+        &mut client,
+        &[
+            "/bin/sh",
+            "-c",
+            "stty size; read line; stty size; sleep 60 & echo bg=$!; wait",
+        ],
+        Some(Pty { cols: 80, rows: 24 }),
+    )
+    .await;
     stdout_until(&mut stream, "24 80").await;
     client
         .resize_tty(ResizeTtyRequest {

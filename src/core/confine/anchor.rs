@@ -344,14 +344,20 @@ impl Anchor {
         }
     }
 
-    /// Removes the entry: a link or file itself, a directory with everything in it (walked by
-    /// descriptor, never through a link).
-    pub fn remove(&self) -> io::Result<()> {
+    /// The parent directory and the name a removal acts on (a root has none).
+    fn removable(&self) -> io::Result<(BorrowedFd<'_>, &std::ffi::CStr)> {
         let dir = self.parent()?;
         let name = self
             .name
             .as_deref()
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "a root is not removed"))?;
+        Ok((dir, name))
+    }
+
+    /// Removes the entry: a link or file itself, a directory with everything in it (walked by
+    /// descriptor, never through a link).
+    pub fn remove(&self) -> io::Result<()> {
+        let (dir, name) = self.removable()?;
         if at::file_type_at(dir, name)? == libc::S_IFDIR {
             remove_tree(dir, name)
         } else {
@@ -362,11 +368,7 @@ impl Anchor {
     /// Removes the entry only if that takes no more: a link or file itself, a directory only if it is
     /// empty (`ENOTEMPTY` otherwise), like `rm` without `-r`.
     pub fn remove_one(&self) -> io::Result<()> {
-        let dir = self.parent()?;
-        let name = self
-            .name
-            .as_deref()
-            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "a root is not removed"))?;
+        let (dir, name) = self.removable()?;
         if at::file_type_at(dir, name)? == libc::S_IFDIR {
             at::unlink_at(dir, name, libc::AT_REMOVEDIR)
         } else {
