@@ -81,12 +81,12 @@ kube-manifests: setup
 
 # A few fast checks of the release binary (`cargo test` runs them too; here alone, e.g. after `make build`).
 smoke-release: test-build
-	BOXD_BIN=$(TESTED_BIN) $(CARGO_TEST) -q --test smoke
+	BOXD_BIN=$(TESTED_BIN) $(CARGO_TEST) -q --test integration smoke::
 
 # The fault suite (tests/faults): kills, a full disk, floods, 200 000 files. Not part of `make test`: it runs
 # as root (it mounts small tmpfs workspaces) and waits out server-side timeouts, for some minutes.
 faults: setup
-	$(CARGO_TEST) --test faults -- --ignored --test-threads=1 --nocapture
+	$(CARGO_TEST) --test integration faults:: -- --ignored --test-threads=1 --nocapture
 
 # schemathesis over docs/openapi.json against the release binary, as an unprivileged user on a scratch
 # workspace, fixed seed, bounded examples (a few minutes): any 5xx, schema mismatch or dead server fails.

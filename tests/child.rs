@@ -2,7 +2,7 @@
 //! boxd, even when boxd is SIGKILLed, and so does what it started, at once; the OOM killer takes it
 //! before boxd.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

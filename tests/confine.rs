@@ -2,7 +2,7 @@
 //! symlink is the link itself for delete, move and exists (never its target), what goes *through* a link
 //! stays confined, and what is not a regular file is refused promptly instead of hanging a reader.
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::symlink;
 use std::path::Path;

@@ -4,7 +4,7 @@
 //! acting on the descriptors the check resolved never does. Nothing outside may be read, listed,
 //! written, created, moved or deleted, whatever the interleaving.
 
-mod common;
+use crate::common;
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;

@@ -1,7 +1,7 @@
 //! Connection handling under hostile clients (issue #15 finding 4): idle connections past the fd
 //! limit, slow request heads, idle keep-alive connections, and the fd limit boxd raises at start.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};

@@ -4,7 +4,7 @@
 //! before the VNC server sees a connection. The VNC server here is a WebSocket echo server that counts
 //! its connections. Also the mobile image's `/websockify/` device view.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

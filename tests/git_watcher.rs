@@ -1,6 +1,6 @@
 //! `/watcher/*` against the real binary and real git repositories.
 
-mod common;
+use crate::common;
 
 use common::{Fetch, Server, git};
 use serde_json::{Value, json};

@@ -1,6 +1,6 @@
 //! Auth, prefixes, liveness, errors: what every route shares.
 
-mod common;
+use crate::common;
 
 use common::{Fetch, Server, TOKEN};
 

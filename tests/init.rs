@@ -4,7 +4,7 @@
 //! token becomes a random one; services and boxd are restarted with a growing delay; a usage error stops
 //! it with status 2; SIGTERM stops everything.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};

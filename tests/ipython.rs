@@ -1,6 +1,6 @@
 //! `run_ipython_cell` against the real binary and a real IPython (the venv `make test` prepares).
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! Live processes, their streams and workspace watch, against the real binary: real PTYs, a real
 //! WebSocket client (tokio-tungstenite), real SSE/NDJSON streams, real inotify.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

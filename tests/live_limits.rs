@@ -1,7 +1,7 @@
 //! Live processes under pressure, against the real binary: PID reuse, concurrent starts at the limit,
 //! stdin a process does not read, terminals without blocking threads, and a boxd that leads its session.
 
-mod common;
+use crate::common;
 
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command};

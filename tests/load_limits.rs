@@ -1,7 +1,7 @@
 //! What boxd answers when work must wait (issue #15 finding 7): a bounded wait, then 429 with
 //! `Retry-After`, never a long stall.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -1,6 +1,6 @@
 //! Hosting MCP servers: real FastMCP peers (PyPI `mcp`) over stdio, SSE and streamable HTTP.
 
-mod common;
+use crate::common;
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

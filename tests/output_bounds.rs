@@ -2,7 +2,7 @@
 //! the head, the tail and a marker saying how much was dropped, and neither boxd's memory nor the disk
 //! grows with what was printed.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::sync::Arc;

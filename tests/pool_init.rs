@@ -2,7 +2,7 @@
 //! until one init authenticated with the pool secret sets the session token and the children's
 //! environment, and from then on accepts only the session token.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! Limits the system puts on boxd itself: a write past the file-size limit (`ulimit -f`) is an answer,
 //! not a SIGXFSZ that kills boxd.
 
-mod common;
+use crate::common;
 
 use std::os::unix::process::CommandExt;
 

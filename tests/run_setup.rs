@@ -5,7 +5,7 @@
 //! nothing installed on the developer's machine can make them pass. The first case installs
 //! `images/base/kernel-requirements.txt` from PyPI (pip's cache makes later runs quick).
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

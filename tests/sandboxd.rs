@@ -1,7 +1,7 @@
 //! The sandboxd family on the wire: its REST API (reqwest) and its gRPC ProcessService (a tonic client
 //! over the generated stubs), against the real binary on free ports.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -1,6 +1,6 @@
 //! `run_shell_command` against the real binary.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

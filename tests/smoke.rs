@@ -1,9 +1,7 @@
-//! A few fast checks of whichever binary `BOXD_BIN` names (`make smoke-release` runs them against the
-//! release build, whose profile differs from the debug one every other test uses: optimisations, no
-//! overflow checks, and whatever the release profile says about panics). Without `BOXD_BIN` they run on the
-//! debug build like the rest.
+//! A few fast checks of whichever binary `BOXD_BIN` names: `make smoke-release` runs them alone against
+//! the release build, e.g. right after `make build`; `make test` runs them with every other test.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -1,6 +1,6 @@
 //! `/workspace/*` against the real binary: contract behaviour, confinement, streaming and atomicity.
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::symlink;
 

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 pub const TOKEN: &str = "test-token";
 
-/// The binary under test: `BOXD_BIN` when set (`make smoke-release` points it at the release build, whose
-/// profile differs), else the debug build cargo made for this test run.
+/// The binary under test: `BOXD_BIN` when set (another build, e.g. a copy of the images' static one),
+/// else the one cargo built for this test run (`make test`: the release profile).
 pub fn boxd_bin() -> PathBuf {
     std::env::var_os("BOXD_BIN")
         .map(PathBuf::from)

@@ -1,11 +1,11 @@
 //! `make faults`: boxd under faults an unlucky operator meets (issue 15), and hostile pages and hung
-//! displays (issue 34, `hostile.rs`). Not part of `make test`: some
-//! cases mount a tmpfs (root), and some wait out server-side timeouts. Every test is `#[ignore]` and runs
-//! with `cargo test --test faults -- --ignored --test-threads=1`. Each case asserts what the user sees,
-//! that nothing is left running, and that `/healthz` answers afterwards; each prints a `figure:` line.
+//! displays (issue 34, `hostile.rs`). Not part of `make test`: some cases mount a tmpfs (root), and some
+//! wait out server-side timeouts. Every test is `#[ignore]` and runs with `cargo test --release --test
+//! integration faults:: -- --ignored --test-threads=1` (`make faults`). Each case asserts what the user
+//! sees, that nothing is left running, and that `/healthz` answers afterwards; each prints a `figure:`
+//! line.
 
-#[path = "../common/mod.rs"]
-mod common;
+use crate::common;
 mod hostile;
 
 use std::collections::HashMap;
