@@ -44,6 +44,9 @@ class FakeDevice:
         self.ime = directory / "ime"
         self.ui_fails = directory / "ui-fails"
         self.screenshot = directory / "screen.png"
+        # The "Allow USB debugging?" dialog shows while this file exists (see tests/adb/README.md).
+        self.dialog = directory / "auth-dialog"
+        self.focus = directory / "focus"
         # `uiautomator dump` writes under $TMPDIR (unset on a device: /data/local/tmp).
         self.tmp = directory / "tmp"
         self.tmp.mkdir(exist_ok=True)
@@ -61,6 +64,8 @@ class FakeDevice:
             "FAKE_IME_FILE": str(self.ime),
             "FAKE_UI_FAILS": str(self.ui_fails),
             "FAKE_SCREENSHOT": str(self.screenshot),
+            "FAKE_AUTH_DIALOG": str(self.dialog),
+            "FAKE_FOCUS": str(self.focus),
             "TMPDIR": str(self.tmp),
         }
         self.proc = subprocess.Popen(
@@ -80,6 +85,11 @@ class FakeDevice:
 
     def lines(self):
         return self.log.read_text().splitlines() if self.log.exists() else []
+
+    def dismiss_dialog(self):
+        """Whoever holds the device answers its authorization dialog "Deny" (on the device itself, not
+        through boxd or adb)."""
+        self.dialog.unlink()
 
     def stop(self):
         self.proc.terminate()
