@@ -260,6 +260,56 @@ def test_a_command_the_device_refuses_is_an_error_with_its_reason(mobile, device
     assert texts(mobile.mobile_tap([1, 2])) == ["Tapped at (1, 2)"]
 
 
+DIALOG_REFUSED = "the device shows Android's debugging-authorization dialog"
+
+
+def test_no_input_reaches_the_device_while_a_debugging_authorization_dialog_has_focus(mobile, device):
+    """Each action that injects input checks, in the same device command, which window and app have
+    focus (`dumpsys window`); while it is one of SystemUI's USB or wireless debugging prompts, in either
+    form dumpsys names it, nothing is sent and the answer says why. Reading the screen still works; a
+    dump that names no focus at all stops input too (it cannot be vouched for)."""
+    device.ime.write_text(ADB_KEYBOARD + "\n")
+    injections = [
+        lambda: mobile.mobile_tap([540, 1200]),
+        lambda: mobile.mobile_swipe([1, 2], [3, 4]),
+        lambda: mobile.mobile_key_event("ENTER"),
+        lambda: mobile.mobile_input_text("ok\n"),
+        lambda: mobile.mobile_input_text("héllo"),  # the IME's broadcast
+        lambda: adb(mobile, "long_press", coordinate=[540, 1200]),
+        lambda: adb(mobile, "double_tap", coordinate=[540, 1200]),
+        lambda: adb(mobile, "swipe_direction", direction="left"),
+    ]
+    for focus in [
+        "  mCurrentFocus=Window{3c1 u0 com.android.systemui/com.android.systemui.wifi.WifiDebuggingActivity}",
+        "  mCurrentFocus=null\n  mFocusedApp=ActivityRecord{9a u0 com.android.systemui/.UsbDebuggingActivityAlias t4}",
+        "  mCurrentFocus=Window{3c1 u10 com.android.systemui/com.android.systemui.usb.UsbDebuggingSecondaryUserActivity}",
+    ]:
+        device.focus.write_text(focus + "\n")
+        for inject in injections:
+            refused = inject()
+            assert refused["isError"] is True, refused
+            [reason] = texts(refused)
+            assert DIALOG_REFUSED in reason and "Nothing was sent" in reason, reason
+            assert " ".join(focus.split()) in reason, reason
+    assert mobile.mobile_get_screenshot()["isError"] is False
+    assert texts(mobile.mobile_get_screen_resolution()) == ['{"width":1080,"height":1920}']
+    assert adb(mobile, "list_elements")["isError"] is False
+    assert adb(mobile, "launch_app", package="com.example.shop")["isError"] is False
+    dump = device.tmp / "boxd-window-dump.xml"
+    assert device.lines() == [f"uiautomator dump {dump}",
+                              "monkey -p com.example.shop -c android.intent.category.LAUNCHER 1"]
+
+    device.focus.write_text("  mLastFocus=null\n")
+    unreadable = mobile.mobile_tap([5, 6])
+    assert unreadable["isError"] is True, unreadable
+    assert "could not read which window has focus" in texts(unreadable)[0], unreadable
+    assert len(device.lines()) == 2
+
+    device.focus.unlink()
+    assert texts(mobile.mobile_tap([5, 6])) == ["Tapped at (5, 6)"]
+    assert device.lines()[2:] == ["input tap 5 6"]
+
+
 def test_a_lost_device_fails_the_family_with_its_address_and_comes_back(mobile, boxd, device):
     assert texts(mobile.mobile_tap([1, 1])) == ["Tapped at (1, 1)"]
     device.stop()
