@@ -543,10 +543,10 @@ pub fn quote(text: &str) -> String {
     format!("'{}'", text.replace('\'', r"'\''"))
 }
 
-/// The device command that types ASCII `text` as it reads. `input text` takes one literal argument
-/// (quoted); a newline is the Enter key and a tab the Tab key; and since `input text` turns `%s` into a
-/// space, a `%` followed by `s` is typed in two parts.
-pub fn text_command(text: &str) -> String {
+/// The device commands that type ASCII `text` as it reads, one after the other. `input text` takes one
+/// literal argument (quoted); a newline is the Enter key and a tab the Tab key; and since `input text`
+/// turns `%s` into a space, a `%` followed by `s` is typed in two parts.
+pub fn text_steps(text: &str) -> Vec<String> {
     let mut commands: Vec<String> = Vec::new();
     let mut segment = String::new();
     let flush = |segment: &mut String, commands: &mut Vec<String>| {
@@ -575,7 +575,7 @@ pub fn text_command(text: &str) -> String {
         }
     }
     flush(&mut segment, &mut commands);
-    commands.join(" && ")
+    commands
 }
 
 /// The first character `input text` cannot type (it injects key events of the device's ASCII keymap).
@@ -784,6 +784,7 @@ mod tests {
 
     #[test]
     fn text_is_one_literal_argument() {
+        let text_command = |text: &str| text_steps(text).join(" && ");
         assert_eq!(text_command("hello"), "input text 'hello'");
         assert_eq!(text_command("it's"), r"input text 'it'\''s'");
         assert_eq!(

@@ -2,11 +2,12 @@
 //! six actions with their exact texts and device commands, and answers only once the command finished on
 //! the device with its exit status checked. Bad arguments are `isError` results that say what is wrong,
 //! and nothing reaches the device; a device that cannot be reached is the family's health (503 with the
-//! reason).
+//! reason). No input reaches the device while it asks whether to trust an ADB host (guard.rs).
 
 mod actions;
 mod device;
 mod family;
+mod guard;
 mod key;
 mod screen;
 mod ui;
@@ -54,6 +55,9 @@ const UI_DUMP_PAUSE: Duration = Duration::from_millis(300);
 const UI_DUMP_MIN_TRY: Duration = Duration::from_secs(2);
 /// Packages `list_apps` names; a device with more gets a notice.
 const MAX_APPS_LISTED: usize = 500;
+/// What each focus check before an injection may add to a command's time (`dumpsys window` of a section
+/// and a `grep`: a fraction of a second on a phone, more on a busy emulator).
+const FOCUS_CHECK_TIME: Duration = Duration::from_secs(2);
 
 pub struct Adb {
     device: Device,
@@ -87,6 +91,36 @@ impl From<DeviceError> for ApiError {
     }
 }
 
+/// Why input was not injected: the guard refused it (the device asks whether to trust a host), or the
+/// command failed by itself. The tool answers both as `isError` results; the live view answers the
+/// first 409 (the device's state forbids it) and the second as before.
+#[derive(Debug)]
+enum InjectError {
+    Guard(guard::Refusal),
+    Tool(ToolError),
+}
+
+impl From<InjectError> for ToolError {
+    fn from(err: InjectError) -> Self {
+        match err {
+            InjectError::Guard(refusal) => ToolError::Reported(refusal.to_string()),
+            InjectError::Tool(err) => err,
+        }
+    }
+}
+
+impl From<ToolError> for InjectError {
+    fn from(err: ToolError) -> Self {
+        InjectError::Tool(err)
+    }
+}
+
+impl From<DeviceError> for InjectError {
+    fn from(err: DeviceError) -> Self {
+        InjectError::Tool(err.into())
+    }
+}
+
 fn text(text: impl Into<String>) -> ContentItem {
     ContentItem::Text {
         text: text.into(),
@@ -110,11 +144,31 @@ impl Adb {
         }
     }
 
+    /// Runs input `steps` (`input ...`, the IME's broadcast) in one device command, each only if the one
+    /// before succeeded and each right after the guard found no authorization dialog in focus; insists
+    /// it succeeded. A failure names the steps as they read, without the check.
+    async fn inject(&self, steps: &[String], timeout: Duration) -> Result<Output, InjectError> {
+        let checks = u32::try_from(steps.len()).unwrap_or(u32::MAX);
+        let timeout = timeout.saturating_add(FOCUS_CHECK_TIME.saturating_mul(checks));
+        let output = self.device.shell(guard::command(steps), timeout).await?;
+        if let Some(refusal) = guard::refusal(&output) {
+            tracing::warn!(refusal = %refusal, "adb: input refused: an authorization dialog has focus, or the focus could not be read");
+            return Err(InjectError::Guard(refusal));
+        }
+        match output.exit {
+            Some(0) => Ok(output),
+            _ => Err(InjectError::Tool(ToolError::Reported(failed(
+                &steps.join(" && "),
+                &output,
+            )))),
+        }
+    }
+
     async fn execute(&self, action: Action) -> Result<Vec<ContentItem>, ToolError> {
         let done = match action {
             Action::Tap { x, y } => {
                 let ([(dx, dy)], note) = self.placed([(x, y)]);
-                self.run(format!("input tap {dx} {dy}"), COMMAND_TIMEOUT)
+                self.inject(&[format!("input tap {dx} {dy}")], COMMAND_TIMEOUT)
                     .await?;
                 format!("Tapped at ({x}, {y}){note}")
             }
@@ -140,9 +194,11 @@ impl Adb {
                 let ([(dx, dy)], note) = self.placed([(x, y)]);
                 // Each `input` starts a Java VM (a few hundred ms on a device): one after the other, the
                 // taps would land too far apart for a double tap (300 ms). Started 100 ms apart instead,
-                // both checked.
-                self.run(
-                    format!("input tap {dx} {dy} & sleep 0.1; input tap {dx} {dy} && wait $!"),
+                // both checked; one focus check before both (between them it would part them too far).
+                self.inject(
+                    &[format!(
+                        "input tap {dx} {dy} & sleep 0.1; input tap {dx} {dy} && wait $!"
+                    )],
                     COMMAND_TIMEOUT,
                 )
                 .await?;
@@ -241,7 +297,7 @@ impl Adb {
                 format!("Opened {url}")
             }
             Action::Key { code, shown } => {
-                self.run(format!("input keyevent {code}"), COMMAND_TIMEOUT)
+                self.inject(&[format!("input keyevent {code}")], COMMAND_TIMEOUT)
                     .await?;
                 format!("Sent key event: {shown}")
             }
@@ -327,13 +383,13 @@ impl Adb {
         from: (i64, i64),
         to: (i64, i64),
         duration_ms: u64,
-    ) -> Result<Output, ToolError> {
+    ) -> Result<Output, InjectError> {
         let timeout = COMMAND_TIMEOUT.saturating_add(Duration::from_millis(duration_ms));
-        self.run(
-            format!(
+        self.inject(
+            &[format!(
                 "input swipe {} {} {} {} {duration_ms}",
                 from.0, from.1, to.0, to.1
-            ),
+            )],
             timeout,
         )
         .await
@@ -491,12 +547,13 @@ impl Adb {
     /// ASCII goes through `input text` (upstream's command). Other text needs an IME that takes text
     /// whole: with ADBKeyboard selected it is sent base64-encoded in a broadcast to that IME's package
     /// only (no shell quoting at all); without it nothing is typed and the error says what to install.
-    async fn type_text(&self, typed: &str) -> Result<(), ToolError> {
+    /// Each `input` step, and the broadcast, runs behind the focus check.
+    async fn type_text(&self, typed: &str) -> Result<(), InjectError> {
         let timeout = COMMAND_TIMEOUT.saturating_add(
             PER_CHARACTER.saturating_mul(u32::try_from(typed.len()).unwrap_or(u32::MAX)),
         );
         let Some((position, character)) = actions::first_non_ascii(typed) else {
-            self.run(actions::text_command(typed), timeout).await?;
+            self.inject(&actions::text_steps(typed), timeout).await?;
             return Ok(());
         };
         let current = self
@@ -508,13 +565,15 @@ impl Adb {
             .map(|output| String::from_utf8_lossy(&output.stdout).trim().to_owned())
             .unwrap_or_default();
         if current != ADB_KEYBOARD {
-            return Err(ToolError::Reported(format!(
+            return Err(InjectError::Tool(ToolError::Reported(format!(
                 "Cannot type {character:?} (character {position} of the text): Android's `input text` types ASCII only. Non-ASCII text needs the ADBKeyboard IME ({ADB_KEYBOARD}, github.com/senzhk/ADBKeyBoard) installed and selected on the device: `ime enable {ADB_KEYBOARD} && ime set {ADB_KEYBOARD}`. Nothing was typed."
-            )));
+            ))));
         }
         let encoded = base64::engine::general_purpose::STANDARD.encode(typed.as_bytes());
-        self.run(
-            format!("am broadcast -a ADB_INPUT_B64 -p {ADB_KEYBOARD_PACKAGE} --es msg {encoded}"),
+        self.inject(
+            &[format!(
+                "am broadcast -a ADB_INPUT_B64 -p {ADB_KEYBOARD_PACKAGE} --es msg {encoded}"
+            )],
             timeout,
         )
         .await?;

@@ -23,7 +23,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use super::actions::{self, Action, AdbArguments};
-use super::{Adb, PNG_SIGNATURE, SCREENSHOT_TIMEOUT, screen};
+use super::{Adb, InjectError, PNG_SIGNATURE, SCREENSHOT_TIMEOUT, screen};
 use crate::api::extract::{ApiJson, ApiQuery};
 use crate::core::error::{ApiError, ApiResult};
 use crate::tools::ToolError;
@@ -283,7 +283,8 @@ fn part(frame: &Frame) -> Bytes {
 
 /// `POST /adb/input`: what the page sends, in the `adb` tool's argument form: `tap`, `swipe`,
 /// `long_press`, `key_event` or `input_text`. Coordinates are always device pixels (the frames'
-/// `X-Screen-Size`), whatever scale a model's last screenshot set for the tool.
+/// `X-Screen-Size`), whatever scale a model's last screenshot set for the tool. While the device shows
+/// its debugging-authorization dialog nothing is sent: 409 with the reason (guard.rs).
 async fn input(
     State(adb): State<Arc<Adb>>,
     ApiJson(arguments): ApiJson<Value>,
@@ -312,17 +313,19 @@ async fn input(
         .view_input(action)
         .await
         .map_err(|failure| match failure {
-            ToolError::Reported(reason) => ApiError::BadGateway(reason),
-            ToolError::Http(err) => err,
+            // The device asks whether to trust a host: its state forbids the input, as for the tool.
+            InjectError::Guard(refusal) => ApiError::Conflict(refusal.to_string()),
+            InjectError::Tool(ToolError::Reported(reason)) => ApiError::BadGateway(reason),
+            InjectError::Tool(ToolError::Http(err)) => err,
         })?;
     Ok(axum::Json(json!({ "done": done })))
 }
 
 impl Adb {
-    async fn view_input(&self, action: Action) -> Result<String, ToolError> {
+    async fn view_input(&self, action: Action) -> Result<String, InjectError> {
         Ok(match action {
             Action::Tap { x, y } => {
-                self.run(format!("input tap {x} {y}"), super::COMMAND_TIMEOUT)
+                self.inject(&[format!("input tap {x} {y}")], super::COMMAND_TIMEOUT)
                     .await?;
                 format!("Tapped at ({x}, {y})")
             }
@@ -342,7 +345,7 @@ impl Adb {
                 format!("Long-pressed at ({x}, {y}) for {duration_ms} ms")
             }
             Action::Key { code, shown } => {
-                self.run(format!("input keyevent {code}"), super::COMMAND_TIMEOUT)
+                self.inject(&[format!("input keyevent {code}")], super::COMMAND_TIMEOUT)
                     .await?;
                 format!("Sent key event: {shown}")
             }
@@ -351,7 +354,11 @@ impl Adb {
                 format!("Input text: {typed}")
             }
             // Refused before the call, in `input`.
-            _ => return Err(ToolError::Reported("not an action the view sends".into())),
+            _ => {
+                return Err(InjectError::Tool(ToolError::Reported(
+                    "not an action the view sends".into(),
+                )));
+            }
         })
     }
 }

@@ -23,8 +23,14 @@ environment this process was started with.
 Authentication is off by default (a device with ro.adb.secure=0). With --auth the device asks the host to
 sign a random 20-byte token and checks the signature against the keys in --keys (Android's adb_keys
 format: one `adbkey.pub` line per key, re-read at each check as adbd does). A host whose key is not there
-sends its public key; --accept-new-keys trusts it (a user tapping "Allow"), appending it to --keys, else
-the device stays unauthorized. Signatures are checked here in pure Python: RSA with the public exponent,
+sends its public key; --accept-new-keys trusts it at once (as if someone always tapped "Allow"),
+appending it to --keys. Without it the device shows its "Allow USB debugging?" dialog and the host stays
+unauthorized until it is answered: the dialog is the file $FAKE_AUTH_DIALOG (default: one in a private
+temporary directory) holding the key's line, which the stand-in `dumpsys window` reports as the focused
+window; the stand-in `input` answers it "Allow" (renames it to FILE.allowed) with a tap, a swipe, or
+Enter, as a real dialog takes a touch on its button, and the device then trusts the key (appended to
+--keys) and lets the waiting connection in; deleting the file dismisses it (the key stays untrusted).
+Signatures are checked here in pure Python: RSA with the public exponent,
 then the PKCS#1 v1.5 padding around SHA-1's DigestInfo and the token, as adbd's RSA_verify(NID_sha1).
 
 It prints `device listening on HOST:PORT` once it accepts connections (PORT 0 picks a free port).
@@ -37,12 +43,14 @@ import fcntl
 import hmac
 import os
 import secrets
+import shutil
 import signal
 import socket
 import stat
 import struct
 import subprocess
 import sys
+import tempfile
 import termios
 import threading
 import time
@@ -83,6 +91,11 @@ SHA1_DIGEST_INFO_PREFIX = bytes.fromhex("3021300906052b0e03021a05000414")
 # The shell protocol's packet ids (shell_protocol.h): one id byte, a little-endian length, the data.
 SHELL_STDIN, SHELL_STDOUT, SHELL_STDERR, SHELL_EXIT, SHELL_CLOSE_STDIN, SHELL_WINDOW_SIZE = range(6)
 SHELL_PACKET = struct.Struct("<BI")
+
+# How often the device looks whether its authorization dialog was answered, and how long it shows at
+# most (a real one waits for its answer; this one goes away unanswered, so no thread polls forever).
+DIALOG_POLL_SECONDS = 0.05
+DIALOG_SECONDS = 300
 
 SYNC_DATA_MAX = 64 * 1024
 SYNC_PATH_MAX = 1024
@@ -178,15 +191,15 @@ class Keys:
     def verify(self, token, signature):
         return any(signature_matches(key, token, signature) for key in self.trusted())
 
-    def offer(self, payload: bytes) -> bool:
-        """The host's own public key (AUTH RSAPUBLICKEY): trusted if new keys are accepted."""
+    def offered(self, payload: bytes):
+        """The host's own public key (AUTH RSAPUBLICKEY) as a PublicKey, or None when it is not one."""
         key = decode_public_key(payload.rstrip(b"\0").decode("utf-8", "replace"))
         if key is None:
             log("auth: the host offered something that is not a public key")
-            return False
-        if not self.accept_new:
-            log("auth: refused the host's new key (start with --accept-new-keys to trust it)")
-            return False
+        return key
+
+    def trust(self, key: PublicKey):
+        """Keeps `key` among the trusted ones: appended to --keys, else remembered while this runs."""
         with self.lock:
             if self.path:
                 with open(self.path, "a", encoding="utf-8") as keys_file:
@@ -194,7 +207,64 @@ class Keys:
             else:
                 self.accepted.append(key)
         log("auth: trusted the host's new key")
-        return True
+
+
+class AuthDialog:
+    """Android's "Allow USB debugging?" dialog, which adbd has SystemUI show for a key it does not know.
+    It shows while the file `path` exists (holding the key's line): the stand-in `dumpsys window` then
+    reports SystemUI's UsbDebuggingActivity as the focused window. The stand-in `input` answers it
+    "Allow" by renaming the file to `path.allowed`; whoever deletes the file dismisses it. One shows at a
+    time: a newer offer takes the place of the older one (whose host stays unauthorized)."""
+
+    def __init__(self, path, keys):
+        self.path = path
+        self.allowed = path + ".allowed"
+        self.keys = keys
+        self.lock = threading.Lock()
+        self.waiting = None  # (key, connection) the dialog asks about
+        self.watching = False
+
+    def ask(self, key, connection):
+        with self.lock:
+            for stale in (self.allowed, self.path + ".new"):
+                try:
+                    os.unlink(stale)
+                except FileNotFoundError:
+                    pass
+            with open(self.path + ".new", "w", encoding="utf-8") as shown:
+                shown.write(key.line + "\n")
+            os.replace(self.path + ".new", self.path)
+            self.waiting = (key, connection)
+            log("auth: the device shows its authorization dialog for the host's new key")
+            if not self.watching:
+                self.watching = True
+                threading.Thread(target=self.watch, daemon=True, name="auth-dialog").start()
+
+    def watch(self):
+        """Until the dialog is answered, dismissed or shown for DIALOG_SECONDS."""
+        deadline = time.monotonic() + DIALOG_SECONDS
+        while True:
+            time.sleep(DIALOG_POLL_SECONDS)
+            with self.lock:
+                answered = None
+                if os.path.exists(self.allowed):
+                    answered, self.waiting = self.waiting, None
+                    os.unlink(self.allowed)
+                elif not os.path.exists(self.path):
+                    log("auth: the authorization dialog was dismissed")
+                    self.waiting = None
+                elif time.monotonic() > deadline:
+                    log("auth: the authorization dialog went away unanswered")
+                    self.waiting = None
+                    os.unlink(self.path)
+                if self.waiting is None:
+                    self.watching = False
+                    break
+        if answered:
+            key, connection = answered
+            log("auth: the authorization dialog was answered: Allow")
+            self.keys.trust(key)
+            connection.allowed(key)
 
 
 # ---- streams --------------------------------------------------------------------------------------------
@@ -316,10 +386,15 @@ class Stream:
 
 
 class Connection:
-    def __init__(self, sock, keys, auth_required):
+    def __init__(self, sock, keys, auth_required, dialog):
         self.sock = sock
         self.keys = keys
         self.auth_required = auth_required
+        self.dialog = dialog
+        # The transport's state (online, the token, the key offered), which the dialog's answer also
+        # changes, from its own thread.
+        self.state_lock = threading.RLock()
+        self.offered_key = None
         self.send_lock = threading.Lock()
         self.streams = {}
         self.streams_lock = threading.Lock()
@@ -363,8 +438,9 @@ class Connection:
                     log("a payload with a wrong checksum; closing the connection")
                     return
                 log("<-", COMMAND_NAMES.get(command, hex(command)), arg0, arg1, payload[:80])
-                if not self.handle(command, arg0, arg1, payload):
-                    return
+                with self.state_lock:
+                    if not self.handle(command, arg0, arg1, payload):
+                        return
         except (EOFError, OSError):
             pass
         finally:
@@ -379,6 +455,7 @@ class Connection:
             self.version = min(arg0, VERSION)
             self.max_payload = max(1, min(arg1, MAX_PAYLOAD))
             self.online = False
+            self.offered_key = None
             if self.auth_required:
                 self.ask_for_signature()
             else:
@@ -407,7 +484,15 @@ class Connection:
     def come_online(self):
         self.online = True
         self.token = None
+        self.offered_key = None
         self.send(A_CNXN, VERSION, self.max_payload, BANNER)
+
+    def allowed(self, key):
+        """The dialog asking about `key` was answered "Allow": the host that offered it, still waiting on
+        this connection, comes online (adbd sends its CNXN then)."""
+        with self.state_lock:
+            if not self.online and self.offered_key == key:
+                self.come_online()
 
     def ask_for_signature(self):
         self.token = secrets.token_bytes(TOKEN_SIZE)  # a new one each time, as adbd
@@ -427,9 +512,16 @@ class Connection:
                 return False
             self.ask_for_signature()  # the host tries its next key, then offers its public key
         elif kind == AUTH_RSAPUBLICKEY:
-            if self.keys.offer(payload):
+            key = self.keys.offered(payload)
+            if key is None:
+                return True
+            if self.keys.accept_new:
+                self.keys.trust(key)
                 self.come_online()
-            # else: unauthorized until the host reconnects with a trusted key
+            else:
+                # Unauthorized until someone answers the dialog, or the host reconnects with a trusted key.
+                self.offered_key = key
+                self.dialog.ask(key, self)
         return True
 
     def open(self, remote_id, payload):
@@ -899,6 +991,12 @@ def main():
     args = parser.parse_args()
     VERBOSE = args.verbose
     keys = Keys(args.keys, args.accept_new_keys)
+    # The dialog's file, where the stand-ins (children of this process) find it too.
+    private = None
+    if not os.environ.get("FAKE_AUTH_DIALOG"):
+        private = tempfile.mkdtemp(prefix="fake-adbd-")
+        os.environ["FAKE_AUTH_DIALOG"] = os.path.join(private, "auth-dialog")
+    dialog = AuthDialog(os.environ["FAKE_AUTH_DIALOG"], keys)
 
     def stop(_signum, _frame):
         raise SystemExit(0)
@@ -916,10 +1014,12 @@ def main():
             connection, peer = listener.accept()
             log("connection from", peer)
             connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            threading.Thread(target=Connection(connection, keys, args.auth).serve, daemon=True).start()
+            threading.Thread(target=Connection(connection, keys, args.auth, dialog).serve, daemon=True).start()
     finally:
         listener.close()
         Children.stop_all()
+        if private:
+            shutil.rmtree(private, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 given in BOXD_ADB_KEY, against the project's device stand-in (tests/adb/device.py --auth --keys FILE):
 the device trusts boxd's key and boxd's taps land; a device that trusts no key refuses boxd with an error
 that says so and names the line to install; and tenant code in that same boxd, with Debian's `adb` and a
-key of its own, stays `unauthorized` at the device boxd drives.
+key of its own, stays `unauthorized` at the device boxd drives, and cannot have boxd answer the
+"Allow USB debugging?" dialog its key raises.
 
 Keys are made at test time (openssl), never kept in the repository. The public key line is computed here
 independently of boxd, from Android's android_pubkey.c layout, and checked against what boxd logs and
@@ -206,10 +207,13 @@ def test_adb_keygens_key_works_and_boxd_encodes_its_public_key_as_adb_does(tmp_p
 
 
 @pytest.mark.skipif(shutil.which("adb") is None, reason="Debian's adb is not installed (scripts/setup.sh)")
-def test_tenant_code_in_that_boxd_stays_unauthorized_at_the_device(tmp_path):
+def test_tenant_code_stays_unauthorized_and_cannot_have_boxd_allow_its_key(tmp_path):
     """The tenant can reach the device's port (same network), but its adb has a key of its own that the
-    device does not trust: `adb shell` and `adb root` are refused, while boxd's taps still land, and
-    boxd's key is in no environment the tenant sees."""
+    device does not trust: `adb shell` and `adb root` are refused, and boxd's key is in no environment
+    the tenant sees. Its key makes the device show "Allow USB debugging?"; a tap, Enter, Tab or a swipe
+    through boxd's own `adb` tool would answer it (the device stand-in lets a key in on any of them, as a
+    device does on a touch of its button), so boxd refuses them all while the dialog has focus, saying
+    why. Once whoever holds the device dismisses it, boxd's taps land again and the tenant is still out."""
     key = tmp_path / "boxd.pem"
     pem = make_key(key)
     allowed = tmp_path / "adb_keys"
@@ -221,15 +225,23 @@ def test_tenant_code_in_that_boxd_stays_unauthorized_at_the_device(tmp_path):
     serial = f"127.0.0.1:{device.port}"
     tenant_home = tmp_path / "tenant-home"
     tenant_home.mkdir()
+    tenant_env = {name: value for name, value in os.environ.items() if not name.startswith(("ANDROID_", "ADB_"))}
+    tenant_env.update(HOME=str(tenant_home), ANDROID_ADB_SERVER_PORT=str(adb_port))
+
+    def tenant_adb(*args):
+        """The tenant's adb (its key, its server) from outside boxd, between the tool calls."""
+        done = subprocess.run(["adb", *args], env=tenant_env, capture_output=True, text=True, timeout=30)
+        return done.stdout + done.stderr
+
     script = f"""
 export HOME={tenant_home} ANDROID_ADB_SERVER_PORT={adb_port}
+unset ADB_VENDOR_KEYS
 adb start-server >/dev/null 2>&1
 adb connect {serial}
 for _ in $(seq 40); do adb devices | grep -q "^{serial}\tunauthorized" && break; sleep 0.25; done
 adb devices
 adb -s {serial} shell id; echo "shell exit $?"
 adb -s {serial} root; echo "root exit $?"
-adb kill-server
 echo "key variables: $(env | grep -c BOXD_ADB_KEY)"
 """
     try:
@@ -243,8 +255,45 @@ echo "key variables: $(env | grep -c BOXD_ADB_KEY)"
         assert "key variables: 0" in output, output
         assert (tenant_home / ".android" / "adbkey").exists()  # adb made and used a key of its own
         assert allowed.read_text() == before  # and the device did not take it
+
+        # The key the tenant offered is what the device's dialog asks about.
+        wait_for(device.dialog.exists, 10, "the device shows its authorization dialog")
+        tenant_public = (tenant_home / ".android" / "adbkey.pub").read_text().split()[0]
+        assert device.dialog.read_text().split()[0] == tenant_public
+        attempts = [
+            lambda: mobile.mobile_tap([540, 1200]),
+            lambda: mobile.mobile_key_event("ENTER"),
+            lambda: mobile.mobile_key_event("TAB"),
+            lambda: mobile.mobile_key_event(23),
+            lambda: mobile.mobile_input_text("\t\n"),
+            lambda: mobile.mobile_input_text(" "),
+            lambda: mobile.mobile_swipe([540, 1200], [540, 1201]),
+            lambda: mobile.call_tool("adb", {"action": "long_press", "coordinate": [540, 1200]}),
+            lambda: mobile.call_tool("adb", {"action": "double_tap", "coordinate": [540, 1200]}),
+            lambda: mobile.call_tool("adb", {"action": "swipe_direction", "direction": "up"}),
+        ]
+        for attempt in attempts:
+            refused = attempt()
+            assert refused["isError"] is True, refused
+            [reason] = texts(refused)
+            assert "the device shows Android's debugging-authorization dialog" in reason, reason
+            assert "com.android.systemui.usb.UsbDebuggingActivity" in reason, reason
+            assert "whoever administers the device must allow or deny" in reason, reason
+        assert device.lines() == []  # no input reached the device
+        assert device.dialog.exists() and allowed.read_text() == before
+        # Screenshots still work: what the screen shows is no answer to the dialog.
+        assert mobile.mobile_get_screenshot()["isError"] is False
+        listing = tenant_adb("devices")
+        assert f"{serial}\tunauthorized" in listing, listing  # the tenant's server still waits
+        shell = tenant_adb("-s", serial, "shell", "id")
+        assert "uid=" not in shell and "unauthorized" in shell, shell
+
+        device.dismiss_dialog()
         assert texts(mobile.mobile_tap([8, 9])) == ["Tapped at (8, 9)"]
         assert device.lines() == ["input tap 8 9"]
+        shell = tenant_adb("-s", serial, "shell", "id")
+        assert "uid=" not in shell, shell
+        assert allowed.read_text() == before
     finally:
         subprocess.run(["adb", "-P", str(adb_port), "kill-server"], capture_output=True, timeout=15,
                        env={**os.environ, "HOME": str(tenant_home)})

@@ -155,6 +155,50 @@ def test_auth_an_unknown_key_is_refused(adb, tmp_path):
         device.stop()
 
 
+def test_auth_an_unknown_key_raises_the_dialog_that_a_touch_or_enter_answers_allow(adb, tmp_path):
+    """Without --accept-new-keys the offered key makes the device show "Allow USB debugging?": `dumpsys
+    window` names SystemUI's dialog as the focused window, and a tap on the device (any touch, or Enter)
+    allows the key, which lets the waiting host in and keeps the key. Deleting the dialog's file instead
+    dismisses it: the host stays unauthorized and the launcher has focus again."""
+    allowed = tmp_path / "adb_keys"
+    allowed.write_text("")
+    device = FakeDevice(tmp_path / "device", flags=["--auth", "--keys", str(allowed)])
+    on_device = {**os.environ, "PATH": f"{FAKEBIN}:{os.environ['PATH']}", "FAKE_AUTH_DIALOG": str(device.dialog),
+                 "FAKE_INPUT_LOG": str(device.log)}
+
+    def focus():
+        return subprocess.run(["dumpsys", "window", "displays"], env=on_device, capture_output=True, text=True,
+                              timeout=10, check=True).stdout
+
+    try:
+        assert "com.android.launcher3" in focus() and not device.dialog.exists()
+        serial = adb.connect(device, expect="unauthorized")
+        wait_for(device.dialog.exists, 10, "the dialog shows")
+        host_key = pathlib.Path(f"{adb.key}.pub").read_text().split()[0]
+        assert device.dialog.read_text().split()[0] == host_key
+        assert ("mCurrentFocus=Window{5f1c2a u0 com.android.systemui/com.android.systemui.usb.UsbDebuggingActivity}"
+                in focus())
+        # Dismissed: nobody let the key in.
+        device.dismiss_dialog()
+        assert "com.android.launcher3" in focus()
+        refused = adb.run("-s", serial, "shell", "echo never", check=False, timeout=15)
+        assert refused.returncode != 0 and b"unauthorized" in refused.stderr, refused.stderr
+        assert allowed.read_text() == ""
+
+        # Offered again (a new connection), then a tap on the device answers "Allow".
+        adb.run("disconnect", serial, check=False)
+        serial = adb.connect(device, expect="unauthorized")
+        wait_for(device.dialog.exists, 10, "the dialog shows again")
+        subprocess.run(["input", "tap", "540", "1200"], env=on_device, check=True, timeout=10)
+        wait_for(lambda: adb.state(serial) == "device", 10, f"{serial} is let in")
+        assert adb.run("-s", serial, "shell", "echo allowed").stdout == b"allowed\n"
+        assert [line.split()[0] for line in allowed.read_text().splitlines()] == [host_key]
+        assert not device.dialog.exists() and "com.android.launcher3" in focus()
+        assert device.lines() == ["input tap 540 1200"]
+    finally:
+        device.stop()
+
+
 def test_auth_an_unknown_key_is_trusted_and_kept_when_new_keys_are_accepted(adb, tmp_path):
     allowed = tmp_path / "adb_keys"
     allowed.write_text("")

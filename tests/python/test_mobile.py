@@ -44,6 +44,9 @@ class FakeDevice:
         self.ime = directory / "ime"
         self.ui_fails = directory / "ui-fails"
         self.screenshot = directory / "screen.png"
+        # The "Allow USB debugging?" dialog shows while this file exists (see tests/adb/README.md).
+        self.dialog = directory / "auth-dialog"
+        self.focus = directory / "focus"
         # `uiautomator dump` writes under $TMPDIR (unset on a device: /data/local/tmp).
         self.tmp = directory / "tmp"
         self.tmp.mkdir(exist_ok=True)
@@ -61,6 +64,8 @@ class FakeDevice:
             "FAKE_IME_FILE": str(self.ime),
             "FAKE_UI_FAILS": str(self.ui_fails),
             "FAKE_SCREENSHOT": str(self.screenshot),
+            "FAKE_AUTH_DIALOG": str(self.dialog),
+            "FAKE_FOCUS": str(self.focus),
             "TMPDIR": str(self.tmp),
         }
         self.proc = subprocess.Popen(
@@ -80,6 +85,11 @@ class FakeDevice:
 
     def lines(self):
         return self.log.read_text().splitlines() if self.log.exists() else []
+
+    def dismiss_dialog(self):
+        """Whoever holds the device answers its authorization dialog "Deny" (on the device itself, not
+        through boxd or adb)."""
+        self.dialog.unlink()
 
     def stop(self):
         self.proc.terminate()
@@ -248,6 +258,56 @@ def test_a_command_the_device_refuses_is_an_error_with_its_reason(mobile, device
     assert "`input tap 1 2` failed on the device (exit 1)" in reason and "INJECT_EVENTS" in reason
     device.fail.unlink()
     assert texts(mobile.mobile_tap([1, 2])) == ["Tapped at (1, 2)"]
+
+
+DIALOG_REFUSED = "the device shows Android's debugging-authorization dialog"
+
+
+def test_no_input_reaches_the_device_while_a_debugging_authorization_dialog_has_focus(mobile, device):
+    """Each action that injects input checks, in the same device command, which window and app have
+    focus (`dumpsys window`); while it is one of SystemUI's USB or wireless debugging prompts, in either
+    form dumpsys names it, nothing is sent and the answer says why. Reading the screen still works; a
+    dump that names no focus at all stops input too (it cannot be vouched for)."""
+    device.ime.write_text(ADB_KEYBOARD + "\n")
+    injections = [
+        lambda: mobile.mobile_tap([540, 1200]),
+        lambda: mobile.mobile_swipe([1, 2], [3, 4]),
+        lambda: mobile.mobile_key_event("ENTER"),
+        lambda: mobile.mobile_input_text("ok\n"),
+        lambda: mobile.mobile_input_text("héllo"),  # the IME's broadcast
+        lambda: adb(mobile, "long_press", coordinate=[540, 1200]),
+        lambda: adb(mobile, "double_tap", coordinate=[540, 1200]),
+        lambda: adb(mobile, "swipe_direction", direction="left"),
+    ]
+    for focus in [
+        "  mCurrentFocus=Window{3c1 u0 com.android.systemui/com.android.systemui.wifi.WifiDebuggingActivity}",
+        "  mCurrentFocus=null\n  mFocusedApp=ActivityRecord{9a u0 com.android.systemui/.UsbDebuggingActivityAlias t4}",
+        "  mCurrentFocus=Window{3c1 u10 com.android.systemui/com.android.systemui.usb.UsbDebuggingSecondaryUserActivity}",
+    ]:
+        device.focus.write_text(focus + "\n")
+        for inject in injections:
+            refused = inject()
+            assert refused["isError"] is True, refused
+            [reason] = texts(refused)
+            assert DIALOG_REFUSED in reason and "Nothing was sent" in reason, reason
+            assert " ".join(focus.split()) in reason, reason
+    assert mobile.mobile_get_screenshot()["isError"] is False
+    assert texts(mobile.mobile_get_screen_resolution()) == ['{"width":1080,"height":1920}']
+    assert adb(mobile, "list_elements")["isError"] is False
+    assert adb(mobile, "launch_app", package="com.example.shop")["isError"] is False
+    dump = device.tmp / "boxd-window-dump.xml"
+    assert device.lines() == [f"uiautomator dump {dump}",
+                              "monkey -p com.example.shop -c android.intent.category.LAUNCHER 1"]
+
+    device.focus.write_text("  mLastFocus=null\n")
+    unreadable = mobile.mobile_tap([5, 6])
+    assert unreadable["isError"] is True, unreadable
+    assert "could not read which window has focus" in texts(unreadable)[0], unreadable
+    assert len(device.lines()) == 2
+
+    device.focus.unlink()
+    assert texts(mobile.mobile_tap([5, 6])) == ["Tapped at (5, 6)"]
+    assert device.lines()[2:] == ["input tap 5 6"]
 
 
 def test_a_lost_device_fails_the_family_with_its_address_and_comes_back(mobile, boxd, device):

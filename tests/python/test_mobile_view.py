@@ -222,6 +222,23 @@ def test_input_taps_in_device_pixels_and_types(boxd, device):
     assert len(device.lines()) == 5
 
 
+def test_input_is_a_409_while_a_debugging_authorization_dialog_has_focus(boxd, device):
+    """The view's clicks and keys pass the same focus check as the tool's: while the device asks whether
+    to trust an ADB host, nothing is sent, the answer is 409 with the reason, and frames still come."""
+    post = lambda body: requests.post(url(boxd, "/adb/input"), headers=AUTH, json=body, timeout=20)
+    device.dialog.write_text("QUFBQQ== tenant@sandbox\n")
+    for body in [{"action": "tap", "coordinate": [540, 1200]}, {"action": "key_event", "code": "ENTER"},
+                 {"action": "input_text", "text": "\t\n"}, {"action": "long_press", "coordinate": [5, 5]}]:
+        refused = post(body)
+        assert refused.status_code == 409, (body, refused.status_code, refused.text)
+        assert "debugging-authorization dialog" in refused.text, refused.text
+    assert requests.get(url(boxd, "/adb/screen"), headers=AUTH, timeout=20).status_code == 200
+    assert device.lines() == [] and device.dialog.exists()
+    device.dismiss_dialog()
+    assert post({"action": "tap", "coordinate": [1, 2]}).json() == {"done": "Tapped at (1, 2)"}
+    assert device.lines() == ["input tap 1 2"]
+
+
 def test_no_device_is_a_503_with_the_reason(tmp_path):
     workspace = tmp_path / "workspace"
     workspace.mkdir()
