@@ -72,8 +72,12 @@ unit:
 
 # The real agentscope-runtime client against the same binary. `--no-run` (not `cargo build`) keeps the
 # test build's feature set, so no dependency is compiled twice.
+# Three pytest workers (pytest-xdist): most of these tests wait on a browser, a display, a kernel or a
+# device, not on a core; every test starts its own boxd on free ports and its own display.
+PYTEST_WORKERS ?= 3
 python-tests: test-build
-	BOXD_BIN=$(TESTED_BIN) .venv/bin/python -m pytest -q -rs -p no:cacheprovider -W ignore::DeprecationWarning tests/python
+	BOXD_BIN=$(TESTED_BIN) .venv/bin/python -m pytest -q -rs -p no:cacheprovider -W ignore::DeprecationWarning \
+		-n $(PYTEST_WORKERS) --durations=10 tests/python
 
 # deploy/kubernetes/ checked offline: vendored agent-sandbox CRDs + kubernetes-validate's Kubernetes 1.37 schemas.
 kube-manifests: setup
@@ -93,10 +97,10 @@ faults: setup
 fuzz: build
 	./scripts/fuzz.sh
 
-# `make test`'s share of it: the same run with 100 examples per operation and phase (~2 min, not ~5), on
-# the binary the other tests ran.
+# `make test`'s share of it: the same run with 100 examples per operation and phase and two schemathesis
+# workers (~100 s, not ~5 min), on the binary the other tests ran.
 fuzz-quick: test-build
-	BOXD_BIN=$(TESTED_BIN) FUZZ_EXAMPLES=100 ./scripts/fuzz.sh
+	BOXD_BIN=$(TESTED_BIN) FUZZ_EXAMPLES=100 FUZZ_WORKERS=2 ./scripts/fuzz.sh
 
 # Fully static release binary (glibc static-pie), with fat LTO: what images ship.
 static:
