@@ -72,12 +72,15 @@ async fn the_whole_ipython_package_is_there_for_user_code() {
         from IPython.display import display, Markdown\n\
         print(IPython.__version__ == IPython.core.release.version, callable(embed))\n\
         print(get_ipython() is IPython.get_ipython(), type(get_ipython()).__name__)\n\
-        print(IPython.version_info[0] >= 8, IPython.InteractiveShell.initialized())";
+        print(IPython.version_info[0] >= 8, IPython.InteractiveShell.initialized())\n\
+        import jedi\n\
+        print(jedi.__name__, 'print' in get_ipython().complete('pri')[1])";
     let answer = cell(&server, code).await;
     assert_eq!(answer["isError"], false, "{answer}");
+    // jedi, kept out of the kernel's start, imports in a cell; completion works without it.
     assert_eq!(
         item(&answer, "stdout"),
-        Some("True True\nTrue InteractiveShell\nTrue True\n"),
+        Some("True True\nTrue InteractiveShell\nTrue True\njedi True\n"),
         "{answer}"
     );
     // `from IPython import X` of a missing name fails as it does with the package fully loaded.

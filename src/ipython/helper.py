@@ -156,8 +156,26 @@ os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
 # millisecond at the median and more at the tail.
 settings = Config()
 settings.HistoryManager.enabled = False
-shell = InteractiveShell.instance(config=settings, display_pub_class=Publisher, displayhook_class=Hook,
-                                  colors="NoColor")
+def without_jedi(start):
+    """Runs `start` while `jedi` looks absent, then lets it be imported again.
+
+    The shell's completer imports jedi (and parso) when it is made, if jedi is installed: about a
+    quarter of the kernel's start-up, for tab completion, which no cell uses. While the shell starts,
+    `jedi` is a failed import (None in `sys.modules`), so the completer records it as missing and keeps
+    its own matchers; afterwards the entry is removed, and `import jedi` in a cell imports it as usual.
+    """
+    hidden = "jedi" not in sys.modules
+    if hidden:
+        sys.modules["jedi"] = None
+    try:
+        return start()
+    finally:
+        if hidden and sys.modules.get("jedi", False) is None:
+            del sys.modules["jedi"]
+
+
+shell = without_jedi(lambda: InteractiveShell.instance(
+    config=settings, display_pub_class=Publisher, displayhook_class=Hook, colors="NoColor"))
 
 
 def enable_gui(gui=None):
