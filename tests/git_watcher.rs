@@ -898,8 +898,10 @@ async fn upload_staging_names_are_invisible_to_git() {
 }
 
 /// Uploads (replacing files, so each passes through a staging name beside its target) and plain creates
-/// and deletes race `generate_diff` and `commit_changes`: every answer must be 200, never a 404 or 500
-/// about a file that was there when the walk started and gone when it was read.
+/// and deletes race `generate_diff` and `commit_changes`: never a 404 or 500 about a file that was there
+/// when the walk started and gone when it was read. A call that met vanishing files on each of its
+/// tries is the documented 409 "kept changing"; the churner here never pauses, so on a loaded machine
+/// one call in a while meets it five times running: allowed for a few calls, any other status never.
 #[tokio::test]
 async fn git_routes_tolerate_files_that_vanish_while_they_run() {
     use std::sync::Arc;
@@ -960,6 +962,7 @@ async fn git_routes_tolerate_files_that_vanish_while_they_run() {
     };
 
     let mut failures = Vec::new();
+    let mut kept_changing = Vec::new();
     let mut rounds = 0;
     while rounds < ROUNDS && started.elapsed() < TIME_LIMIT {
         let (path, body) = if rounds % 2 == 0 {
@@ -968,7 +971,13 @@ async fn git_routes_tolerate_files_that_vanish_while_they_run() {
             ("/watcher/commit_changes", json!({"commit_message": "race"}))
         };
         let (status, answer) = post(&server, path, body).await;
-        if status != 200 {
+        if status == 409
+            && answer["detail"]
+                .as_str()
+                .is_some_and(|d| d.contains("kept changing"))
+        {
+            kept_changing.push(format!("{path}: {answer}"));
+        } else if status != 200 {
             failures.push(format!("{path}: {status} {answer}"));
         }
         rounds += 1;
@@ -981,6 +990,12 @@ async fn git_routes_tolerate_files_that_vanish_while_they_run() {
         "{} of {rounds} git calls failed ({uploads} uploads, {churns} churn rounds): {:#?}",
         failures.len(),
         &failures[..failures.len().min(10)]
+    );
+    assert!(
+        kept_changing.len() * 20 <= rounds,
+        "{} of {rounds} git calls gave up as the workspace kept changing: {:#?}",
+        kept_changing.len(),
+        &kept_changing[..kept_changing.len().min(5)]
     );
     assert!(uploads > 0 && churns > 0, "nothing raced the git calls");
     // No staging file was ever committed.
