@@ -474,10 +474,15 @@ def pid_of(box, name):
 
 
 def serve_pid(box):
-    """`boxd serve`'s pid: the boxd that is not PID 1 (`boxd init`)."""
+    """`boxd serve`'s pid: the boxd that is neither PID 1 (`boxd init`) nor serve's guard (`boxd reaper`)."""
     pids = pid_of(box, "boxd")
     assert "1" in pids, f"PID 1 is not boxd: {pids}"
-    return [pid for pid in pids if pid != "1"]
+    serving = []
+    for pid in pids:
+        argv = engine("exec", box.container, "cat", f"/proc/{pid}/cmdline", check=False).stdout.split("\0")
+        if len(argv) > 1 and argv[1] == "serve":
+            serving.append(pid)
+    return serving
 
 
 def check_supervision(box, with_desktop):
