@@ -156,11 +156,14 @@ os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
 # millisecond at the median and more at the tail.
 settings = Config()
 settings.HistoryManager.enabled = False
+
+
 def without_jedi(start):
     """Runs `start` while `jedi` looks absent, then lets it be imported again.
 
-    The shell's completer imports jedi (and parso) when it is made, if jedi is installed: about a
-    quarter of the kernel's start-up, for tab completion, which no cell uses. While the shell starts,
+    The shell's completer imports jedi (and parso) when it is made, if jedi is installed (a user's own
+    Python; the images leave jedi out): about a quarter of the kernel's start-up, for tab completion,
+    which no cell uses. While the shell starts,
     `jedi` is a failed import (None in `sys.modules`), so the completer records it as missing and keeps
     its own matchers; afterwards the entry is removed, and `import jedi` in a cell imports it as usual.
     """
