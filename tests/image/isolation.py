@@ -6,7 +6,8 @@ The scan is a Python script written into the mounted workspace, with the token i
 it: the token is never on a command line (a /proc scan would find the scanner itself) and the pattern's
 directory is left out of the file-system search. Each scan writes LABEL.json next to them.
 
-Used by test_images.py (base and gui: a shell command, an IPython cell, a desktop xterm) and
+Used by test_images.py (base and gui: a shell command, an IPython cell, a hosted MCP server, a desktop
+xterm) and
 test_base_image.py (the container started without SECRET_TOKEN).
 """
 import json
@@ -91,6 +92,40 @@ if __name__ == "__main__":
     main(sys.argv[1])
 ''' % {"dir": SCAN_DIR, "limit": FS_SEARCH_LIMIT}
 
+# A hosted MCP server (stdio, newline-delimited JSON-RPC, as MCP's stdio transport frames it) whose one
+# tool runs the scan from the server's own process: what a user's MCP server started by boxd can reach.
+# No SDK: the image's Python has none, and the server needs only initialize, tools/list and tools/call.
+MCP_SERVER = r'''
+import json, runpy, sys
+
+TOOL = {"name": "isolation_scan", "description": "Scans for the token from this server's process.",
+        "inputSchema": {"type": "object", "properties": {}}}
+
+
+def answer(request_id, result):
+    sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": request_id, "result": result}) + "\n")
+    sys.stdout.flush()
+
+
+for line in sys.stdin:
+    message = json.loads(line)
+    method, request_id = message.get("method"), message.get("id")
+    if request_id is None:
+        continue  # a notification (initialized, cancelled)
+    if method == "initialize":
+        answer(request_id, {"protocolVersion": message["params"]["protocolVersion"], "capabilities": {"tools": {}},
+                            "serverInfo": {"name": "isolation-scan", "version": "1"}})
+    elif method == "tools/list":
+        answer(request_id, {"tools": [TOOL]})
+    elif method == "tools/call":
+        runpy.run_path(__file__.replace("mcp_server.py", "scan.py"))["main"]("mcp")
+        answer(request_id, {"content": [{"type": "text", "text": "scan mcp done"}], "isError": False})
+    else:
+        sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": request_id,
+                                     "error": {"code": -32601, "message": method}}) + "\n")
+        sys.stdout.flush()
+'''
+
 # What tenant code types or sends: the script's path only, never the token.
 SHELL_COMMAND = f"python3 /workspace/{SCAN_DIR}/scan.py shell"
 CELL = (f"import runpy\nrunpy.run_path('/workspace/{SCAN_DIR}/scan.py')['main']('cell')")
@@ -102,6 +137,7 @@ def prepare(workspace, token):
     directory = pathlib.Path(workspace) / SCAN_DIR
     directory.mkdir(exist_ok=True)
     (directory / "scan.py").write_text(SCAN)
+    (directory / "mcp_server.py").write_text(MCP_SERVER)
     (directory / "pattern").write_text(token + "\n")  # one line: an empty pattern line would match all
     for old in directory.glob("*.json"):
         old.unlink()
@@ -156,3 +192,14 @@ def scan_cell(client, workspace):
     result = client.run_ipython_cell(CELL)
     assert "scan cell done" in json.dumps(result), result
     return wait_report(workspace, "cell", timeout=5)
+
+
+def scan_mcp_server(client, workspace):
+    """The scan from a hosted MCP server's process: boxd starts it as it starts a user's server."""
+    added = client.add_mcp_servers({"mcpServers": {
+        "isolation": {"command": "python3", "args": [f"/workspace/{SCAN_DIR}/mcp_server.py"]},
+    }})
+    assert added == "OK", added
+    result = client.call_tool("isolation_scan", {})
+    assert result.get("isError") is False and "scan mcp done" in json.dumps(result), result
+    return wait_report(workspace, "mcp", timeout=5)

@@ -770,10 +770,10 @@ def test_mobile(figures):
 
 
 def check_isolation(box):
-    """Issue #33 from a shell command and an IPython cell (boxd's children): no token in any process's
-    environment or argv or in any file, both boxd processes' /proc/<pid>/mem refused."""
+    """Issue #33 from a shell command, an IPython cell and a hosted MCP server (boxd's children): no token
+    in any process's environment or argv or in any file, both boxd processes' /proc/<pid>/mem refused."""
     isolation.prepare(box.workspace, TOKEN)
-    for scan in (isolation.scan_shell, isolation.scan_cell):
+    for scan in (isolation.scan_shell, isolation.scan_cell, isolation.scan_mcp_server):
         print("  " + isolation.check(scan(box.client, box.workspace)))
     isolation.cleanup(box.workspace)
 
