@@ -766,7 +766,53 @@ def test_mobile(figures):
         if device:
             engine("rm", "-f", "-t", "2", device, check=False)
         box.close(failed)
+    # The deploy files' topology (compose, Kubernetes; issue #33): the device asks for ADB authorization
+    # and trusts only boxd's key (BOXD_ADB_KEY, an `adb keygen` key here). boxd's taps land; tenant code's
+    # own adb is unauthorized, `adb root` included, and boxd sends no tap while the "Allow USB debugging?"
+    # dialog the tenant's key raised has focus (a tap would allow that key).
+    keys = pathlib.Path(tempfile.mkdtemp(prefix="boxd-keys-"))
+    subprocess.run(["adb", "keygen", str(keys / "adbkey")], check=True, capture_output=True)
+    (keys / "adb_keys").write_text((keys / "adbkey.pub").read_text())
+    box, device, failed = None, None, True
+    try:
+        box = Box(image, env=["BOXD_ADB_CONNECT=127.0.0.1:15555",
+                              f"BOXD_ADB_KEY={(keys / 'adbkey').read_text()}"])
+        box.wait_healthy()
+        device = engine("run", "-d", "--rm", "--network", f"container:{box.container}",
+                        "-v", f"{DEVICE_DIR}:/device:ro", "-v", f"{log_dir}:/log", "-v", f"{keys}:/keys",
+                        "-e", "FAKE_INPUT_LOG=/log/input.log", "-e", "FAKE_AUTH_DIALOG=/log/auth-dialog",
+                        "--entrypoint", "python3", "boxd-base:latest",
+                        "/device/device.py", "15555", "--auth", "--keys", "/keys/adb_keys").stdout.strip()
+        sandbox = bind(MobileSandbox, box.client)
+        deadline = time.perf_counter() + 30
+        while box.readyz()["families"]["adb"]["status"] != "ready":
+            assert time.perf_counter() < deadline, box.readyz()
+            time.sleep(0.05)
+        assert texts(sandbox.mobile_tap([3, 4])) == ["Tapped at (3, 4)"]
+        tenant = "adb connect 127.0.0.1:15555 >/dev/null 2>&1; adb -s 127.0.0.1:15555 {} 2>&1; true"
+        deadline = time.perf_counter() + 30
+        while not (log_dir / "auth-dialog").exists():  # the tenant's adb offers its own key
+            said, _ = box.shell(tenant.format("shell id"))
+            assert "uid=" not in said, f"tenant code ran a device command: {said}"
+            assert time.perf_counter() < deadline, f"the tenant's key raised no dialog: {said}"
+            time.sleep(0.2)
+        said, _ = box.shell(tenant.format("root"))
+        assert "restarting adbd as root" not in said and "unauthorized" in said, said
+        refused = sandbox.mobile_tap([540, 1200])
+        assert refused.get("isError") is True and "debugging-authorization dialog" in str(refused), refused
+        said, _ = box.shell(tenant.format("shell id"))
+        assert "uid=" not in said and "unauthorized" in said, said
+        assert len((keys / "adb_keys").read_text().splitlines()) == 1, "the tenant's key was trusted"
+        print("  device with ADB authorization trusting only boxd's key: boxd taps; tenant adb unauthorized, "
+              "`adb root` refused, and boxd's tap refused while the tenant's key holds the dialog: ok")
+        failed = False
+    finally:
+        if device:
+            engine("rm", "-f", "-t", "2", device, check=False)
+        if box:
+            box.close(failed)
         shutil.rmtree(log_dir, ignore_errors=True)
+        shutil.rmtree(keys, ignore_errors=True)
 
 
 def check_isolation(box):
