@@ -6,24 +6,15 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
-use common::{Fetch, Server, item, start_process};
+use common::{Fetch, Server, item, process_runs, start_process};
 use serde_json::json;
-
-/// Gone, or a zombie nobody has reaped yet: either way it no longer runs.
-fn runs(pid: u64) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-        !stat
-            .rsplit_once(')')
-            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
-    })
-}
 
 fn wait_stopped(pid: u64) -> bool {
     let deadline = Instant::now() + Duration::from_secs(10);
-    while runs(pid) && Instant::now() < deadline {
+    while process_runs(pid) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
-    !runs(pid)
+    !process_runs(pid)
 }
 
 #[tokio::test]
@@ -39,7 +30,7 @@ async fn children_die_with_a_sigkilled_boxd() {
     let kernel: u64 = item(&answer, "stdout")
         .and_then(|out| out.trim().parse().ok())
         .unwrap_or_else(|| panic!("the kernel's pid: {answer}"));
-    assert!(runs(sleeper) && runs(kernel));
+    assert!(process_runs(sleeper) && process_runs(kernel));
 
     server.kill();
     assert!(wait_stopped(sleeper), "the live process outlived boxd");
@@ -66,7 +57,7 @@ async fn a_running_shell_command_dies_with_a_sigkilled_boxd() {
         assert!(Instant::now() < deadline, "the command never started");
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
-    assert!(runs(shell));
+    assert!(process_runs(shell));
 
     server.kill();
     assert!(wait_stopped(shell), "the shell command outlived boxd");
@@ -110,21 +101,21 @@ async fn grandchildren_stop_at_once_when_boxd_is_sigkilled() {
     };
     let grandchildren = [behind_command, grouped, own_session];
     assert!(
-        grandchildren.iter().all(|pid| runs(*pid)),
+        grandchildren.iter().all(|pid| process_runs(*pid)),
         "{grandchildren:?}"
     );
 
     server.kill();
     let killed = Instant::now();
     let deadline = killed + Duration::from_secs(5);
-    while grandchildren.iter().any(|pid| runs(*pid)) && Instant::now() < deadline {
+    while grandchildren.iter().any(|pid| process_runs(*pid)) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(5));
     }
     let took = killed.elapsed();
     let survivors: Vec<u64> = grandchildren
         .iter()
         .copied()
-        .filter(|pid| runs(*pid))
+        .filter(|pid| process_runs(*pid))
         .collect();
     for pid in &survivors {
         // SAFETY: kill(2) on a sleep this test started.

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use common::TOKEN;
+use common::{TOKEN, process_runs};
 
 struct Init {
     child: Child,
@@ -163,10 +163,6 @@ fn children_of(parent: i32) -> Vec<i32> {
                 .collect::<Vec<i32>>()
         })
         .collect()
-}
-
-fn alive(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| !stat.contains(") Z "))
 }
 
 fn read_pids(path: &Path) -> Vec<i32> {
@@ -392,7 +388,7 @@ fn a_usage_error_stops_init_with_status_2_instead_of_restarting() {
         "not restarted: {log}"
     );
     for pid in read_pids(&init.path("sleep.pids")) {
-        assert!(!alive(pid), "the service {pid} was stopped");
+        assert!(!process_runs(pid), "the service {pid} was stopped");
     }
 }
 
@@ -451,7 +447,10 @@ async fn exits_are_restarted_with_a_growing_delay_and_sigterm_stops_everything()
     let log = init.stderr();
     assert!(!log.contains("did not stop"), "{log}");
     for pid in read_pids(&init.path("sleep.pids")) {
-        assert!(!alive(pid), "{pid} (a service or its child) was stopped");
+        assert!(
+            !process_runs(pid),
+            "{pid} (a service or its child) was stopped"
+        );
     }
 }
 
@@ -485,7 +484,7 @@ async fn what_a_killed_boxd_left_is_stopped_before_boxd_starts_again() {
         .first()
         .copied()
         .expect("the service left a child");
-    assert!(left.iter().all(|pid| alive(*pid)) && alive(service_orphan));
+    assert!(left.iter().all(|pid| process_runs(*pid)) && process_runs(service_orphan));
 
     let serve = init.serve_pid().expect("boxd serve runs");
     let guard = children_of(serve)
@@ -499,11 +498,15 @@ async fn what_a_killed_boxd_left_is_stopped_before_boxd_starts_again() {
     }
     let killed = Instant::now();
     let deadline = killed + Duration::from_secs(5);
-    while left.iter().any(|pid| alive(*pid)) && Instant::now() < deadline {
+    while left.iter().any(|pid| process_runs(*pid)) && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let took = killed.elapsed();
-    let survivors: Vec<i32> = left.iter().copied().filter(|pid| alive(*pid)).collect();
+    let survivors: Vec<i32> = left
+        .iter()
+        .copied()
+        .filter(|pid| process_runs(*pid))
+        .collect();
     for pid in &survivors {
         // SAFETY: kill(2) on a sleep this test started.
         unsafe { libc::kill(*pid, libc::SIGKILL) };
@@ -515,7 +518,10 @@ async fn what_a_killed_boxd_left_is_stopped_before_boxd_starts_again() {
     );
     // boxd starts again a second after it died, at the soonest.
     assert!(took < Duration::from_secs(1), "stopped only after {took:?}");
-    assert!(alive(service_orphan), "a service's orphan was stopped");
+    assert!(
+        process_runs(service_orphan),
+        "a service's orphan was stopped"
+    );
     init.wait_serving().await;
 }
 

@@ -6,8 +6,8 @@ use crate::common;
 use std::time::Duration;
 
 use common::{
-    Fetch, NdjsonEvents, Server, Terminal, connect_terminal, pgrep_count, start_process,
-    wait_exited,
+    Fetch, NdjsonEvents, Server, Terminal, connect_terminal, pgrep_count, process_runs,
+    start_process, wait_exited,
 };
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
@@ -654,10 +654,7 @@ async fn closing_a_streamed_call_stops_its_command_at_once() {
         .and_then(|data| data.trim().parse().ok())
         .unwrap_or_else(|| panic!("the shell's pid: {first}"));
     drop(events);
-    let running = || {
-        std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .is_ok_and(|stat| !stat.contains(") Z "))
-    };
+    let running = || process_runs(pid);
     let deadline = std::time::Instant::now() + Duration::from_secs(3);
     while running() && std::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;

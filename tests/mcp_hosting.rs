@@ -5,7 +5,7 @@ use crate::common;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Fetch, Server, python};
+use common::{Fetch, Server, process_runs, python};
 use serde_json::{Value, json};
 
 fn peer_script() -> String {
@@ -81,13 +81,6 @@ async fn call(server: &Server, tool: &str, arguments: Value) -> (u16, Value) {
 
 fn first_text(result: &Value) -> &str {
     result["content"][0]["text"].as_str().unwrap_or_default()
-}
-
-fn process_alive(pid: i32) -> bool {
-    std::path::Path::new(&format!("/proc/{pid}")).exists()
-        && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .unwrap_or_default()
-            .contains(") Z ")
 }
 
 async fn peer_pid(server: &Server, tool: &str) -> i32 {
@@ -230,10 +223,7 @@ async fn overwrite_replaces_and_a_killed_child_restarts_on_next_use() {
     add(&server, json!({"peer": stdio_config(json!({}))}), true).await;
     let second = peer_pid(&server, "whoami").await;
     assert_ne!(second, first);
-    assert!(
-        !process_alive(first),
-        "the replaced server is still running"
-    );
+    assert!(!process_runs(first), "the replaced server is still running");
 
     // SAFETY: kill(2) on the peer process boxd started.
     unsafe {
@@ -249,14 +239,14 @@ async fn sigterm_leaves_no_hosted_child_behind() {
     let mut server = Server::start();
     add(&server, json!({"peer": stdio_config(json!({}))}), false).await;
     let pid = peer_pid(&server, "whoami").await;
-    assert!(process_alive(pid));
+    assert!(process_runs(pid));
     let status = server.terminate().expect("boxd exits");
     assert!(status.success());
     let deadline = Instant::now() + Duration::from_secs(5);
-    while process_alive(pid) && Instant::now() < deadline {
+    while process_runs(pid) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert!(!process_alive(pid), "hosted MCP child {pid} outlived boxd");
+    assert!(!process_runs(pid), "hosted MCP child {pid} outlived boxd");
 }
 
 #[tokio::test]
@@ -490,7 +480,7 @@ fn pids_running(args: &[&str]) -> Vec<i32> {
         .flatten()
         .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
         .filter(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmd| cmd == wanted))
-        .filter(|pid| process_alive(*pid))
+        .filter(|pid| process_runs(*pid))
         .collect()
 }
 
@@ -547,12 +537,12 @@ async fn a_hung_handshake_blocks_neither_other_servers_nor_listing_nor_shutdown(
         libc::kill(boxd, libc::SIGTERM);
     }
     let deadline = Instant::now() + Duration::from_secs(15);
-    while process_alive(boxd) || process_alive(hung_pid) {
+    while process_runs(boxd) || process_runs(hung_pid) {
         assert!(
             Instant::now() < deadline,
             "boxd alive: {}, hung child alive: {}",
-            process_alive(boxd),
-            process_alive(hung_pid)
+            process_runs(boxd),
+            process_runs(hung_pid)
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -581,7 +571,7 @@ async fn a_dead_servers_leftover_children_are_killed_when_it_restarts() {
         libc::kill(leader, libc::SIGKILL);
     }
     let deadline = Instant::now() + Duration::from_secs(10);
-    while process_alive(leader) {
+    while process_runs(leader) {
         assert!(Instant::now() < deadline, "the killed peer stayed");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -601,7 +591,7 @@ async fn a_dead_servers_leftover_children_are_killed_when_it_restarts() {
     let restarted = restarted.expect("the server restarts on its next use");
     assert_ne!(restarted, leader.to_string(), "not restarted");
     let deadline = Instant::now() + Duration::from_secs(5);
-    while process_alive(leftover) {
+    while process_runs(leftover) {
         assert!(
             Instant::now() < deadline,
             "the dead server's child {leftover} outlived its connection"
@@ -613,7 +603,7 @@ async fn a_dead_servers_leftover_children_are_killed_when_it_restarts() {
     assert_eq!(second.len(), 1, "{second:?}");
     assert!(server.terminate().is_some_and(|status| status.success()));
     let deadline = Instant::now() + Duration::from_secs(5);
-    while process_alive(second[0]) {
+    while process_runs(second[0]) {
         assert!(Instant::now() < deadline, "{second:?} outlived boxd");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -644,7 +634,7 @@ async fn a_failed_restart_is_retried_with_backoff_not_on_every_call() {
         libc::kill(pid, libc::SIGKILL);
     }
     let deadline = Instant::now() + Duration::from_secs(10);
-    while process_alive(pid) && Instant::now() < deadline {
+    while process_runs(pid) && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 

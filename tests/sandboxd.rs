@@ -5,7 +5,7 @@ use crate::common;
 
 use std::time::Duration;
 
-use common::Server;
+use common::{Server, process_runs};
 use futures_util::StreamExt;
 use serde_json::Value;
 
@@ -360,27 +360,15 @@ async fn execute_answers_output_exit_codes_and_errors_as_grpc_statuses() {
     assert_eq!(missing.code(), tonic::Code::NotFound);
 }
 
-/// Whether process `pid` still exists (a zombie counts as gone).
-fn alive(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-        !stat
-            .rsplit(')')
-            .next()
-            .unwrap_or_default()
-            .trim_start()
-            .starts_with('Z')
-    })
-}
-
 async fn gone_within(pid: i32, limit: Duration) -> bool {
     let until = tokio::time::Instant::now() + limit;
     while tokio::time::Instant::now() < until {
-        if !alive(pid) {
+        if !process_runs(pid) {
             return true;
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
-    !alive(pid)
+    !process_runs(pid)
 }
 
 #[tokio::test]
@@ -644,7 +632,7 @@ async fn a_pty_is_sized_resized_and_a_cancelled_start_kills_its_group() {
         }
     }
     let pid = background(&seen).unwrap_or_default();
-    assert!(alive(pid));
+    assert!(process_runs(pid));
     // Cancelling the call (dropping the stream) ends the whole group, the background child too.
     drop(stream);
     assert!(

@@ -73,3 +73,26 @@ where
             .map_err(|rejection| ApiError::BadRequest(rejection.body_text()))
     }
 }
+
+/// A multipart/form-data body, read part by part as it arrives; a request that is not one (no or another
+/// content type, no boundary) → 400 saying what was expected.
+pub struct ApiMultipart(pub axum::extract::Multipart);
+
+impl<S> FromRequest<S> for ApiMultipart
+where
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        axum::extract::Multipart::from_request(req, state)
+            .await
+            .map(ApiMultipart)
+            .map_err(|rejection| {
+                ApiError::BadRequest(format!(
+                    "expected a multipart/form-data body: {}",
+                    rejection.body_text()
+                ))
+            })
+    }
+}

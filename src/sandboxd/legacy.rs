@@ -12,7 +12,7 @@ use std::time::Duration;
 use axum::Json;
 use axum::Router;
 use axum::extract::rejection::PathRejection;
-use axum::extract::{DefaultBodyLimit, Multipart, Path, State};
+use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::Deserialize;
@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 
 use super::files::{self, Found, blocking};
 use super::run::run_to_end;
-use crate::api::extract::ApiJson;
+use crate::api::extract::{ApiJson, ApiMultipart};
 use crate::core::confine::Workspace;
 use crate::core::error::{ApiError, ApiResult};
 use crate::core::staging;
@@ -101,18 +101,8 @@ async fn execute(
 /// the workspace; parents created).
 async fn upload(
     State(workspace): State<Arc<Workspace>>,
-    multipart: Result<Multipart, axum::extract::multipart::MultipartRejection>,
+    ApiMultipart(mut multipart): ApiMultipart,
 ) -> Response {
-    let mut multipart = match multipart {
-        Ok(multipart) => multipart,
-        Err(rejection) => {
-            return ApiError::BadRequest(format!(
-                "expected a multipart/form-data body: {}",
-                rejection.body_text()
-            ))
-            .into_response();
-        }
-    };
     let placed = async {
         while let Some(part) = multipart
             .next_field()

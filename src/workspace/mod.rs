@@ -25,7 +25,7 @@ use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 use tokio_util::io::ReaderStream;
 
-use crate::api::extract::{ApiJson, ApiQuery};
+use crate::api::extract::{ApiJson, ApiMultipart, ApiQuery};
 use crate::core::error::{ApiError, ApiResult};
 use upload::{StagedFile, is_staging_name};
 
@@ -251,18 +251,8 @@ async fn write_file(
 /// arrived and every target is checked.
 async fn batch_write(
     State(workspace): State<Arc<Workspace>>,
-    multipart: Result<Multipart, axum::extract::multipart::MultipartRejection>,
+    ApiMultipart(multipart): ApiMultipart,
 ) -> Response {
-    let multipart = match multipart {
-        Ok(multipart) => multipart,
-        Err(rejection) => {
-            return ApiError::BadRequest(format!(
-                "expected a multipart/form-data body: {}",
-                rejection.body_text()
-            ))
-            .into_response();
-        }
-    };
     let (paths, files) = match receive_parts(workspace.real_root(), multipart).await {
         Ok(parts) => parts,
         // The rest of the body is unread: no client may reuse this connection.

@@ -342,3 +342,13 @@ pub async fn assert_read_and_write_refused(server: &Server, path: &str) {
         .await;
     assert_eq!(write, 403, "write {path}");
 }
+
+/// Whether process `pid` still runs: gone, or a zombie nobody has reaped yet, it does not. The state is
+/// the field after the command's closing parenthesis (a command may hold ") Z " itself).
+pub fn process_runs(pid: impl std::fmt::Display) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        !stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
+    })
+}
