@@ -13,11 +13,13 @@ import gc
 import json
 import os
 import re
+import select
 import selectors
 import signal
 import sys
 import threading
 import time
+import types
 
 proto_in = os.fdopen(os.dup(0), "r", encoding="utf-8")
 proto_out = os.fdopen(os.dup(1), "w", encoding="utf-8")
@@ -77,13 +79,57 @@ def import_ipython_core():
         raise
 
 
+class LazyModule(types.ModuleType):
+    """A module in `sys.modules` whose code runs on the first access to anything but its spec.
+
+    importlib's LazyLoader does the same, but in Python 3.11 a second `import` of the module reads its
+    `__spec__` (is it still initialising?), which runs it: here that read does not.
+    """
+
+    def __getattribute__(self, attribute):
+        if attribute == "__spec__":
+            return super().__getattribute__(attribute)
+        spec = super().__getattribute__("__spec__")
+        self.__class__ = types.ModuleType
+        spec.loader.exec_module(self)
+        return getattr(self, attribute)
+
+
+def import_lazily(names):
+    """Puts each module in `sys.modules` unexecuted, as a LazyModule.
+
+    IPython's core imports these at start and uses them only when a cell needs them: asyncio for a cell
+    with top-level `await`, stack_data to format a traceback; about 25 ms of the kernel's start together.
+    `finish_start` runs them after the first cell, so the lazy state lasts at most one cell (a lazy module
+    first touched by two threads at once may show one of them its partial state).
+    """
+    import importlib.util
+
+    deferred = []
+    for name in names:
+        if name in sys.modules:
+            continue
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            continue
+        module = importlib.util.module_from_spec(spec)
+        module.__class__ = LazyModule
+        sys.modules[name] = module
+        deferred.append(module)
+    return deferred
+
+
 # Start-up allocates many objects and frees few: collections during it would only cost time.
 gc.disable()
 try:
+    lazy_modules = import_lazily(("asyncio", "stack_data"))
     ipython_version = import_ipython_core()
     from IPython.core.displayhook import DisplayHook
     from IPython.core.displaypub import DisplayPublisher
+    from IPython.core.error import UsageError
     from IPython.core.interactiveshell import InteractiveShell
+    from IPython.core.magic import MagicsManager
+    from traitlets import Any
     from traitlets.config import Config
 except ImportError as error:
     send({"fatal": f"IPython is not installed for {sys.executable}: {error}"})
@@ -156,29 +202,158 @@ os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
 # millisecond at the median and more at the tail.
 settings = Config()
 settings.HistoryManager.enabled = False
+# `get_ipython().complete()` gives IPython's own matches whether or not a cell imported jedi before the
+# completer was made (with jedi, that older API leaves Python names to jedi's `completions()`).
+settings.IPCompleter.use_jedi = False
 
 
 def without_jedi(start):
-    """Runs `start` while `jedi` looks absent, then lets it be imported again.
+    """Runs `start` while `jedi` looks absent, then puts back what was there.
 
-    The shell's completer imports jedi (and parso) when it is made, if jedi is installed (a user's own
-    Python; the images leave jedi out): about a quarter of the kernel's start-up, for tab completion,
-    which no cell uses. While the shell starts,
-    `jedi` is a failed import (None in `sys.modules`), so the completer records it as missing and keeps
-    its own matchers; afterwards the entry is removed, and `import jedi` in a cell imports it as usual.
+    The completer imports jedi (and parso) when it is made, if jedi is installed (a user's own Python; the
+    images leave jedi out): ~80 ms, for tab completion, which no cell uses. While it is made, `jedi` is a
+    failed import (None in `sys.modules`), so it keeps its own matchers, whether it is made after the
+    first cell or on demand in a cell that imported jedi itself; `import jedi` in a cell works as usual.
     """
-    hidden = "jedi" not in sys.modules
-    if hidden:
-        sys.modules["jedi"] = None
+    missing = object()
+    previous = sys.modules.get("jedi", missing)
+    sys.modules["jedi"] = None
     try:
         return start()
     finally:
-        if hidden and sys.modules.get("jedi", False) is None:
-            del sys.modules["jedi"]
+        if sys.modules.get("jedi", missing) is None:
+            if previous is missing:
+                del sys.modules["jedi"]
+            else:
+                sys.modules["jedi"] = previous
 
 
-shell = without_jedi(lambda: InteractiveShell.instance(
-    config=settings, display_pub_class=Publisher, displayhook_class=Hook, colors="NoColor"))
+# IPython's built-in magics, by kind, as `InteractiveShell.init_magics` registers them in the IPython
+# release named here (the one every image and `make run` install): with it, the magics are registered
+# after the first cell, and their names stand in the table until then. Loading them is IPython.core.magics
+# (%load's urllib/http/email, the profiler, ...) and an argparse parser formatted for each %%script magic:
+# ~65 ms, a fifth of the kernel's start. With another IPython they load at start, as IPython does it.
+BUILTIN_MAGICS_RELEASE = "8.31.0"
+BUILTIN_MAGICS = {
+    "line": """automagic autocall alias_magic lsmagic magic page pprint colors xmode quickref doctest_mode gui
+        precision notebook save pastebin loadpy load edit config prun pdb debug tb run timeit time macro code_wrap
+        load_ext unload_ext reload_ext history recall rerun logstart logstop logoff logon logstate pinfo pinfo2
+        pdef pdoc psource pfile psearch who_ls who whos reset reset_selective xdel alias unalias rehashx pwd cd
+        env set_env pushd popd dirs dhist sc sx system bookmark pycat pip conda mamba micromamba uv matplotlib
+        pylab killbgscripts autoawait ed hist rep""".split(),
+    "cell": """js javascript latex svg html markdown prun debug timeit time capture code_wrap sx system ! writefile
+        script sh bash perl ruby python python2 python3 pypy SVG HTML file""".split(),
+}
+
+
+class DeferredMagic:
+    """A built-in magic's place in the table until the magics are registered: any use registers them all
+    and is forwarded to the real one, so `%time`, `%%bash` and automagic `pwd` work in the first cell."""
+
+    __slots__ = ("kind", "name")
+
+    def __init__(self, kind, name):
+        self.kind = kind
+        self.name = name
+
+    def resolve(self):
+        register_builtin_magics()
+        found = shell.magics_manager.magics[self.kind].get(self.name)
+        if found is None or isinstance(found, DeferredMagic):
+            raise UsageError(f"{self.kind} magic {self.name} is not in IPython {ipython_version}")
+        return found
+
+    def __call__(self, *args, **kwargs):
+        return self.resolve()(*args, **kwargs)
+
+    def __getattr__(self, attribute):
+        return getattr(self.resolve(), attribute)
+
+
+class StartingMagicsManager(MagicsManager):
+    """The shell's magics table before the built-ins are registered: their names, each a DeferredMagic,
+    and whatever start-up adds (the aliases of `ls`, `cat`...). `user_magics` is a plain namespace:
+    IPython's UserMagics lives in the package being deferred."""
+
+    user_magics = Any()
+
+
+def start_magics_deferred(self):
+    manager = StartingMagicsManager(shell=self, parent=self, user_magics=types.SimpleNamespace())
+    manager.registry.clear()
+    for kind, names in BUILTIN_MAGICS.items():
+        for name in names:
+            manager.magics[kind][name] = DeferredMagic(kind, name)
+    self.magics_manager = manager
+    self.configurables.append(manager)
+    self.register_magics = manager.register
+
+
+def register_builtin_magics():
+    """Registers IPython's built-in magics the way IPython does, then puts back on top what was added to
+    the starting table (aliases, magics a cell registered), as IPython's own order would have."""
+    starting = shell.magics_manager
+    if not isinstance(starting, StartingMagicsManager):
+        return
+    ipython_init_magics(shell)
+    manager = shell.magics_manager
+    for kind, table in starting.magics.items():
+        manager.magics[kind].update(
+            (name, magic) for name, magic in table.items() if not isinstance(magic, DeferredMagic))
+    for name, magic in vars(starting.user_magics).items():
+        setattr(manager.user_magics, name, magic)
+    manager.registry.update(starting.registry)
+    manager.lazy_magics.update(starting.lazy_magics)
+    shell.configurables.remove(starting)
+    # The alias manager keeps the line table it was made with.
+    shell.alias_manager.linemagics = manager.magics["line"]
+
+
+def start_completer_deferred(self):
+    pass
+
+
+class DeferredCompleter:
+    """`shell.Completer` until the completer is made (after the first cell): reading it makes it now."""
+
+    def __get__(self, instance, owner=None):
+        if instance is None:
+            return self
+        if "Completer" not in instance.__dict__:
+            make_completer()
+        return instance.__dict__["Completer"]
+
+    def __set__(self, instance, value):
+        instance.__dict__["Completer"] = value
+
+
+def make_completer():
+    """IPython's completer (IPython.core.completer, ~10 ms; jedi too where it is installed), made after
+    the first cell: no cell needs it, `get_ipython().complete()` makes it on demand."""
+    if isinstance(InteractiveShell.__dict__.get("Completer"), DeferredCompleter):
+        without_jedi(lambda: ipython_init_completer(shell))
+        del InteractiveShell.Completer
+
+
+def load_lazy_modules():
+    for module in lazy_modules:
+        getattr(module, "__name__")
+    lazy_modules.clear()
+
+
+ipython_init_magics = InteractiveShell.init_magics
+ipython_init_completer = InteractiveShell.init_completer
+defer_magics = ipython_version == BUILTIN_MAGICS_RELEASE
+if defer_magics:
+    InteractiveShell.init_magics = start_magics_deferred
+InteractiveShell.init_completer = start_completer_deferred
+InteractiveShell.Completer = DeferredCompleter()
+try:
+    shell = InteractiveShell.instance(
+        config=settings, display_pub_class=Publisher, displayhook_class=Hook, colors="NoColor")
+finally:
+    InteractiveShell.init_magics = ipython_init_magics
+    InteractiveShell.init_completer = ipython_init_completer
 
 
 def enable_gui(gui=None):
@@ -425,12 +600,30 @@ def run(code, request_id, stream):
     return {"stdout": stdout, "stderr": ANSI.sub("", err.text()), "images": list(images)}
 
 
+# What the kernel leaves out of its start, in the order it is done afterwards.
+unfinished_start = [load_lazy_modules, register_builtin_magics, make_completer]
+
+
+def finish_start(only_while_idle):
+    """Does what start-up left out: at once when no cell waits (a kernel warmed ahead of its first cell
+    finishes before it comes), otherwise right after the first cell's answer, so it lasts one cell."""
+    while unfinished_start:
+        if only_while_idle and select.select([proto_in], [], [], 0)[0]:
+            return
+        try:
+            unfinished_start.pop(0)()
+        except Exception as error:  # each part is also done on demand, where its error reaches the cell
+            print(f"boxd: finishing the kernel's start: {error!r}", file=sys.stderr)
+
+
 # What start-up allocated lives as long as the kernel: kept out of every later collection.
 gc.freeze()
 gc.enable()
 send({"ready": True, "python": sys.version.split()[0], "ipython": ipython_version})
+finish_start(only_while_idle=True)
 for line in proto_in:
     request = json.loads(line)
     answer = run(request["code"], request["id"], request.get("stream", False))
     answer["id"] = request["id"]
     send(answer)
+    finish_start(only_while_idle=False)
