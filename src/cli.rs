@@ -32,6 +32,9 @@ pub enum Command {
     Limits(ServeArgs),
     /// On the host: start, list and stop sandbox containers through the Docker Engine API.
     Launch(crate::launch::LaunchArgs),
+    /// Wait until a Unix socket accepts a connection (an image's service waiting for another's server,
+    /// e.g. the window manager for Xvfb); exit 1 after the timeout.
+    WaitSocket(crate::init::wait_socket::WaitSocketArgs),
 }
 
 #[derive(Debug, Args)]

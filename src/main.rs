@@ -148,6 +148,7 @@ fn main() -> std::process::ExitCode {
     let cli = match cli.command {
         Command::Launch(args) => return launch::main(args),
         Command::Init(args) => return init::main(args),
+        Command::WaitSocket(args) => return init::wait_socket::main(args),
         command => Cli { command },
     };
     // Before any thread or child exists: the token was read into `cli`; no child may inherit it.
@@ -162,7 +163,11 @@ fn main() -> std::process::ExitCode {
             &std::path::absolute(&args.workspace).unwrap_or_else(|_| args.workspace.clone()),
             args.port,
         )),
-        Command::McpStdio(_) | Command::Limits(_) | Command::Launch(_) | Command::Init(_) => None,
+        Command::McpStdio(_)
+        | Command::Limits(_)
+        | Command::Launch(_)
+        | Command::Init(_)
+        | Command::WaitSocket(_) => None,
     };
     if let Some(key) = &instance {
         core::child::mark_children(key);
@@ -189,7 +194,9 @@ fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::Serve(args) => runtime.block_on(serve(args, instance.unwrap_or_default())),
         Command::McpStdio(args) => runtime.block_on(mcp_server::relay::run(&args.url, &args.token)),
-        Command::Limits(_) | Command::Launch(_) | Command::Init(_) => Ok(()),
+        Command::Limits(_) | Command::Launch(_) | Command::Init(_) | Command::WaitSocket(_) => {
+            Ok(())
+        }
     };
     // Dropping the runtime would wait without limit for blocking-pool threads; a stop is bounded.
     runtime.shutdown_timeout(BLOCKING_WORK_GRACE);

@@ -92,6 +92,56 @@ async fn the_whole_ipython_package_is_there_for_user_code() {
     );
 }
 
+/// The SDK's first cell comes while the kernel still starts (it waits for the family): it runs as soon
+/// as the kernel is ready, before the rest of the kernel's start (IPython's magics, asyncio, the
+/// completer), which follows its answer.
+#[tokio::test]
+async fn a_cell_that_waits_for_the_kernel_runs_before_the_rest_of_its_start() {
+    let server = start();
+    let answer = cell(&server, KERNEL_STATE).await;
+    assert_eq!(
+        item(&answer, "stdout"),
+        Some("False LazyModule DeferredMagic False\n"),
+        "{answer}"
+    );
+    let after = cell(&server, KERNEL_STATE).await;
+    assert_eq!(
+        item(&after, "stdout"),
+        Some("True module method True\n"),
+        "{after}"
+    );
+}
+
+/// What of the kernel's start is done: IPython's magics imported, asyncio run, a built-in magic's type,
+/// the completer made.
+const KERNEL_STATE: &str = "import sys\n\
+    print('IPython.core.magics' in sys.modules, type(sys.modules['asyncio']).__name__, \
+    type(get_ipython().find_line_magic('time')).__name__, 'Completer' in vars(get_ipython()))";
+
+/// A kernel warmed ahead of its first cell (boxd found no cell queued when it became ready) finishes
+/// its start before that cell comes: IPython's magics registered, asyncio run, the completer made. A
+/// cell that meets a kernel still starting runs before all that (tests/python/test_ipython_helper.py).
+#[tokio::test]
+async fn a_kernel_warmed_before_its_first_cell_finishes_its_start_meanwhile() {
+    let server = start();
+    let mut status = Value::Null;
+    for _ in 0..200 {
+        let readiness: Value = server.get("/readyz").fetch_json().await;
+        status = readiness["families"]["ipython"]["status"].clone();
+        if status == "ready" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(status, "ready");
+    let answer = cell(&server, KERNEL_STATE).await;
+    assert_eq!(
+        item(&answer, "stdout"),
+        Some("True module method True\n"),
+        "{answer}"
+    );
+}
+
 #[tokio::test]
 async fn matplotlib_figure_comes_back_as_a_png_item() {
     let server = start();

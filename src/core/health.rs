@@ -1,6 +1,7 @@
 //! A family's readiness, as `/readyz` shows it and as the registry checks it before every call.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
@@ -60,6 +61,8 @@ pub struct Snapshot {
 pub struct Health {
     family: &'static str,
     state: Arc<watch::Sender<Snapshot>>,
+    /// Calls waiting in `admit` for the family to start.
+    waiting: Arc<AtomicUsize>,
 }
 
 /// How long a call to a starting family waits for it before answering 503.
@@ -77,6 +80,7 @@ impl Health {
         Health {
             family,
             state: Arc::new(state),
+            waiting: Arc::new(AtomicUsize::new(0)),
         }
     }
 
@@ -150,12 +154,19 @@ impl Health {
         self.state.borrow().status
     }
 
+    /// Calls waiting in `admit` for the family to start; each is queued once it is ready. A family with
+    /// work to finish after it starts (the IPython kernel's) does it at once only when none waits.
+    pub fn waiting_calls(&self) -> usize {
+        self.waiting.load(Ordering::Acquire)
+    }
+
     /// Ok when the family serves (the common case: one read, no waiting); while it starts, waits for
     /// it (bounded); else a 503 with the reason.
     pub async fn admit(&self) -> Result<(), ApiError> {
         if self.status().serves() {
             return Ok(());
         }
+        let _waiting = WaitingCall::enter(&self.waiting);
         let mut changes = self.state.subscribe();
         // Timing out leaves the family starting: answered below like any other state that does not serve.
         let _ = tokio::time::timeout(
@@ -191,6 +202,22 @@ impl Health {
     }
 }
 
+/// One call counted in `Health::waiting_calls` while it lives.
+struct WaitingCall<'a>(&'a AtomicUsize);
+
+impl<'a> WaitingCall<'a> {
+    fn enter(waiting: &'a AtomicUsize) -> Self {
+        waiting.fetch_add(1, Ordering::AcqRel);
+        WaitingCall(waiting)
+    }
+}
+
+impl Drop for WaitingCall<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
@@ -220,5 +247,26 @@ mod tests {
             later.ready();
         });
         assert!(health.admit().await.is_ok());
+    }
+
+    #[tokio::test]
+    async fn calls_waiting_for_a_start_are_counted_until_it_ends() {
+        let health = Health::new("x", Status::Starting);
+        let waiter = tokio::spawn({
+            let health = health.clone();
+            async move { health.admit().await }
+        });
+        for _ in 0..1000 {
+            if health.waiting_calls() == 1 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        assert_eq!(health.waiting_calls(), 1);
+        health.ready();
+        assert!(waiter.await.expect("the call ends").is_ok());
+        assert_eq!(health.waiting_calls(), 0);
+        assert!(health.admit().await.is_ok());
+        assert_eq!(health.waiting_calls(), 0);
     }
 }

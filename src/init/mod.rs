@@ -18,6 +18,7 @@
 pub mod secrets;
 mod settings;
 mod supervise;
+pub mod wait_socket;
 
 use std::ffi::OsString;
 use std::net::TcpListener;

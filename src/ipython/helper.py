@@ -13,7 +13,6 @@ import gc
 import json
 import os
 import re
-import select
 import selectors
 import signal
 import sys
@@ -604,26 +603,31 @@ def run(code, request_id, stream):
 unfinished_start = [load_lazy_modules, register_builtin_magics, make_completer]
 
 
-def finish_start(only_while_idle):
-    """Does what start-up left out: at once when no cell waits (a kernel warmed ahead of its first cell
-    finishes before it comes), otherwise right after the first cell's answer, so it lasts one cell."""
+def finish_start():
+    """Does what start-up left out: when boxd says no cell waits (a kernel warmed ahead of its first
+    cell), or else right after the first cell's answer, so the partial state lasts at most one cell."""
     while unfinished_start:
-        if only_while_idle and select.select([proto_in], [], [], 0)[0]:
-            return
+        collecting = gc.isenabled()  # as a cell left it
+        gc.disable()
         try:
             unfinished_start.pop(0)()
         except Exception as error:  # each part is also done on demand, where its error reaches the cell
             print(f"boxd: finishing the kernel's start: {error!r}", file=sys.stderr)
+        finally:
+            if collecting:
+                gc.enable()
 
 
 # What start-up allocated lives as long as the kernel: kept out of every later collection.
 gc.freeze()
 gc.enable()
 send({"ready": True, "python": sys.version.split()[0], "ipython": ipython_version})
-finish_start(only_while_idle=True)
 for line in proto_in:
     request = json.loads(line)
+    if request.get("finish_start"):
+        finish_start()
+        continue
     answer = run(request["code"], request["id"], request.get("stream", False))
     answer["id"] = request["id"]
     send(answer)
-    finish_start(only_while_idle=False)
+    finish_start()

@@ -257,8 +257,13 @@ async fn start_kernel(
     let mut backoff = Backoff::new(Duration::from_secs(1), MAX_START_BACKOFF);
     loop {
         match Kernel::start(config).await {
-            Ok(kernel) => {
+            Ok(mut kernel) => {
+                // Asked before `ready`: calls waiting for the family queue their cells only after it.
+                let idle = waiting.is_none() && cells.is_empty() && health.waiting_calls() == 0;
                 health.ready();
+                if idle {
+                    kernel.finish_start_while_idle().await;
+                }
                 return (kernel, waiting);
             }
             Err(err) => {
@@ -479,6 +484,16 @@ impl Kernel {
             "IPython kernel ready"
         );
         Ok(kernel)
+    }
+
+    /// Tells a kernel that no cell waits for it, so it finishes its start now (IPython's magics, the
+    /// completer: see the helper's `finish_start`) instead of right after its first cell. A cell written
+    /// meanwhile waits for it (~0.1 s); a write that fails shows again at the next cell, as a dead kernel.
+    async fn finish_start_while_idle(&mut self) {
+        const FINISH_START: &[u8] = b"{\"finish_start\": true}\n";
+        if self.stdin.write_all(FINISH_START).await.is_err() || self.stdin.flush().await.is_err() {
+            tracing::debug!("the kernel was not told to finish its start: its input is closed");
+        }
     }
 
     async fn execute(
