@@ -6,10 +6,11 @@
 # a generated request to them would hold a stream open until the request times out.
 #
 # Env: BOXD_BIN (target/release/boxd), FUZZ_SEED (20240611), FUZZ_EXAMPLES (per operation and phase, 300),
-# FUZZ_WORKERS (1: schemathesis's workers are threads, and two of them parsing at once can trip the
-# venv's CPython 3.11.7 into "SystemError: AST constructor recursion depth mismatch", a CPython bug
-# fixed in later releases, which fails the run without boxd having done anything), FUZZ_TIME_LIMIT (seconds for the whole schemathesis run, 420), FUZZ_USER (boxd-fuzz
-# when root; otherwise the current user), FUZZ_KEEP=1 keeps the scratch directory.
+# FUZZ_WORKERS (1: how many schemathesis processes share the paths; processes, not schemathesis's own
+# `--workers`, which are threads: two threads parsing at once can trip CPython 3.11 into "SystemError: AST
+# constructor recursion depth mismatch", a CPython bug fixed in later releases, which fails the run without
+# boxd having done anything), FUZZ_TIME_LIMIT (seconds for the whole schemathesis run, 420), FUZZ_USER
+# (boxd-fuzz when root; otherwise the current user), FUZZ_KEEP=1 keeps the scratch directory.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=${BOXD_BIN:-$root/target/release/boxd}
@@ -153,23 +154,49 @@ done
 # environment library); tests/python/test_training.py drives them with the real client.
 started=$(date +%s)
 status=0
-FUZZ_BASE_URL=$base FUZZ_TOKEN=$token FUZZ_PROCESS_IDS=$(IFS=,; echo "${process_ids[*]}") \
-PYTHONPATH=$root/tests/fuzz SCHEMATHESIS_HOOKS=hooks \
-timeout --kill-after=10 "$time_limit" "$schemathesis" --config-file "$root/tests/fuzz/schemathesis.toml" run "$root/docs/openapi.json" \
-  --url "$base" \
-  --header "Authorization: Bearer $token" \
-  --seed "$seed" \
-  --max-examples "$examples" \
-  --workers "$workers" \
-  --phases examples,coverage,fuzzing \
-  --checks not_a_server_error,response_schema_conformance,status_code_conformance,content_type_conformance \
-  --request-timeout 30 \
-  --generation-database none \
-  --exclude-path-regex '^/(watch|processes/\{id\}/(events|ws)|tools/\{tool_name\}/stream|mcp)$' \
-  --exclude-tag training \
-  --exclude-tag desktop \
-  --report har --report-dir "$root/target/fuzz-report" \
-  --no-color || status=$?
+# Each process fuzzes every FUZZ_WORKERS-th path of the specification, as a regex in which a path
+# parameter matches any segment: tests/fuzz/hooks.py turns `/tools/{tool_name}` into one path per tool
+# before the filters apply.
+mapfile -t shares < <("$root/.venv/bin/python" - "$root/docs/openapi.json" "$workers" <<'PY'
+import json, re, sys
+with open(sys.argv[1]) as spec:
+    paths = sorted(json.load(spec)["paths"])
+count = max(1, int(sys.argv[2]))
+for share in range(count):
+    mine = [re.sub(r"\\\{[^/]*?\\\}", "[^/]+", re.escape(path)) for path in paths[share::count]]
+    if mine:
+        print("^(" + "|".join(mine) + ")$")
+PY
+)
+share_pids=()
+for index in "${!shares[@]}"; do
+  FUZZ_BASE_URL=$base FUZZ_TOKEN=$token FUZZ_PROCESS_IDS=$(IFS=,; echo "${process_ids[*]}") \
+  PYTHONPATH=$root/tests/fuzz SCHEMATHESIS_HOOKS=hooks \
+  timeout --kill-after=10 "$time_limit" "$schemathesis" --config-file "$root/tests/fuzz/schemathesis.toml" run "$root/docs/openapi.json" \
+    --url "$base" \
+    --header "Authorization: Bearer $token" \
+    --seed "$seed" \
+    --max-examples "$examples" \
+    --workers 1 \
+    --phases examples,coverage,fuzzing \
+    --checks not_a_server_error,response_schema_conformance,status_code_conformance,content_type_conformance \
+    --request-timeout 30 \
+    --generation-database none \
+    --include-path-regex "${shares[$index]}" \
+    --exclude-path-regex '^/(watch|processes/\{id\}/(events|ws)|tools/\{tool_name\}/stream|mcp)$' \
+    --exclude-tag training \
+    --exclude-tag desktop \
+    --report har --report-dir "$root/target/fuzz-report/share-$index" \
+    --no-color >"$scratch/schemathesis-$index.log" 2>&1 &
+  share_pids+=("$!")
+done
+for index in "${!share_pids[@]}"; do
+  share_status=0
+  wait "${share_pids[$index]}" || share_status=$?
+  echo "fuzz: schemathesis on share $((index + 1)) of ${#share_pids[@]} of the paths (exit $share_status):"
+  cat "$scratch/schemathesis-$index.log"
+  if ((status == 0)); then status=$share_status; fi
+done
 elapsed=$(($(date +%s) - started))
 
 alive=1
