@@ -190,11 +190,15 @@ for index in "${!shares[@]}"; do
     --no-color >"$scratch/schemathesis-$index.log" 2>&1 &
   share_pids+=("$!")
 done
+# The first share's output as it comes (a full run takes minutes), the others' once they are done.
+tail -n +1 -f -s 0.2 --pid="${share_pids[0]}" "$scratch/schemathesis-0.log"
 for index in "${!share_pids[@]}"; do
   share_status=0
   wait "${share_pids[$index]}" || share_status=$?
-  echo "fuzz: schemathesis on share $((index + 1)) of ${#share_pids[@]} of the paths (exit $share_status):"
-  cat "$scratch/schemathesis-$index.log"
+  if ((index > 0)); then
+    cat "$scratch/schemathesis-$index.log"
+  fi
+  echo "fuzz: schemathesis on share $((index + 1)) of ${#share_pids[@]} of the paths: exit $share_status"
   if ((status == 0)); then status=$share_status; fi
 done
 elapsed=$(($(date +%s) - started))

@@ -308,10 +308,6 @@ def register_builtin_magics():
     shell.alias_manager.linemagics = manager.magics["line"]
 
 
-def start_completer_deferred(self):
-    pass
-
-
 class DeferredCompleter:
     """`shell.Completer` until the completer is made (after the first cell): reading it makes it now."""
 
@@ -345,7 +341,7 @@ ipython_init_completer = InteractiveShell.init_completer
 defer_magics = ipython_version == BUILTIN_MAGICS_RELEASE
 if defer_magics:
     InteractiveShell.init_magics = start_magics_deferred
-InteractiveShell.init_completer = start_completer_deferred
+InteractiveShell.init_completer = lambda self: None  # made by make_completer
 InteractiveShell.Completer = DeferredCompleter()
 try:
     shell = InteractiveShell.instance(
@@ -360,8 +356,6 @@ def enable_gui(gui=None):
     # GUI event loop to integrate (the base class only raises NotImplementedError). Set on the instance,
     # not in a subclass: libraries tell front ends apart by the shell's class name.
     if gui not in (None, "inline"):
-        from IPython.core.error import UsageError
-
         raise UsageError(f"no {gui} event loop in this kernel: figures come back inline, as images")
 
 
