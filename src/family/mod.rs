@@ -58,6 +58,13 @@ pub trait Family: Send + Sync + 'static {
         Vec::new()
     }
 
+    /// The users this family's children run untrusted code as (Chromium's renderers, a training
+    /// instance's policy code): boxd's listeners refuse loopback connections from them, so such code
+    /// cannot reach the tokenless routes or sandboxd's listeners. Empty when boxd does not switch users.
+    fn confined_uids(&self) -> Vec<std::ops::RangeInclusive<u32>> {
+        Vec::new()
+    }
+
     /// Brings the family up, in the background: long-lived children are started and probed here, and
     /// `health` is kept current (it starts as `starting`). The default has nothing to start.
     fn start(self: Arc<Self>, health: Health) -> BoxFuture<'static, ()> {
@@ -121,6 +128,14 @@ impl Families {
         self.running
             .iter()
             .flat_map(|running| running.family.child_environment())
+            .collect()
+    }
+
+    /// Every enabled family's [`Family::confined_uids`].
+    pub fn confined_uids(&self) -> Vec<std::ops::RangeInclusive<u32>> {
+        self.running
+            .iter()
+            .flat_map(|running| running.family.confined_uids())
             .collect()
     }
 
