@@ -273,6 +273,10 @@ async fn serve(mut args: ServeArgs, instance: String) -> Result<(), String> {
         .register_tools(&tools)
         .map_err(|err| err.to_string())?;
     core::child::set_family_environment(families.child_environment());
+    let confined_uids = families.confined_uids();
+    if !confined_uids.is_empty() {
+        tracing::info!(?confined_uids, "users whose loopback connections boxd refuses");
+    }
 
     let stop_requested = stop_signal()?;
     // Idle clients must not be what runs boxd out of descriptors: take all the hard limit allows.
