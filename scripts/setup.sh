@@ -37,6 +37,10 @@ need npm npm
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || missing+=(python3-venv)
 # The computer family's tests: a virtual X server and a real Tk window (Debian's python3) to drive.
 need Xvfb xvfb
+# ...and what the desktop images run beside it (tests/python/test_display_auth.py starts their own service
+# scripts): the display's cookies, and the VNC server on its Unix socket.
+need xauth xauth
+need x11vnc x11vnc
 /usr/bin/python3 -c 'import tkinter' >/dev/null 2>&1 || missing+=(python3-tk)
 # The adb family's tests: Debian's adb server, to reach the device stand-in (tests/adb/device.py) as an image's server would.
 need adb adb

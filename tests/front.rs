@@ -42,6 +42,11 @@ async fn echo_server() -> (std::net::SocketAddr, Arc<AtomicUsize>) {
 }
 
 fn desktop_server(stream: std::net::SocketAddr) -> (Server, tempfile::TempDir) {
+    desktop_server_at(&stream.to_string())
+}
+
+/// boxd with the viewer's pages and `--desktop-stream stream` (`HOST:PORT`, or a Unix socket's path).
+fn desktop_server_at(stream: &str) -> (Server, tempfile::TempDir) {
     let pages = tempfile::tempdir().expect("pages");
     std::fs::write(pages.path().join("vnc_lite.html"), "<html>viewer</html>").expect("page");
     std::fs::write(pages.path().join("vnc.html"), "<html>full viewer</html>").expect("page");
@@ -49,7 +54,7 @@ fn desktop_server(stream: std::net::SocketAddr) -> (Server, tempfile::TempDir) {
         "--desktop-pages",
         pages.path().to_str().unwrap_or_default(),
         "--desktop-stream",
-        &stream.to_string(),
+        stream,
     ]);
     (server, pages)
 }
@@ -184,6 +189,51 @@ async fn the_stream_needs_the_whole_token_before_any_byte_reaches_the_vnc_server
         .await
         .expect("escape");
     assert_eq!(escape.status(), 404);
+}
+
+/// The images' VNC server listens on a Unix socket in a directory only root may enter (no TCP port a
+/// local user could reach): the relay goes there, the same gate in front.
+#[tokio::test]
+async fn the_stream_relays_to_a_vnc_server_on_a_unix_socket() {
+    let directory = tempfile::tempdir().expect("socket directory");
+    let path = directory.path().join("rfb.sock");
+    let listener = tokio::net::UnixListener::bind(&path).expect("bind the socket");
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&accepted);
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            counter.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let Ok(mut socket) = tokio_tungstenite::accept_async(stream).await else {
+                    return;
+                };
+                while let Some(Ok(message)) = socket.next().await {
+                    if message.is_binary() && socket.send(message).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let (server, _pages) = desktop_server_at(path.to_str().unwrap_or_default());
+    let refused = server
+        .anonymous()
+        .get(server.url("/websockify"))
+        .header("connection", "upgrade")
+        .header("upgrade", "websocket")
+        .header("sec-websocket-version", "13")
+        .header("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ==")
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(refused.status(), 403);
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        0,
+        "the VNC server saw no one"
+    );
+    stream_echoes(&server, "/websockify", None, Some(TOKEN)).await;
+    assert_eq!(accepted.load(Ordering::SeqCst), 1);
 }
 
 #[tokio::test]

@@ -7,16 +7,19 @@
 //! - the desktop viewer's pages (noVNC) at `/vnc/`; opening one with the whole token in its query
 //!   (`GuiSandbox.desktop_url`: `/vnc/vnc_lite.html?password=TOKEN`) gives the browser a short-lived,
 //!   HttpOnly pass for the stream;
-//! - the desktop stream at `/websockify`, relayed to the VNC server on loopback only for a client that
-//!   shows the pass, the token as a bearer header, or the token in its query (the SDK's remote manager
-//!   relays the page's query): anyone else gets 403 before a single RFB byte;
+//! - the desktop stream at `/websockify`, relayed to the VNC server (the images': a Unix socket only
+//!   root may open; or a loopback port) only for a client that shows the pass, the token as a bearer
+//!   header, or the token in its query (the SDK's remote manager relays the page's query): anyone else
+//!   gets 403 before a single RFB byte;
 //! - a view-only desktop: `POST /desktop/view_url` (bearer) mints a view pass and answers the viewer's
 //!   URL with it; `/websockify-view` relays to the same VNC server for a view pass (or the token),
 //!   reading the viewer's RFB messages and dropping every input one (`view_only`).
 
 use std::collections::VecDeque;
+use std::fmt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -45,10 +48,62 @@ pub struct FrontArgs {
     #[arg(long, env = "BOXD_DESKTOP_PAGES")]
     pub desktop_pages: Option<PathBuf>,
 
-    /// The VNC server's address (loopback, speaking WebSocket itself, as x11vnc does): `/websockify`
-    /// is relayed there for clients that showed the whole token.
+    /// The VNC server (speaking WebSocket itself, as x11vnc does): an absolute path is its Unix socket
+    /// (the images': in a directory only root may enter, so no other local user reaches the desktop),
+    /// anything else a loopback `HOST:PORT`. `/websockify` is relayed there for clients that showed the
+    /// whole token.
     #[arg(long, env = "BOXD_DESKTOP_STREAM")]
-    pub desktop_stream: Option<SocketAddr>,
+    pub desktop_stream: Option<StreamAddress>,
+}
+
+/// Where the VNC server listens (`--desktop-stream`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StreamAddress {
+    Tcp(SocketAddr),
+    Unix(PathBuf),
+}
+
+impl FromStr for StreamAddress {
+    type Err = String;
+
+    fn from_str(value: &str) -> Result<StreamAddress, String> {
+        if value.starts_with('/') {
+            return Ok(StreamAddress::Unix(PathBuf::from(value)));
+        }
+        value.parse().map(StreamAddress::Tcp).map_err(|err| {
+            format!("{value:?}: neither a Unix socket's absolute path nor HOST:PORT ({err})")
+        })
+    }
+}
+
+impl fmt::Display for StreamAddress {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StreamAddress::Tcp(address) => fmt::Display::fmt(address, formatter),
+            StreamAddress::Unix(path) => write!(formatter, "unix:{}", path.display()),
+        }
+    }
+}
+
+/// A connection to the VNC server, whichever its kind.
+trait StreamIo: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> StreamIo for T {}
+
+impl StreamAddress {
+    async fn connect(&self) -> std::io::Result<Box<dyn StreamIo>> {
+        Ok(match self {
+            StreamAddress::Tcp(address) => Box::new(tokio::net::TcpStream::connect(address).await?),
+            StreamAddress::Unix(path) => Box::new(tokio::net::UnixStream::connect(path).await?),
+        })
+    }
+
+    /// The `Host` (and, when the client sent none, `Origin`) of the relayed handshake.
+    fn host(&self) -> String {
+        match self {
+            StreamAddress::Tcp(address) => address.to_string(),
+            StreamAddress::Unix(_) => "localhost".to_owned(),
+        }
+    }
 }
 
 /// How long a pass from the viewer's page opens the stream: enough for the page to load and connect.
@@ -75,7 +130,7 @@ pub struct Front {
 
 struct Desktop {
     pages: Option<PathBuf>,
-    stream: Option<SocketAddr>,
+    stream: Option<StreamAddress>,
     auth: Auth,
     /// Passes for the whole stream, from a viewer page opened with the token.
     passes: Passes,
@@ -156,7 +211,7 @@ impl Front {
         let desktop = (args.desktop_pages.is_some() || args.desktop_stream.is_some()).then(|| {
             Arc::new(Desktop {
                 pages: args.desktop_pages.clone(),
-                stream: args.desktop_stream,
+                stream: args.desktop_stream.clone(),
                 auth: auth.clone(),
                 passes: Passes::new(PASS_LIFETIME),
                 view_passes: Passes::new(VIEW_PASS_LIFETIME),
@@ -343,7 +398,7 @@ async fn relay_view(State(desktop): State<Arc<Desktop>>, request: Request) -> Re
         )
         .into_response();
     }
-    let Some(address) = desktop.stream else {
+    let Some(address) = desktop.stream.clone() else {
         return ApiError::NotFound("no desktop stream here".into()).into_response();
     };
     let (mut parts, _) = request.into_parts();
@@ -351,12 +406,7 @@ async fn relay_view(State(desktop): State<Arc<Desktop>>, request: Request) -> Re
         Ok(upgrade) => upgrade,
         Err(rejection) => return rejection.into_response(),
     };
-    let server = match tokio::time::timeout(
-        STREAM_CONNECT_TIMEOUT,
-        tokio::net::TcpStream::connect(address),
-    )
-    .await
-    {
+    let server = match tokio::time::timeout(STREAM_CONNECT_TIMEOUT, address.connect()).await {
         Ok(Ok(server)) => server,
         Ok(Err(err)) => {
             return ApiError::BadGateway(format!(
@@ -381,12 +431,12 @@ async fn relay_view(State(desktop): State<Arc<Desktop>>, request: Request) -> Re
 /// Moves a view-only viewer's bytes: the VNC server's to the viewer as they come, the viewer's to the
 /// server through the input filter. Ends (both sides closed) when either side ends or the viewer sends
 /// what the filter cannot relay.
-async fn pump_view(viewer: axum::extract::ws::WebSocket, server: tokio::net::TcpStream) {
+async fn pump_view(viewer: axum::extract::ws::WebSocket, server: Box<dyn StreamIo>) {
     use axum::extract::ws::Message;
     use futures_util::{SinkExt, StreamExt};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let (mut to_viewer, mut from_viewer) = viewer.split();
-    let (mut from_server, mut to_server) = server.into_split();
+    let (mut from_server, mut to_server) = tokio::io::split(server);
     let downstream = async move {
         let mut buffer = vec![0u8; VIEW_READ_CHUNK];
         loop {
@@ -458,12 +508,12 @@ async fn relay_stream(State(desktop): State<Arc<Desktop>>, mut request: Request)
         )
         .into_response();
     }
-    let Some(address) = desktop.stream else {
+    let Some(address) = desktop.stream.clone() else {
         return ApiError::NotFound("no desktop stream here".into()).into_response();
     };
     let upstream = match tokio::time::timeout(
         STREAM_CONNECT_TIMEOUT,
-        handshake(address, request.headers().clone()),
+        handshake(&address, request.headers().clone()),
     )
     .await
     {
@@ -514,10 +564,11 @@ async fn relay_stream(State(desktop): State<Arc<Desktop>>, mut request: Request)
 
 /// Sends the handshake (`headers`, the client's) to the VNC server at `address`; its answer, not yet upgraded.
 async fn handshake(
-    address: SocketAddr,
+    address: &StreamAddress,
     headers: HeaderMap,
 ) -> Result<hyper::Response<hyper::body::Incoming>, String> {
-    let stream = tokio::net::TcpStream::connect(address)
+    let stream = address
+        .connect()
         .await
         .map_err(|err| format!("the desktop stream is not up (yet): {address}: {err}"))?;
     let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
@@ -531,7 +582,7 @@ async fn handshake(
     let mut forwarded = hyper::Request::builder()
         .method(hyper::Method::GET)
         .uri("/websockify")
-        .header(header::HOST, address.to_string());
+        .header(header::HOST, address.host());
     for name in HANDSHAKE_REQUEST_HEADERS {
         for value in headers.get_all(name) {
             forwarded = forwarded.header(name, value);
@@ -539,7 +590,7 @@ async fn handshake(
     }
     // libvncserver refuses a handshake without Origin (browsers always send one).
     if !headers.contains_key(header::ORIGIN) {
-        forwarded = forwarded.header(header::ORIGIN, format!("http://{address}"));
+        forwarded = forwarded.header(header::ORIGIN, format!("http://{}", address.host()));
     }
     let forwarded = forwarded
         .body(Body::empty())
@@ -554,6 +605,19 @@ async fn handshake(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_stream_is_a_unix_socket_or_host_and_port() {
+        assert_eq!(
+            "/run/boxd/vnc/rfb.sock".parse::<StreamAddress>(),
+            Ok(StreamAddress::Unix(PathBuf::from("/run/boxd/vnc/rfb.sock")))
+        );
+        assert_eq!(
+            "127.0.0.1:5900".parse::<StreamAddress>(),
+            Ok(StreamAddress::Tcp(SocketAddr::from(([127, 0, 0, 1], 5900))))
+        );
+        assert!("rfb.sock".parse::<StreamAddress>().is_err());
+    }
 
     #[test]
     fn the_query_token_is_password_or_token() {
