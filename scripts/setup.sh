@@ -41,6 +41,8 @@ need Xvfb xvfb
 # scripts): the display's cookies, and the VNC server on its Unix socket.
 need xauth xauth
 need x11vnc x11vnc
+# ...and the nested X server headed Chromium draws on (the browser image's).
+need Xephyr xserver-xephyr
 /usr/bin/python3 -c 'import tkinter' >/dev/null 2>&1 || missing+=(python3-tk)
 # The adb family's tests: Debian's adb server, to reach the device stand-in (tests/adb/device.py) as an image's server would.
 need adb adb

@@ -1,6 +1,16 @@
 //! Starting Chromium: a fresh profile in a temporary directory, the flags that keep it quiet in a
 //! sandbox, the protocol on two pipes (fd 3 in, fd 4 out), supervised as a child group like every other
 //! child of boxd, and cleaned up (group and profile) when it is closed.
+//!
+//! Headed, Chromium never gets the desktop's X display (root's: the window manager, terminals, boxd's
+//! own input). It draws on a nested X server of its own (Xephyr, a window on the desktop, started
+//! here beside it), with a cookie that opens that server only: whatever it does there (XTEST, reading
+//! windows, grabbing the keyboard) reaches its own windows and nothing else, while its window shows
+//! on the desktop and takes the desktop's clicks and keys. Without Xephyr it gets an *untrusted*
+//! cookie for the desktop's display instead (X SECURITY extension: no XTEST, no reading of other
+//! clients' windows), which holds as well but leaves Chromium's keyboard through X unusable (its
+//! keymap code without XKB, hidden from untrusted clients, reads every key 8 keycodes off: measured
+//! with Chromium 156, `a` arrives as `l`, space as F7).
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
@@ -19,6 +29,14 @@ use crate::core::child::{self, ChildGroup, Grouping, Identity, StderrTail};
 const START_TIMEOUT: Duration = Duration::from_secs(20);
 /// How long a closing browser may take to exit after SIGTERM before it is killed.
 const STOP_GRACE: Duration = Duration::from_secs(2);
+/// How long `xauth` may take to make the browser's X cookie (it takes ~6 ms).
+const XAUTH_TIMEOUT: Duration = Duration::from_secs(5);
+/// The browser's X cookie's name, in a directory of boxd's (see [`nested_display`]).
+const COOKIE_NAME: &str = "xauthority";
+/// The nested X server headed Chromium draws on, when installed (Debian's `xserver-xephyr`).
+const NESTED_SERVER: &str = "Xephyr";
+/// How long the nested X server may take to accept connections (it takes ~30 ms).
+const NESTED_START_TIMEOUT: Duration = Duration::from_secs(5);
 
 static PROFILES: AtomicU64 = AtomicU64::new(0);
 static STAGED_UPLOADS: AtomicU64 = AtomicU64::new(0);
@@ -132,10 +150,12 @@ pub struct Process {
     /// The user the browser runs as when it is not boxd's (it gets copies of the files it uploads).
     pub user: Option<Identity>,
     group: Option<ChildGroup>,
+    /// The nested X server the headed browser draws on (see [`nested_display`]).
+    display: Option<ChildGroup>,
     stderr: StderrTail,
     profile: PathBuf,
-    /// Where a browser under its own user gets copies of the files it uploads: beside its profile, boxd's
-    /// (a directory inside the profile would be the browser's to swap for a link).
+    /// Where a browser under its own user gets copies of the files it uploads, and its X cookie: beside
+    /// its profile, boxd's (a directory inside the profile would be the browser's to swap for a link).
     uploads: Option<PathBuf>,
 }
 
@@ -309,6 +329,46 @@ pub async fn launch(options: &Options) -> Result<Process, LaunchError> {
             "--run-all-compositor-stages-before-draw",
         ]);
     }
+    let mut display = None;
+    if !options.headless {
+        // Boxd's own directory for it: the profile when the browser is boxd's user, else the one beside
+        // the profile that only boxd writes (boxd and xauth write there as root, and must not follow the
+        // browser user's links).
+        let directory = uploads.as_deref().unwrap_or(&profile);
+        let cookie = directory.join(COOKIE_NAME);
+        let host = display_of(&command);
+        match nested_display(host.as_deref(), &cookie, user.as_ref(), options.viewport).await {
+            Ok(Some((name, group))) => {
+                tracing::debug!(display = %name, "the browser draws on a nested X server of its own");
+                command
+                    .env("DISPLAY", &name)
+                    .env("XAUTHORITY", &cookie)
+                    .arg("--window-position=0,0");
+                display = group;
+            }
+            outcome => {
+                if let Err(err) = outcome {
+                    tracing::warn!("no nested X server for the browser: {err}");
+                }
+                let _ = std::fs::remove_file(&cookie);
+                match untrusted_cookie(host.as_deref(), &cookie, user.as_ref()).await {
+                    Ok(()) => {
+                        tracing::debug!(cookie = %cookie.display(), "the browser connects to the display as an untrusted X client");
+                        command.env("XAUTHORITY", &cookie);
+                    }
+                    Err(err) => {
+                        tracing::warn!("the browser gets no X cookie of its own: {err}");
+                        // Never boxd's own cookie for another user: a display that asks for one then
+                        // refuses the browser (its launch fails and says why), an open display still
+                        // takes it.
+                        if user.is_some() {
+                            command.env("XAUTHORITY", &cookie);
+                        }
+                    }
+                }
+            }
+        }
+    }
     command
         .arg("about:blank")
         .stdin(Stdio::null())
@@ -326,6 +386,7 @@ pub async fn launch(options: &Options) -> Result<Process, LaunchError> {
         });
     }
     let mut spawned = command.spawn().map_err(|err| {
+        drop(display.take());
         let _ = std::fs::remove_dir_all(&profile);
         if let Some(uploads) = &uploads {
             let _ = std::fs::remove_dir_all(uploads);
@@ -354,6 +415,7 @@ pub async fn launch(options: &Options) -> Result<Process, LaunchError> {
         downloads,
         user,
         group,
+        display,
         stderr,
         profile,
         uploads,
@@ -392,6 +454,215 @@ pub async fn launch(options: &Options) -> Result<Process, LaunchError> {
     Ok(process)
 }
 
+/// `name` found on `PATH`.
+fn find_program(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|directory| directory.join(name))
+        .find(|candidate| candidate.is_file())
+}
+
+/// Writes `cookie`, a new Xauthority file with one random MIT-MAGIC-COOKIE-1 for any local display
+/// (family Wild, no number: the nested server's number is known only once it runs), readable by `user`
+/// only. Created, never opened through a link or over an existing file.
+fn write_nested_cookie(cookie: &Path, user: Option<&Identity>) -> Result<(), String> {
+    use std::io::Write;
+    const FAMILY_WILD: u16 = 0xffff;
+    const NAME: &[u8] = b"MIT-MAGIC-COOKIE-1";
+    let mut secret = [0u8; 16];
+    getrandom::fill(&mut secret).map_err(|err| format!("no random bytes for the cookie: {err}"))?;
+    let mut entry = Vec::with_capacity(64);
+    entry.extend_from_slice(&FAMILY_WILD.to_be_bytes());
+    for field in [&b""[..], &b""[..], NAME, &secret[..]] {
+        let length = u16::try_from(field.len()).unwrap_or(u16::MAX);
+        entry.extend_from_slice(&length.to_be_bytes());
+        entry.extend_from_slice(field);
+    }
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .mode(0o400)
+        .open(cookie)
+        .map_err(|err| format!("cannot create {}: {err}", cookie.display()))?;
+    file.write_all(&entry)
+        .and_then(|()| match user {
+            Some(user) => std::os::unix::fs::fchown(&file, Some(user.uid), Some(user.gid)),
+            None => Ok(()),
+        })
+        .map_err(|err| format!("cannot write the cookie {}: {err}", cookie.display()))
+}
+
+/// Starts the nested X server headed Chromium draws on: Xephyr, as boxd's user (a client of the
+/// desktop's display with boxd's own cookie), `size` large, admitting only `cookie` (made here, for
+/// `user`), its number chosen by itself (`-displayfd`) and said once it accepts connections. Answers
+/// its display name and group; `None` when Xephyr is not installed.
+async fn nested_display(
+    host: Option<&std::ffi::OsStr>,
+    cookie: &Path,
+    user: Option<&Identity>,
+    size: (u32, u32),
+) -> Result<Option<(String, Option<ChildGroup>)>, String> {
+    let Some(server) = find_program(NESTED_SERVER) else {
+        return Ok(None);
+    };
+    let host = host.ok_or("no DISPLAY is set")?;
+    write_nested_cookie(cookie, user)?;
+    let (number_read, number_write) =
+        pipe().map_err(|err| format!("cannot create the display number's pipe: {err}"))?;
+    let mut command = child::command(&server, Grouping::OwnGroup);
+    command
+        .env("DISPLAY", host)
+        .args(["-displayfd", "3", "-auth"])
+        .arg(cookie)
+        .arg("-screen")
+        .arg(format!("{}x{}", size.0, size.1))
+        // No TCP listener; no Ctrl+Shift grab of the desktop's keyboard; the window's title.
+        .args([
+            "-nolisten",
+            "tcp",
+            "-no-host-grab",
+            "-noreset",
+            "-title",
+            "Browser",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(false);
+    let number_fd = number_write.as_raw_fd();
+    // SAFETY: dup2 is async-signal-safe; the descriptor stays open in the parent until after spawn.
+    unsafe {
+        command.pre_exec(move || {
+            if libc::dup2(number_fd, 3) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut spawned = command
+        .spawn()
+        .map_err(|err| format!("cannot start {}: {err}", server.display()))?;
+    let group = ChildGroup::of(spawned.id(), Grouping::OwnGroup);
+    drop(number_write);
+    let mut stderr = match spawned.stderr.take() {
+        Some(stderr) => StderrTail::forward(stderr, "xephyr".into()),
+        None => StderrTail::forward(tokio::io::empty(), "xephyr".into()),
+    };
+    tokio::spawn(async move {
+        let status = spawned.wait().await;
+        tracing::debug!(?status, "the browser's nested X server exited");
+    });
+    let number = async {
+        use tokio::io::AsyncReadExt;
+        let mut reader = tokio::net::unix::pipe::Receiver::from_owned_fd(number_read)?;
+        let mut said = Vec::new();
+        let mut chunk = [0u8; 16];
+        // A number and a newline; the server closes its end only when it exits.
+        while !said.contains(&b'\n') && said.len() < 16 {
+            let read = reader.read(&mut chunk).await?;
+            if read == 0 {
+                break;
+            }
+            said.extend_from_slice(chunk.get(..read).unwrap_or_default());
+        }
+        Ok::<Vec<u8>, std::io::Error>(said)
+    };
+    let said = match tokio::time::timeout(NESTED_START_TIMEOUT, number).await {
+        Ok(Ok(said)) => said,
+        Ok(Err(err)) => return Err(format!("cannot read its display number: {err}")),
+        Err(_) => {
+            return Err(format!(
+                "it did not accept connections within {} s",
+                NESTED_START_TIMEOUT.as_secs()
+            ));
+        }
+    };
+    match std::str::from_utf8(&said)
+        .ok()
+        .and_then(|text| text.trim().parse::<u32>().ok())
+    {
+        Some(number) => Ok(Some((format!(":{number}"), group))),
+        None => {
+            let words = stderr.last_words(Duration::from_millis(200)).await;
+            Err(format!("it exited before it accepted connections{words}"))
+        }
+    }
+}
+
+/// The display a child started by `command` draws on: its own `DISPLAY` (the families' layer) or boxd's.
+fn display_of(command: &tokio::process::Command) -> Option<std::ffi::OsString> {
+    let own = command
+        .as_std()
+        .get_envs()
+        .find(|(name, _)| *name == "DISPLAY")
+        .map(|(_, value)| value.map(std::ffi::OsStr::to_os_string));
+    match own {
+        Some(value) => value,
+        None => std::env::var_os("DISPLAY"),
+    }
+}
+
+/// Makes `cookie`, an *untrusted* X authorization for `display` (`xauth generate DISPLAY . untrusted
+/// timeout 0`, connecting with boxd's own `XAUTHORITY`), readable by `user` only. Under the X SECURITY
+/// extension an untrusted client does not see XTEST (no fake input into root's windows), and may neither
+/// read other clients' windows (`GetImage` of the root window is refused) nor send them events; it still
+/// draws its own windows, which show on the desktop and in its screenshots, and receives the input the
+/// server sends them (the `computer` family's clicks and keys). Chromium needs nothing more: measured
+/// with Debian's Chromium 156 on Xvfb, pages render, CDP screenshots and input work, and XTEST typing
+/// from root reaches its page. Made at every launch: a restarted X server (which forgets it) takes a
+/// restarted browser. Never expires (timeout 0): the browser may open more connections later (its GPU
+/// process).
+async fn untrusted_cookie(
+    display: Option<&std::ffi::OsStr>,
+    cookie: &Path,
+    user: Option<&Identity>,
+) -> Result<(), String> {
+    let display = display.ok_or("no DISPLAY is set")?;
+    let mut command = child::command("xauth", Grouping::OwnGroup);
+    command
+        .arg("-q")
+        .arg("-f")
+        .arg(cookie)
+        .arg("generate")
+        .arg(display)
+        .args([".", "untrusted", "timeout", "0"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let output = match tokio::time::timeout(XAUTH_TIMEOUT, command.output()).await {
+        Ok(Ok(output)) => output,
+        Ok(Err(err)) => return Err(format!("cannot run xauth: {err}")),
+        Err(_) => {
+            return Err(format!(
+                "xauth did not answer within {} s",
+                XAUTH_TIMEOUT.as_secs()
+            ));
+        }
+    };
+    if !output.status.success() {
+        let words = String::from_utf8_lossy(&output.stderr);
+        return Err(format!(
+            "xauth generate {} failed ({}): {}",
+            display.to_string_lossy(),
+            output.status,
+            words.trim()
+        ));
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(cookie)
+        .map_err(|err| format!("xauth left no cookie at {}: {err}", cookie.display()))?;
+    file.set_permissions(std::fs::Permissions::from_mode(0o400))
+        .and_then(|()| match user {
+            Some(user) => std::os::unix::fs::fchown(&file, Some(user.uid), Some(user.gid)),
+            None => Ok(()),
+        })
+        .map_err(|err| format!("cannot give the cookie to the browser's user: {err}"))
+}
+
 impl Process {
     /// Where uploads are copied for a browser under its own user (see [`stage_uploads`]), with that user;
     /// `None` when the browser runs as boxd and reads the files where they are.
@@ -408,6 +679,9 @@ impl Process {
     pub async fn close(&mut self) {
         if let Some(group) = self.group.take() {
             group.terminate(STOP_GRACE).await;
+        }
+        if let Some(display) = self.display.take() {
+            display.terminate(STOP_GRACE).await;
         }
         let profile = self.profile.clone();
         let uploads = self.uploads.take();

@@ -8,9 +8,12 @@ usage: test_images.py [--engine podman] [--only base,gui,browser,filesystem,mobi
 Prints each image's size and its start-up times: container start -> /fastapi/healthz 200, -> a desktop
 screenshot that is not blank, -> an RFB handshake through boxd's /websockify with the token.
 The stream is refused (403, no 101, no RFB byte) without the whole token, and takes the bearer header or the
-pass cookie of the desktop_url page; x11vnc asks no VNC password (security type None). Issue #33's
-isolation checks (isolation.py) run in the base and gui images from a shell command, a cell and (gui) an
-xterm on the desktop.
+pass cookie of the desktop_url page; x11vnc asks no VNC password (security type None): it listens only on a
+Unix socket only root may open. Issue #33's isolation checks (isolation.py) run in the base and gui images
+from a shell command, a cell and (gui) an xterm on the desktop. Issue #45's display checks
+(`check_display_is_roots`) run in the gui and browser images as an unprivileged user (boxd-browser in the
+browser image, also with Chromium's own X cookie, which opens only the nested X server it draws on): no
+desktop display without root's cookie, no XTEST, no GetImage of root's windows, no VNC.
 """
 import argparse
 import base64
@@ -464,6 +467,104 @@ def check_browser_isolation(box, reason):
     print(f"  {reason}: ok")
 
 
+# The X11 wire client of the Python tests, run inside the container (piped to python3 on stdin).
+X11_WIRE = (pathlib.Path(__file__).resolve().parents[1] / "python" / "x11_wire.py").read_text()
+DISPLAY_PROBE = X11_WIRE + r'''
+import json, sys
+cookie_file, opcode = sys.argv[1], int(sys.argv[2])
+report = {}
+for name, path in (("root_cookie", "/run/boxd/x/xauthority"), ("vnc_socket", "/run/boxd/vnc/rfb.sock")):
+    try:
+        if name == "vnc_socket":
+            with socket.socket(socket.AF_UNIX) as vnc:
+                vnc.connect(path)
+        else:
+            open(path, "rb").close()
+        report[name] = "opened"
+    except OSError as error:
+        report[name] = type(error).__name__
+for port in (5900, 5901):
+    for family, host in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")):
+        try:
+            with socket.socket(family) as tcp:
+                tcp.settimeout(2)
+                tcp.connect((host, port))
+            report[f"tcp {host} {port}"] = "connected"
+        except OSError:
+            pass
+try:
+    Connection(1, None).close()
+    report["no_cookie"] = "connected"
+except (Refused, OSError) as error:
+    report["no_cookie"] = str(error)
+connection = None
+if cookie_file:
+    try:
+        connection = Connection(1, read_xauthority(cookie_file, 1))
+        report["cookie_connect"] = "ok"
+    except (Refused, OSError) as error:
+        report["cookie_connect"] = str(error)
+if connection is not None:
+    report["xtest_present"] = connection.query_extension("XTEST")[0]
+    connection.fake_motion(opcode, 3, 5)
+    try:
+        connection.sync(); report["fake_input"] = "ok"
+    except Refused as error:
+        report["fake_input"] = str(error)
+    try:
+        connection.get_image(0, 0, 8, 8); report["get_image"] = "ok"
+    except Refused as error:
+        report["get_image"] = str(error)
+print(json.dumps(report))
+'''
+ROOT_PROBE = X11_WIRE + r'''
+import json, os
+connection = Connection(1, read_xauthority(os.environ["XAUTHORITY"], 1))
+print(json.dumps({"xtest": connection.query_extension("XTEST"), "pointer": connection.pointer()}))
+'''
+
+
+def chromium_cookie(box):
+    """The XAUTHORITY of the headed browser's main process (read as root from its /proc environ): the
+    cookie of the nested X server (Xephyr) it draws on."""
+    found = engine("exec", box.container, "sh", "-c",
+                   "for p in /proc/[0-9]*; do tr '\\0' '\\n' < $p/cmdline 2>/dev/null | "
+                   "grep -qx -- --remote-debugging-pipe || continue; "
+                   "tr '\\0' '\\n' < $p/cmdline | grep -q -- '^--type=' && continue; "
+                   "tr '\\0' '\\n' < $p/environ | sed -n 's/^XAUTHORITY=//p'; done").stdout.split()
+    assert found, "no headed Chromium with an XAUTHORITY of its own"
+    return found[0]
+
+
+def check_display_is_roots(box, user, cookie=None):
+    """Issue #45, item 3, as `user` in the container: the display refuses it without a cookie, root's cookie
+    and x11vnc's socket are closed to it, no VNC port answers on loopback; `cookie` (Chromium's, for its
+    nested X server) does not open the desktop's display either (or, were it an untrusted cookie for it,
+    gives no XTEST, FakeInput refused and the pointer unmoved, and no GetImage of the root window). Root's own
+    connection (boxd's, the desktop's) keeps XTEST."""
+    root = json.loads(engine("exec", "-i", box.container, "python3", "-", input=ROOT_PROBE).stdout)
+    present, opcode = root["xtest"]
+    assert present, root
+    done = engine("exec", "-i", "--user", user, box.container, "python3", "-", cookie or "", str(opcode),
+                  input=DISPLAY_PROBE, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout)
+    assert report["root_cookie"] == "PermissionError", report
+    assert report["vnc_socket"] == "PermissionError", report
+    assert not [key for key in report if key.startswith("tcp ")], report
+    assert "uthoriz" in report["no_cookie"], report
+    if cookie and report["cookie_connect"] != "ok":
+        assert "MIT-MAGIC-COOKIE" in report["cookie_connect"], report
+    elif cookie:
+        assert report["xtest_present"] is False, report
+        assert report["fake_input"].startswith("X error 1 "), report
+        assert report["get_image"].startswith("X error 10 "), report
+        after = json.loads(engine("exec", "-i", box.container, "python3", "-", input=ROOT_PROBE).stdout)
+        assert after["pointer"] == root["pointer"], ("the refused FakeInput moved the pointer", root, after)
+    print(f"  the display and VNC are root's ({user}: no display without root's cookie"
+          f"{', not with Chromium' + chr(39) + 's either' if cookie else ''}, no VNC socket or port): ok")
+
+
 def save(name, png):
     if SHOTS is not None and png is not None:
         (SHOTS / name).write_bytes(png)
@@ -584,6 +685,7 @@ def test_gui(figures):
         sandbox.computer_use("key", text="Return")
         print("  " + isolation.check(isolation.wait_report(box.workspace, "xterm", timeout=120)))
         check_isolation(box)
+        check_display_is_roots(box, "nobody")
 
         check_supervision(box, with_desktop=True)
         failed = False
@@ -652,6 +754,13 @@ def test_browser(figures):
         ready = box.readyz()
         assert ready["families"]["browser"]["status"] == "ready", ready
         check_browser_isolation(box, ready["families"]["browser"]["reason"])
+        cookie = chromium_cookie(box)
+        check_display_is_roots(box, "boxd-browser", cookie)
+        assert pid_of(box, "Xephyr"), "headed Chromium draws on no nested X server"
+        # Chromium's window is on the desktop, inside its nested server's window: the VNC view shows the
+        # page's white (the desktop itself has none).
+        white = sum(1 for pixel in Image.open(io.BytesIO(view)).convert("RGB").getdata() if pixel == (255, 255, 255))
+        assert white > 200_000, f"the page does not show in the VNC view ({white} white pixels)"
 
         # Chromium dies: boxd (not the entrypoint) starts it again on the next call.
         engine("exec", box.container, "pkill", "-9", "-f", "/usr/lib/chromium/chromium")

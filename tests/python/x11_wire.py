@@ -33,7 +33,7 @@ def read_xauthority(path, display):
         (family,) = struct.unpack_from(">H", raw, offset)
         offset += 2
         address, number, name, data = field(), field(), field(), field()
-        if number.decode() == str(display) and (family == FAMILY_WILD or (family == FAMILY_LOCAL and address == host)):
+        if number in (b"", str(display).encode()) and (family == FAMILY_WILD or (family == FAMILY_LOCAL and address == host)):
             return name, data
     raise LookupError(f"{path} has no entry for display :{display}")
 
