@@ -757,3 +757,28 @@ impl Drop for Process {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_nested_cookie_is_one_wild_entry_made_anew() {
+        let directory = tempfile::tempdir().unwrap_or_else(|err| panic!("tempdir: {err}"));
+        let cookie = directory.path().join(COOKIE_NAME);
+        assert_eq!(write_nested_cookie(&cookie, None), Ok(()));
+        let bytes = std::fs::read(&cookie).unwrap_or_default();
+        // Family Wild, no address, no display number (any display), the name, 16 random bytes.
+        let mut expected = vec![0xff, 0xff, 0, 0, 0, 0, 0, 18];
+        expected.extend_from_slice(b"MIT-MAGIC-COOKIE-1");
+        expected.extend_from_slice(&[0, 16]);
+        assert_eq!(bytes.get(..expected.len()), Some(&expected[..]));
+        assert_eq!(bytes.len(), expected.len() + 16);
+        let mode = std::fs::metadata(&cookie).map(|meta| meta.permissions().mode() & 0o777);
+        assert_eq!(mode.ok(), Some(0o400));
+        assert!(
+            write_nested_cookie(&cookie, None).is_err(),
+            "never over an existing file (or a link planted there)"
+        );
+    }
+}
