@@ -104,12 +104,14 @@ git_in commit -qam "second"
 printf 'uncommitted\n' >>"$workspace/data.csv"
 if ((${#as_user[@]})); then chown -R "$user:" "$workspace" "$scratch/home"; fi
 
+# The sandboxd family is off by default for `boxd serve`; its legacy routes are in docs/openapi.json.
+tools=${tools:-shell,ipython,filesystem,workspace,git,processes,watch,mcp},sandboxd
 token=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
 log=$scratch/boxd.log
 # Short tool timeouts: a generated `timeout` or command must not hold a worker for minutes. The sandboxd
 # family's own listeners (not fuzzed here: docs/openapi.json is the main port's) on free ports.
 env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$scratch/home" SECRET_TOKEN="$token" RUST_LOG=info \
-  BOXD_COMMAND_TIMEOUT=10 BOXD_CELL_TIMEOUT=10 ${tools:+BOXD_TOOLS=$tools} \
+  BOXD_COMMAND_TIMEOUT=10 BOXD_CELL_TIMEOUT=10 BOXD_TOOLS=$tools \
   SANDBOXD_GRPC_ADDR=127.0.0.1:0 SANDBOXD_REST_ADDR=127.0.0.1:0 SANDBOX_EXEC_TIMEOUT_SECONDS=10 \
   "${as_user[@]}" "$bin" serve --host 127.0.0.1 --port 0 --workspace "$workspace" \
   --python "$python" >"$log" 2>&1 &

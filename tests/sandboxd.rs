@@ -50,7 +50,14 @@ impl Sandboxd {
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect();
         let server = Server::start_prepared(
-            &["--sandboxd-grpc-addr", &grpc, "--sandboxd-rest-addr", &rest],
+            &[
+                "--sandboxd-grpc-addr",
+                &grpc,
+                "--sandboxd-rest-addr",
+                &rest,
+                "--tools",
+                "shell,ipython,filesystem,workspace,git,processes,watch,mcp,sandboxd",
+            ],
             move |command| {
                 command.envs(env);
             },

@@ -219,6 +219,8 @@ pub struct Setup<'a> {
     pub tools: &'a Arc<ToolRegistry>,
     /// boxd's one table of live processes, which more than one family serves (`processes`, `sandboxd`).
     pub live: &'a Arc<crate::core::live::ProcessManager>,
+    /// Whether the session is claimed (pool mode); what serves without the token waits for it.
+    pub claim: &'a crate::core::claim::Claim,
 }
 
 impl Setup<'_> {

@@ -34,6 +34,8 @@ const EVENT_BYTES: usize = 64 * 1024;
 pub struct Processes {
     pub live: Arc<ProcessManager>,
     pub workspace: Arc<Workspace>,
+    /// How long an `Execute` without a `grpc-timeout` may run (`--sandboxd-exec-timeout`).
+    pub exec_timeout: Duration,
 }
 
 /// An [`ApiError`] as the gRPC status a client can act on.
@@ -139,8 +141,10 @@ impl ProcessService for Processes {
         &self,
         request: Request<ExecuteRequest>,
     ) -> Result<Response<ExecuteResponse>, Status> {
-        let deadline = deadline_of(&request)
-            .and_then(|timeout| tokio::time::Instant::now().checked_add(timeout));
+        // A call without a deadline of its own gets the legacy `/execute`'s: none would hold a process
+        // and its output buffers for ever.
+        let timeout = deadline_of(&request).unwrap_or(self.exec_timeout);
+        let deadline = tokio::time::Instant::now().checked_add(timeout);
         let Command { argv, env, cwd } =
             command_of(request.into_inner().config).map_err(status_of)?;
         let cwd = {

@@ -65,7 +65,8 @@ def sandboxd(tmp_path):
     workspace.mkdir()
     grpc_port, rest_port = free_port(), free_port()
     server = Boxd(workspace, "--sandboxd-grpc-addr", f"127.0.0.1:{grpc_port}",
-                  "--sandboxd-rest-addr", f"127.0.0.1:{rest_port}")
+                  "--sandboxd-rest-addr", f"127.0.0.1:{rest_port}",
+                  "--tools", "shell,ipython,filesystem,workspace,git,processes,watch,mcp,sandboxd")
     connector = LocalConnector(
         "sandbox-test", "default",
         SandboxdPodTunnelConnectionConfig(rest_port=rest_port, grpc_port=grpc_port),
