@@ -38,10 +38,7 @@ impl Family for BrowserFamily {
     /// Chromium's renderers run web pages: when they run as their own user, that user may not reach
     /// boxd's listeners (a page's `fetch` to `127.0.0.1` included).
     fn confined_uids(&self) -> Vec<std::ops::RangeInclusive<u32>> {
-        self.user
-            .iter()
-            .map(|user| user.uid..=user.uid)
-            .collect()
+        self.user.iter().map(|user| user.uid..=user.uid).collect()
     }
 
     /// Decides who Chromium runs as and whether with its sandbox (a probe of user namespaces), and says

@@ -132,7 +132,11 @@ mod tests {
         );
         assert_eq!(
             parse_address("00000000000000000000000001000000:0050"),
-            Some("[::1]:80".parse().unwrap_or(SocketAddr::from(([0, 0, 0, 0], 0))))
+            Some(
+                "[::1]:80"
+                    .parse()
+                    .unwrap_or(SocketAddr::from(([0, 0, 0, 0], 0)))
+            )
         );
         assert_eq!(
             parse_address("0000000000000000FFFF00000100007F:2382").map(|a| canonical(a.ip())),

@@ -17,7 +17,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::extract::Request;
+use axum::extract::{Request, State};
 use axum::http::{StatusCode, Version, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -79,7 +79,7 @@ pub fn peer_rule() -> PeerRule {
 }
 
 /// Nothing before the claim.
-pub async fn require_claim(claim: Claim, request: Request, next: Next) -> Response {
+pub async fn require_claim(State(claim): State<Claim>, request: Request, next: Next) -> Response {
     if claim.is_claimed() {
         next.run(request).await
     } else {
@@ -140,7 +140,7 @@ impl AllowedHosts {
             return true;
         }
         let name = name.trim_end_matches('.').to_ascii_lowercase();
-        self.0.iter().any(|allowed| *allowed == name)
+        self.0.contains(&name)
     }
 }
 
@@ -165,13 +165,22 @@ fn hostname() -> Option<String> {
 }
 
 /// REST only under an allowed host name (HTTP/1.1 requires a Host; HTTP/2 gives the authority).
-pub async fn require_allowed_host(allowed: AllowedHosts, request: Request, next: Next) -> Response {
+pub async fn require_allowed_host(
+    State(allowed): State<AllowedHosts>,
+    request: Request,
+    next: Next,
+) -> Response {
     let host = request
         .headers()
         .get(header::HOST)
         .and_then(|value| value.to_str().ok())
         .map(str::to_owned)
-        .or_else(|| request.uri().authority().map(|authority| authority.to_string()));
+        .or_else(|| {
+            request
+                .uri()
+                .authority()
+                .map(|authority| authority.to_string())
+        });
     match host {
         Some(host) if allowed.allows(&host) => next.run(request).await,
         _ => (
@@ -201,7 +210,12 @@ mod tests {
         ] {
             assert!(allowed.allows(host), "{host}");
         }
-        for host in ["evil.example:8080", "localhost.evil.example", "", "127.0.0.1.nip.io"] {
+        for host in [
+            "evil.example:8080",
+            "localhost.evil.example",
+            "",
+            "127.0.0.1.nip.io",
+        ] {
             assert!(!allowed.allows(host), "{host}");
         }
     }

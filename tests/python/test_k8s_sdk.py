@@ -84,7 +84,11 @@ def sandboxd(tmp_path):
 
 
 @pytest.fixture
-def legacy(boxd):
+def legacy(tmp_path):
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    # sandboxd (which serves the legacy routes) is off by default for `boxd serve`; the images turn it on.
+    boxd = Boxd(workspace, "--tools", "shell,ipython,filesystem,workspace,git,processes,watch,mcp,sandboxd")
     connector = SandboxConnector(
         "sandbox-test", "default",
         SandboxDirectConnectionConfig(
@@ -93,6 +97,7 @@ def legacy(boxd):
         k8s_helper=None)
     yield connector, boxd.workspace
     connector.close()
+    boxd.stop()
 
 
 def test_commands_over_grpc_execute(sandboxd):
