@@ -519,19 +519,33 @@ mod tests {
         table
     }
 
-    /// The README's family table is the code's: run this test, paste what it prints.
+    /// The README's family table is the code's but for its second column, "what it serves", which is
+    /// prose: run this test, paste what it prints, and write a new family's cell. Read at run time, so
+    /// editing the README recompiles nothing.
     #[test]
     fn the_readme_lists_the_families_as_the_code_has_them() {
         let table = families_markdown();
-        let readme = include_str!("../README.md");
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/README.md");
+        let readme = std::fs::read_to_string(path).unwrap_or_default();
         let listed = readme
             .split_once("<!-- families:start -->\n")
             .and_then(|(_, rest)| rest.split_once("<!-- families:end -->"))
-            .map(|(listed, _)| listed);
+            .map(|(listed, _)| {
+                listed
+                    .lines()
+                    .map(|row| {
+                        let mut cells: Vec<&str> = row.split('|').collect();
+                        if cells.len() > 2 {
+                            cells.remove(2);
+                        }
+                        cells.join("|") + "\n"
+                    })
+                    .collect::<String>()
+            });
         assert_eq!(
-            listed,
+            listed.as_deref(),
             Some(table.as_str()),
-            "README's family table differs from the code; it is:\n{table}"
+            "README's family table differs from the code; without its \"what it serves\" column it is:\n{table}"
         );
     }
 
