@@ -285,6 +285,7 @@ async fn serve(
         processes::table_limits(&args.processes)?,
     );
     let claim = auth.claim_state();
+    let commands = family::command_admission();
     let setup = Setup {
         allow_dirs: &args.allow_dirs,
         max_output: args.max_output,
@@ -292,6 +293,7 @@ async fn serve(
         tools: &tools,
         live: &live,
         claim: &claim,
+        commands: &commands,
     };
     let families = Arc::new(build_families(&setup, &args)?);
     families
@@ -447,6 +449,7 @@ mod tests {
             tools: &registry,
             live: &live,
             claim: &core::claim::Claim::claimed(),
+            commands: &family::command_admission(),
         };
         let families = match build_families(&setup, &args) {
             Ok(families) => families,

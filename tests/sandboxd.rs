@@ -715,7 +715,7 @@ async fn reflection_lists_the_process_service() {
 }
 
 /// Raw requests to sandboxd's listeners from a process of `user` (via `setpriv`; the test's own user
-/// when `None`): for each, the first bytes answered, or `closed` when the connection ended unanswered.
+/// when `None`), by Debian's Python (one any user can run, unlike a pyenv under /root): for each, the first bytes answered, or `closed` when the connection ended unanswered.
 fn raw_answers(user: Option<&str>, requests: &[(&str, Vec<u8>)]) -> Vec<String> {
     let script = r#"
 import json, socket, sys
@@ -740,14 +740,14 @@ print(json.dumps(out))
                 &format!("--reuid={user}"),
                 "--regid=65534",
                 "--clear-groups",
-                "python3",
+                "/usr/bin/python3",
                 "-c",
                 script,
             ]);
             command
         }
         None => {
-            let mut command = std::process::Command::new("python3");
+            let mut command = std::process::Command::new("/usr/bin/python3");
             command.args(["-c", script]);
             command
         }

@@ -78,13 +78,27 @@ pub fn peer_rule() -> PeerRule {
     PeerRule::OnlyUser { uid, remote: true }
 }
 
-/// Nothing before the claim.
+/// Nothing before the claim: a gRPC call gets `UNAVAILABLE`, a REST request 503.
 pub async fn require_claim(State(claim): State<Claim>, request: Request, next: Next) -> Response {
     if claim.is_claimed() {
-        next.run(request).await
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, NOT_CLAIMED).into_response()
+        return next.run(request).await;
     }
+    if is_grpc(&request) {
+        return tonic::Status::unavailable(NOT_CLAIMED).into_http();
+    }
+    (StatusCode::SERVICE_UNAVAILABLE, NOT_CLAIMED).into_response()
+}
+
+fn is_grpc(request: &Request) -> bool {
+    request
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|value| {
+            value == "application/grpc"
+                || value.starts_with("application/grpc+")
+                || value.starts_with("application/grpc;")
+        })
 }
 
 /// gRPC as gRPC clients send it: HTTP/2 and an `application/grpc` body.
@@ -96,16 +110,7 @@ pub async fn require_grpc(request: Request, next: Next) -> Response {
         )
             .into_response();
     }
-    let grpc = request
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|value| value.to_str().ok())
-        .is_some_and(|value| {
-            value == "application/grpc"
-                || value.starts_with("application/grpc+")
-                || value.starts_with("application/grpc;")
-        });
-    if !grpc {
+    if !is_grpc(&request) {
         return (
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "sandboxd's gRPC listener takes application/grpc only",

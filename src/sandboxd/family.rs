@@ -20,9 +20,12 @@ use crate::core::health::Health;
 use crate::core::live::ProcessManager;
 use crate::family::limits::{Limit, bytes, flag_seconds};
 use crate::family::{BoxFuture, Family, Setup};
+use crate::tools::admission::Admission;
 
 struct Sandboxd {
     exec_timeout: Duration,
+    /// The gate one-shot commands share with the shell family.
+    commands: Admission,
     /// Nothing is served before the claim (pool mode).
     claim: Claim,
     /// The host names REST answers under.
@@ -81,6 +84,7 @@ pub fn family(setup: &Setup, args: &SandboxdArgs) -> crate::family::Built {
     )?;
     Ok(Arc::new(Sandboxd {
         exec_timeout,
+        commands: setup.commands.clone(),
         claim: setup.claim.clone(),
         allowed_hosts: AllowedHosts::new(&args.sandboxd_allowed_hosts),
         grpc_address: args.sandboxd_grpc_addr.clone(),
@@ -120,7 +124,11 @@ impl Family for Sandboxd {
     }
 
     fn routes(&self) -> Router {
-        super::legacy::routes(Arc::clone(&self.workspace), self.exec_timeout)
+        super::legacy::routes(
+            Arc::clone(&self.workspace),
+            self.exec_timeout,
+            self.commands.clone(),
+        )
     }
 
     fn start(self: Arc<Self>, health: Health) -> BoxFuture<'static, ()> {
@@ -161,7 +169,12 @@ impl Family for Sandboxd {
                 let listener = AdmittedListener::new(listener, admission::peer_rule());
                 tokio::spawn(serve(listener, router, self.stop.subscribe()));
             }
-            tracing::info!(grpc = %grpc_at, rest = %rest_at, "sandboxd listening: gRPC on {grpc_at}, REST on {rest_at}");
+            tracing::info!(
+                grpc = %grpc_at,
+                rest = %rest_at,
+                "sandboxd listening: gRPC on {grpc_at}, REST on {rest_at}; no token: only processes of \
+                 boxd's own user (and peers from outside this network namespace) may connect"
+            );
             health.ready();
         })
     }
@@ -184,6 +197,7 @@ impl Sandboxd {
             live: Arc::clone(&self.live),
             workspace: Arc::clone(&self.workspace),
             exec_timeout: self.exec_timeout,
+            commands: self.commands.clone(),
         });
         let mut routes = tonic::service::Routes::new(processes);
         let reflection = tonic_reflection::server::Builder::configure()

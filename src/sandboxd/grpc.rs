@@ -27,6 +27,7 @@ use crate::core::confine::Workspace;
 use crate::core::error::ApiError;
 use crate::core::live::stdin::{self, Patience};
 use crate::core::live::{Launch, LiveProcess, ProcessManager, StreamName, TerminalSize};
+use crate::tools::admission::Admission;
 
 /// Output read from the table per stream event.
 const EVENT_BYTES: usize = 64 * 1024;
@@ -36,6 +37,8 @@ pub struct Processes {
     pub workspace: Arc<Workspace>,
     /// How long an `Execute` without a `grpc-timeout` may run (`--sandboxd-exec-timeout`).
     pub exec_timeout: Duration,
+    /// The gate one-shot commands share with the shell family.
+    pub commands: Admission,
 }
 
 /// An [`ApiError`] as the gRPC status a client can act on.
@@ -163,6 +166,7 @@ impl ProcessService for Processes {
             .map_err(|err| status_of(err.into()))?
             .map_err(status_of)?
         };
+        let _slot = self.commands.enter().await.map_err(status_of)?;
         let finished = run_to_end(&argv, &cwd, &env, deadline)
             .await
             .map_err(status_of)?;
