@@ -337,6 +337,58 @@ def test_workers_run_as_the_training_user(tmp_path_factory, bfcl_data):
         shutil.rmtree(readable, ignore_errors=True)
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="boxd switches users only as root")
+def test_bfcl_workers_with_a_uid_each(tmp_path_factory, bfcl_data):
+    """`--training-uids`: each BFCL worker (the spare too) runs as a uid and group of its own from the
+    range, in a 0700 home of its own that release removes; episodes score as usual."""
+    import pathlib
+    import pwd
+    import random
+    import shutil
+    import tempfile
+    first = 60000 + random.randrange(0, 100) * 16
+    readable = pathlib.Path(tempfile.mkdtemp(prefix="boxd-bfcl-"))
+    try:
+        readable.chmod(0o755)
+        for name in ("multi_turn_processed.jsonl", "multi_turn_split_ids.json"):
+            shutil.copy(bfcl_data[0] / name, readable / name)
+            (readable / name).chmod(0o644)
+        python, env = python_for(pwd.getpwnam("nobody"))
+        boxd = Boxd(tmp_path_factory.mktemp("workspace"), "--tools", "training", "--training-env",
+                    "bfcl", "--training-python", python, "--training-max-instances", "3",
+                    "--training-uids", f"{first}-{first + 5}", env={**bfcl_env(readable), **env})
+        try:
+            with TrainingSandboxClient(base_url=f"http://127.0.0.1:{boxd.port}") as client:
+                task_id = "multi_turn_base_0"
+                episode, _ = create(client, task_id)
+                other, _ = create(client, "multi_turn_base_1")
+                last = replay(episode, bfcl_data[1][task_id])
+                assert last["reward"] == 1.0
+                workers = wait_for(lambda: [pid for pid in map(int, filter(str.isdigit,
+                                                                           os.listdir("/proc")))
+                                            if worker_of(pid, boxd.proc.pid)] or None)
+                homes, uids = [], []
+                for pid in workers:
+                    with open(f"/proc/{pid}/status") as status:
+                        fields = dict(line.split(":", 1) for line in status)
+                    (uid,) = set(map(int, fields["Uid"].split()))
+                    assert set(map(int, fields["Gid"].split())) == {uid}
+                    assert fields["Groups"].split() == [str(uid)]
+                    assert first <= uid <= first + 5
+                    home = os.readlink(f"/proc/{pid}/cwd")
+                    assert os.stat(home).st_uid == uid and os.stat(home).st_mode & 0o777 == 0o700
+                    uids.append(uid)
+                    homes.append(home)
+                assert len(set(uids)) == len(uids) == 3  # two instances and the spare
+                assert client.release_instance(episode.instance_id) is True
+                assert client.release_instance(other.instance_id) is True
+                assert sum(os.path.exists(home) for home in homes) == 1  # the spare's
+        finally:
+            boxd.stop()
+    finally:
+        shutil.rmtree(readable, ignore_errors=True)
+
+
 def worker_of(pid, boxd_pid):
     try:
         with open(f"/proc/{pid}/stat") as stat:
