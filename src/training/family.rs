@@ -148,6 +148,14 @@ pub fn family(_setup: &Setup, args: &TrainingArgs) -> Result<Arc<dyn Family>, St
             );
             true
         }
+        Err(err) if users.confined_uids().is_empty() => {
+            tracing::info!(
+                error = %err,
+                "training workers cannot get a network namespace of their own, and they run as \
+                 boxd's own user: their code can reach boxd's loopback listeners"
+            );
+            false
+        }
         Err(err) => {
             tracing::info!(
                 error = %err,

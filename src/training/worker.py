@@ -878,7 +878,7 @@ class AppWorldEnv:
         world_process = WorldProcess(self)
         try:
             # No policy code has run yet: this answer is the world's own.
-            data = world_process.call("open", task_id, instance_id, experiment, simple, prompt)
+            data = world_process.call("create", task_id, instance_id, experiment, simple, prompt)
         except Refused:
             world_process.close()
             raise
@@ -1010,13 +1010,14 @@ class AppWorldEnv:
         return passes / (passes + failures)
 
     def get_info(self, messages, params):
-        info = self.world_process.call("info")
+        info = self.world_process.call("get_info")
         if not isinstance(info, str):
             self.world_process.broken("a get_info answer that is not text")
         return info
 
 
 WORLD_ANSWER_MAX = 32 * 1024 * 1024  # bytes of one answer line from a world process
+STALE_MAX = 64  # answers to no request skipped before one call's answer
 
 
 class WorldProcess:
@@ -1048,34 +1049,60 @@ class WorldProcess:
         self.pid = pid
         self.socket = ours
         self.answers = ours.makefile("rb")
+        self.number = 0  # of the last request
 
     @staticmethod
     def _serve(env, channel):
         requests = channel.makefile("rb")
-        ops = {"open": env.world_open, "step": env.world_step, "info": env.world_info}
+        # Named as boxd's ops, so that an error reads as it did when the world ran in the worker.
+        ops = {"create": env.world_open, "step": env.world_step, "get_info": env.world_info}
         while True:
             line = requests.readline()
             if not line:
                 return
+            op = None
             try:
                 request = json.loads(line)
-                answer = {"ok": True, "data": ops[request["op"]](*request["args"])}
+                op, number = request["op"], request["number"]
+                answer = {"ok": True, "data": ops[op](*request["args"])}
             except Refused as exc:
                 answer = {"ok": False, "status": exc.status, "error": one_line(exc)}
             except Exception as exc:
-                log("appworld failed:\n" + traceback.format_exc())
-                answer = {"ok": False, "status": 500, "error": one_line(f"appworld failed: "
-                                                                     f"{describe(exc)}")}
+                log(f"appworld {op} failed:\n" + traceback.format_exc())
+                answer = {"ok": False, "status": 500,
+                          "error": one_line(f"appworld {op} failed: {describe(exc)}")}
+            answer["number"] = number
             text = json.dumps(_finite(answer), ensure_ascii=True, default=str)
             channel.sendall(text.encode("ascii") + b"\n")
 
     def call(self, op, *args):
+        """The answer to `op`. Each request is numbered and its answer carries the number: the policy
+        can write lines of its own into the channel, and a line not numbered as the request (one it
+        wrote, or an answer its lines pushed back) is skipped, up to STALE_MAX of them; at worst it
+        forges the text of its own step, never a reward (the caller computes that)."""
+        self.number += 1
         try:
-            line = json.dumps({"op": op, "args": list(args)}, ensure_ascii=True, default=str)
+            line = json.dumps({"op": op, "args": list(args), "number": self.number},
+                              ensure_ascii=True, default=str)
             self.socket.sendall(line.encode("ascii") + b"\n")
-            answer = self.answers.readline(WORLD_ANSWER_MAX + 1)
+            for _ in range(STALE_MAX):
+                answer = self._read()
+                number = answer.get("number")
+                if type(number) is int and number == self.number:
+                    break
+            else:
+                self.broken(f"more than {STALE_MAX} answers to no request")
         except OSError as exc:
             self.broken(f"the channel failed ({describe(exc)})")
+        if answer.get("ok") is True:
+            return answer.get("data")
+        status = answer.get("status")
+        error = answer.get("error")
+        raise Refused(one_line(error) if isinstance(error, str) else "appworld failed",
+                      status if status in (400, 500) else 500)
+
+    def _read(self):
+        answer = self.answers.readline(WORLD_ANSWER_MAX + 1)
         if not answer:
             self.broken("it exited")
         if not answer.endswith(b"\n"):
@@ -1086,12 +1113,7 @@ class WorldProcess:
             self.broken("an answer that is not JSON")
         if not isinstance(answer, dict):
             self.broken("an answer that is not an object")
-        if answer.get("ok") is True:
-            return answer.get("data")
-        status = answer.get("status")
-        error = answer.get("error")
-        raise Refused(one_line(error) if isinstance(error, str) else "appworld failed",
-                      status if status in (400, 500) else 500)
+        return answer
 
     def broken(self, why):
         """The world process is gone or broke its protocol: the instance cannot go on, so the worker

@@ -60,17 +60,55 @@ def uid_range(size=16):
     return first, first + size - 1
 
 
+# Docker's and Kubernetes' default capabilities for a root container: no CAP_SYS_ADMIN, so no network
+# namespace for the workers.
+DOCKER_CAPABILITIES = "+chown,+dac_override,+fowner,+kill,+net_bind_service,+setgid,+setuid"
+# Without a network namespace, boxd's listeners refuse loopback connections from the workers' uids
+# (`Family::confined_uids`): that enforcement is the HTTP layer's, outside this branch. Set this once it
+# is in, so the attacks over loopback are asserted in that mode too.
+LISTENERS_REFUSE_CONFINED_UIDS = False
+MODES = ["network-namespace", "docker-capabilities"]
+
+
+def docker_capabilities_wrapper(directory):
+    """A BOXD_BIN that runs boxd with only Docker's default capabilities (bounding set)."""
+    real = os.path.abspath(os.environ.get("BOXD_BIN", "target/debug/boxd"))
+    wrapper = pathlib.Path(directory) / "boxd-docker-capabilities"
+    wrapper.write_text(f"#!/bin/sh\nexec setpriv --bounding-set=-all,{DOCKER_CAPABILITIES} "
+                       f"--inh-caps=-all -- {real} \"$@\"\n")
+    wrapper.chmod(0o755)
+    return str(wrapper)
+
+
 class Sandbox:
-    def __init__(self, tmp_path_factory, readable, *extra):
+    def __init__(self, tmp_path_factory, readable, *extra, mode="network-namespace"):
         self.first, self.last = uid_range()
+        self.mode = mode
         workspace = tmp_path_factory.mktemp("workspace")
-        self.boxd = Boxd(workspace, "--tools", "training", "--training-env", "appworld",
+        saved = os.environ.get("BOXD_BIN")
+        if mode == "docker-capabilities":
+            if not shutil.which("setpriv"):
+                pytest.skip("no setpriv here")
+            os.environ["BOXD_BIN"] = docker_capabilities_wrapper(tmp_path_factory.mktemp("bin"))
+        try:
+            self.boxd = self._start(workspace, readable, extra)
+        finally:
+            if saved is None:
+                os.environ.pop("BOXD_BIN", None)
+            else:
+                os.environ["BOXD_BIN"] = saved
+        wanted = ("network namespace of its own (no loopback" if mode == "network-namespace"
+                  else "cannot get a network namespace of their own; boxd's listeners refuse")
+        assert any(wanted in line for line in self.boxd.log_lines), self.boxd.log_lines
+        self.url = f"http://127.0.0.1:{self.boxd.port}"
+        self.client = TrainingSandboxClient(base_url=self.url).__enter__()
+
+    def _start(self, workspace, readable, extra):
+        return Boxd(workspace, "--tools", "training", "--training-env", "appworld",
                          "--training-python", runnable_python(), "--training-max-instances", "4",
                          "--training-uids", f"{self.first}-{self.last}", *extra,
                          env={"APPWORLD_ROOT": str(readable / "root"),
                               "PYTHONPATH": str(readable / "stub")})
-        self.url = f"http://127.0.0.1:{self.boxd.port}"
-        self.client = TrainingSandboxClient(base_url=self.url).__enter__()
 
     def create(self, task_id, instance_id):
         return self.client.create_instance("appworld", task_id, instance_id=instance_id,
@@ -90,9 +128,9 @@ class Sandbox:
         self.boxd.stop()
 
 
-@pytest.fixture
-def sandbox(tmp_path_factory, readable):
-    box = Sandbox(tmp_path_factory, readable)
+@pytest.fixture(params=MODES)
+def sandbox(request, tmp_path_factory, readable):
+    box = Sandbox(tmp_path_factory, readable, mode=request.param)
     yield box
     box.stop()
 
@@ -150,9 +188,10 @@ attempt("write its worker's protocol", lambda: write(f"/proc/{WORKER}/fd/1", FOR
 attempt("read its worker's requests", lambda: open(f"/proc/{WORKER}/fd/0").read(1))
 attempt("write its world's stdout", lambda: write(f"/proc/{WORLD}/fd/1", FORGED + "\n"))
 attempt("read its world's memory", lambda: open(f"/proc/{WORLD}/mem", "rb").read(1))
-attempt("step it over loopback", lambda: post("step", {"instance_id": "b", "messages": {
-    "content": "apis.supervisor.complete_task(answer=8)"}}))
-attempt("release it over loopback", lambda: post("release", {"instance_id": "b"}))
+if LOOPBACK:
+    attempt("step it over loopback", lambda: post("step", {"instance_id": "b", "messages": {
+        "content": "apis.supervisor.complete_task(answer=8)"}}))
+    attempt("release it over loopback", lambda: post("release", {"instance_id": "b"}))
 print(json.dumps(results))
 """
 
@@ -175,9 +214,12 @@ def test_one_instance_cannot_reach_another(sandbox):
                          "dbs", "state.json")
     assert state.exists()
     before = state.read_text()
-    code = (f"WORLD, WORKER, HOME, STATE, PORT, FORGED = {b_world}, {b_worker}, {b_home!r}, "
-            f"{str(state)!r}, {sandbox.boxd.port}, {FORGED!r}\n" + ATTACK_OTHER)
+    loopback = sandbox.mode == "network-namespace" or LISTENERS_REFUSE_CONFINED_UIDS
+    code = (f"WORLD, WORKER, HOME, STATE, PORT, FORGED, LOOPBACK = {b_world}, {b_worker}, "
+            f"{b_home!r}, {str(state)!r}, {sandbox.boxd.port}, {FORGED!r}, {loopback}\n"
+            + ATTACK_OTHER)
     results = json.loads(sandbox.run("a", code)["state"][0]["content"])
+    assert len(results) == (11 if loopback else 9), results
     assert "done" not in results.values(), results
     assert state.read_text() == before
     # b is untouched: still there, its score its own, its answers in step.
@@ -185,7 +227,6 @@ def test_one_instance_cannot_reach_another(sandbox):
     step = sandbox.run("b", "apis.supervisor.complete_task(answer=8)")
     assert step["state"][0]["content"] == "Marked the active task complete.\n"
     assert step["is_terminated"] is True and step["reward"] == 1.0
-    assert any("network namespace of its own" in line for line in sandbox.boxd.log_lines)
 
 
 ATTACK_OWN = r"""
@@ -260,11 +301,12 @@ else:
 """
 
 
-def test_release_kills_everything_the_instance_started(tmp_path_factory, readable):
+@pytest.mark.parametrize("mode", MODES)
+def test_release_kills_everything_the_instance_started(tmp_path_factory, readable, mode):
     """A `setsid` grandchild leaves the worker's process group and session: `/release` still kills
     it (and every other process of the instance's uid) before it answers, removes the home, and the
     uid is handed out again clean. `--training-processes-max` bounds the instance's processes."""
-    box = Sandbox(tmp_path_factory, readable, "--training-processes-max", "24")
+    box = Sandbox(tmp_path_factory, readable, "--training-processes-max", "24", mode=mode)
     try:
         box.create("task_a_1", "leaver")
         world, worker, uid, _, home = box.facts("leaver")
