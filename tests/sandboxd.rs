@@ -926,3 +926,20 @@ async fn an_unclaimed_pool_pod_serves_nothing_on_sandboxd() {
         .expect("Execute after the claim");
     assert_eq!(answer.into_inner().stdout, b"served\n");
 }
+
+/// `Start` of a program that is not there: `NOT_FOUND`, as sandboxd (and `Execute`) answer it.
+#[tokio::test]
+async fn start_of_a_missing_program_is_not_found() {
+    let sandboxd = Sandboxd::start().await;
+    let mut client = sandboxd.client().await;
+    for program in ["no-such-program-anywhere", "/no/such/program"] {
+        let refused = client
+            .start(StartRequest {
+                config: Some(config(&[program])),
+                pty: None,
+            })
+            .await
+            .expect_err("a missing program does not start");
+        assert_eq!(refused.code(), tonic::Code::NotFound, "{program}: {refused:?}");
+    }
+}

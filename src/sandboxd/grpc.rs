@@ -60,6 +60,22 @@ fn status_of(err: ApiError) -> Status {
     }
 }
 
+/// Whether `program` names something to run: an absolute path that exists, a relative path (the spawn's
+/// own check decides), or a name found on the `PATH` the child gets (its own, else
+/// boxd's).
+fn program_is_found(program: &str, path: Option<String>) -> bool {
+    if program.starts_with('/') {
+        return std::path::Path::new(program).exists();
+    }
+    if program.contains('/') {
+        return true;
+    }
+    let path = path
+        .or_else(|| std::env::var("PATH").ok())
+        .unwrap_or_default();
+    std::env::split_paths(&path).any(|dir| dir.join(program).is_file())
+}
+
 /// The caller's deadline, from the `grpc-timeout` header (gRPC over HTTP/2: up to 8 digits and a unit).
 fn deadline_of<T>(request: &Request<T>) -> Option<Duration> {
     let value = request.metadata().get("grpc-timeout")?.to_str().ok()?;
@@ -129,6 +145,19 @@ impl ProcessService for Processes {
                 cols: u16::try_from(pty.cols).unwrap_or(u16::MAX),
             }
         });
+        let (program, path) = (argv.first().cloned().unwrap_or_default(), env.get("PATH").cloned());
+        let found = tokio::task::spawn_blocking({
+            let program = program.clone();
+            move || program_is_found(&program, path)
+        })
+        .await
+        .unwrap_or(true);
+        if !found {
+            // sandboxd's answer for a program that is not there (as `Execute` gives from its spawn).
+            return Err(Status::not_found(format!(
+                "cannot start {program:?}: no such program"
+            )));
+        }
         let launch = Launch {
             argv,
             cwd: workspace_path(self.workspace.root(), &cwd),

@@ -66,7 +66,7 @@ DOCKER_CAPABILITIES = "+chown,+dac_override,+fowner,+kill,+net_bind_service,+set
 # Without a network namespace, boxd's listeners refuse loopback connections from the workers' uids
 # (`Family::confined_uids`): that enforcement is the HTTP layer's, outside this branch. Set this once it
 # is in, so the attacks over loopback are asserted in that mode too.
-LISTENERS_REFUSE_CONFINED_UIDS = False
+LISTENERS_REFUSE_CONFINED_UIDS = True
 MODES = ["network-namespace", "docker-capabilities"]
 
 
