@@ -29,8 +29,16 @@ STATIC_DEP := $(if $(filter 1,$(SKIP_STATIC)),,static)
 run: build
 	@PORT='$(PORT)' PYTHON='$(PYTHON)' ./scripts/run.sh
 
+# target/release/boxd, built by the test build's own command line (CARGO_TEST, below): the clippy wrapper
+# and the features the dev-dependencies add are part of cargo's fingerprint, so after `make test` this
+# compiles nothing and `make run` serves within seconds (a plain `cargo build --release` compiled boxd's
+# crate again, and `make test` after it compiled it once more). Only the integration tests' target is
+# asked for, the one that needs the binary: boxd's unit tests (its crate compiled a second time, as a
+# test) are left to `make test`. Clippy is the compiler of boxd's own code here: added to the toolchain
+# when missing (rustup, no root).
 build:
-	cargo build --release
+	@rustup which clippy-driver >/dev/null 2>&1 || rustup component add clippy
+	$(CARGO_TEST) --no-run -q --test integration
 
 # The IPython kernel's venv `make run` uses (.venv-kernel, the base image's kernel packages); idempotent.
 kernel-venv:
