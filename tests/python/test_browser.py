@@ -616,10 +616,11 @@ def test_navigation_settles_by_observation_not_a_fixed_quiet_window(browser, sit
     assert "Loaded: slow data" in late, late
     assert time.monotonic() - started < 10
     # A static page is done once it loaded: no quiet window is waited out. The old settle waited at
-    # least 100 ms of DOM quiet after every load; the fastest of a few navigations shows the floor.
+    # least 100 ms of DOM quiet after every load; the fastest of a few navigations shows the floor (on
+    # a loaded machine more of them may be needed to see one under it: up to 30).
     ok(browser.browser_navigate(f"{site}/page2.html"))
     took = []
-    for _ in range(8):
+    while len(took) < 8 or (min(took) >= 0.095 and len(took) < 30):
         started = time.monotonic()
         answer = ok(browser.browser_navigate(f"{site}/page2.html"))
         took.append(time.monotonic() - started)
