@@ -27,7 +27,8 @@ if have docker; then
       exit 0
     fi
   else
-    docker_state="a docker client without a daemon that answers (\`docker version\` failed or took over ${probe_seconds} s)"
+    docker_state="a docker client without a daemon that answers"
+    docker_state+=" (\`docker version\` failed or took over ${probe_seconds} s)"
   fi
 fi
 
@@ -37,11 +38,13 @@ if [[ $(id -u) -eq 0 ]] || have sudo; then
   elif have apt-get; then
     say "ENGINE=podman ($docker_state; scripts/container-setup.sh installs and sets up podman)"
   else
-    say "no container engine: $docker_state, no podman, and no apt-get to install it; fix: start Docker's daemon (\`docker version\` must show its server) or install podman, then \`make images\`"
+    say "no container engine: $docker_state, no podman, and no apt-get to install it; fix: start" \
+      "Docker's daemon (\`docker version\` must show its server) or install podman, then \`make images\`"
     exit 1
   fi
   echo podman
   exit 0
 fi
-say "no container engine: $docker_state, and podman's set-up (scripts/container-setup.sh) needs root or sudo; fix: start Docker's daemon (\`docker version\` must show its server) or run \`make images\` as root"
+say "no container engine: $docker_state, and podman's set-up (scripts/container-setup.sh) needs root or" \
+  "sudo; fix: start Docker's daemon (\`docker version\` must show its server) or run \`make images\` as root"
 exit 1
