@@ -71,12 +71,15 @@ def sandboxd(tmp_path):
         "sandbox-test", "default",
         SandboxdPodTunnelConnectionConfig(rest_port=rest_port, grpc_port=grpc_port),
         k8s_helper=None)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
+    deadline = time.monotonic() + 20
+    while True:
         try:
             connector.send_request("GET", "v1/health", timeout=1)
             break
         except SandboxRequestError:
+            if time.monotonic() > deadline:
+                server.stop()
+                raise
             time.sleep(0.05)
     yield server, connector, workspace
     connector.close()
