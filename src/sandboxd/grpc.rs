@@ -145,7 +145,10 @@ impl ProcessService for Processes {
                 cols: u16::try_from(pty.cols).unwrap_or(u16::MAX),
             }
         });
-        let (program, path) = (argv.first().cloned().unwrap_or_default(), env.get("PATH").cloned());
+        let (program, path) = (
+            argv.first().cloned().unwrap_or_default(),
+            env.get("PATH").cloned(),
+        );
         let found = tokio::task::spawn_blocking({
             let program = program.clone();
             move || program_is_found(&program, path)
