@@ -5,8 +5,10 @@ PORT ?= 8000
 PYTHON ?=
 TARGET := x86_64-unknown-linux-gnu
 STATIC_BIN := target/$(TARGET)/release/boxd
-# Read before container-setup may have installed podman: fall back to the name.
-ENGINE ?= $(or $(shell command -v podman || command -v docker),podman)
+# The container engine of the image targets: a Docker daemon that answers, else podman (installed and set
+# up by scripts/container-setup.sh); scripts/container-engine.sh chooses and says why in one line. Chosen
+# once, when an image target first needs it (other targets never run it); `make images ENGINE=...` wins.
+ENGINE ?= $(eval ENGINE := $(shell ./scripts/container-engine.sh))$(ENGINE)
 IMAGE_BASE ?= boxd-base:latest
 # The sandbox images: boxd-TYPE:latest, each also tagged with the name the SDK's manager runs
 # (docker.io/agentscope/runtime-sandbox-TYPE:latest; fully qualified, or podman would file it under localhost/).
@@ -22,13 +24,21 @@ STATIC_DEP := $(if $(filter 1,$(SKIP_STATIC)),,static)
 	test-build setup-build \
 	bench image-base \
 	image-test clean load faults kube-manifests images image-gui image-browser image-filesystem \
-	image-mobile image-base-node containers image-bfcl image-appworld
+	image-mobile image-base-node containers engine image-bfcl image-appworld
 
 run: build
 	@PORT='$(PORT)' PYTHON='$(PYTHON)' ./scripts/run.sh
 
+# target/release/boxd, built by the test build's own command line (CARGO_TEST, below): the clippy wrapper
+# and the features the dev-dependencies add are part of cargo's fingerprint, so after `make test` this
+# compiles nothing and `make run` serves within seconds (a plain `cargo build --release` compiled boxd's
+# crate again, and `make test` after it compiled it once more). Only the integration tests' target is
+# asked for, the one that needs the binary: boxd's unit tests (its crate compiled a second time, as a
+# test) are left to `make test`. Clippy is the compiler of boxd's own code here: added to the toolchain
+# when missing (rustup, no root).
 build:
-	cargo build --release
+	@rustup which clippy-driver >/dev/null 2>&1 || rustup component add clippy
+	$(CARGO_TEST) --no-run -q --test integration
 
 # The IPython kernel's venv `make run` uses (.venv-kernel, the base image's kernel packages); idempotent.
 kernel-venv:
@@ -112,10 +122,15 @@ static:
 # Podman made to work on this machine (no Docker engine, no systemd, no image registry): packages,
 # configuration, a local debian:bookworm-slim, the API socket. Idempotent; under a second once done.
 containers:
+	$(if $(ENGINE),,@exit 1)
 	$(if $(filter podman,$(notdir $(ENGINE))),./scripts/container-setup.sh,@echo "containers: ENGINE=$(ENGINE), not podman: nothing set up")
 
-# The images (podman, or docker where one runs: `make images ENGINE=docker`). Each one starts FROM the one
-# before it: base -> gui -> browser, filesystem; base -> mobile, base-node.
+# Which engine the image targets would use, and why (nothing is built or set up).
+engine:
+	@$(if $(ENGINE),echo "ENGINE=$(ENGINE)",exit 1)
+
+# The images, with ENGINE (a Docker daemon that answers, else podman). Each one starts FROM the one before
+# it: base -> gui -> browser, filesystem; base -> mobile, base-node.
 define build_image # TYPE, FROM-image build argument
 	$(ENGINE) build -f images/$(1)/Dockerfile $(2) -t boxd-$(1):latest .
 	$(if $(filter $(1),$(IMAGE_TYPES)),$(ENGINE) tag boxd-$(1):latest $(SDK_IMAGE_PREFIX)$(1):latest)

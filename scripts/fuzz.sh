@@ -104,15 +104,21 @@ git_in commit -qam "second"
 printf 'uncommitted\n' >>"$workspace/data.csv"
 if ((${#as_user[@]})); then chown -R "$user:" "$workspace" "$scratch/home"; fi
 
+# The sandboxd family is off by default for `boxd serve`; its legacy routes are in docs/openapi.json.
+tools=${tools:-shell,ipython,filesystem,workspace,git,processes,watch,mcp},sandboxd
 token=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
 log=$scratch/boxd.log
+# Every log a background process writes is made here, before that process starts, so what reads it
+# at once (the port's search below, `tail` further down) never meets a file not made yet: the
+# redirections of a `... &` happen in the child, whenever it gets to them.
+: >"$log"
 # Short tool timeouts: a generated `timeout` or command must not hold a worker for minutes. The sandboxd
 # family's own listeners (not fuzzed here: docs/openapi.json is the main port's) on free ports.
 env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$scratch/home" SECRET_TOKEN="$token" RUST_LOG=info \
-  BOXD_COMMAND_TIMEOUT=10 BOXD_CELL_TIMEOUT=10 ${tools:+BOXD_TOOLS=$tools} \
+  BOXD_COMMAND_TIMEOUT=10 BOXD_CELL_TIMEOUT=10 BOXD_TOOLS=$tools \
   SANDBOXD_GRPC_ADDR=127.0.0.1:0 SANDBOXD_REST_ADDR=127.0.0.1:0 SANDBOX_EXEC_TIMEOUT_SECONDS=10 \
   "${as_user[@]}" "$bin" serve --host 127.0.0.1 --port 0 --workspace "$workspace" \
-  --python "$python" >"$log" 2>&1 &
+  --python "$python" >>"$log" 2>&1 &
 boxd_pid=$!
 
 port=""
@@ -170,6 +176,7 @@ PY
 )
 share_pids=()
 for index in "${!shares[@]}"; do
+  : >"$scratch/schemathesis-$index.log"
   FUZZ_BASE_URL=$base FUZZ_TOKEN=$token FUZZ_PROCESS_IDS=$(IFS=,; echo "${process_ids[*]}") \
   PYTHONPATH=$root/tests/fuzz SCHEMATHESIS_HOOKS=hooks \
   timeout --kill-after=10 "$time_limit" "$schemathesis" --config-file "$root/tests/fuzz/schemathesis.toml" run "$root/docs/openapi.json" \
@@ -187,7 +194,7 @@ for index in "${!shares[@]}"; do
     --exclude-tag training \
     --exclude-tag desktop \
     --report har --report-dir "$root/target/fuzz-report/share-$index" \
-    --no-color >"$scratch/schemathesis-$index.log" 2>&1 &
+    --no-color >>"$scratch/schemathesis-$index.log" 2>&1 &
   share_pids+=("$!")
 done
 # The first share's output as it comes (a full run takes minutes), the others' once they are done.

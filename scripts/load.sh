@@ -25,7 +25,7 @@ script=$root/scripts/load/mix.lua
 routes=(healthz read shell list exists put cell)
 
 command -v wrk >/dev/null || { echo "load: wrk is missing (Debian: apt-get install wrk)" >&2; exit 2; }
-[[ -x $bin ]] || { echo "load: no boxd at $bin (run cargo build --release)" >&2; exit 2; }
+[[ -x $bin ]] || { echo "load: no boxd at $bin (run \`make build\`)" >&2; exit 2; }
 
 scratch=$(mktemp -d)
 boxd_pid=

@@ -24,4 +24,7 @@ fi
 
 mkdir -p "$workspace"
 echo "boxd: serving $workspace at http://127.0.0.1:$port (token below unless SECRET_TOKEN is set)"
+if [[ ,${BOXD_TOOLS:-}, == *,sandboxd,* ]]; then
+  echo "boxd: sandboxd is on: its listeners (${SANDBOXD_GRPC_ADDR:-127.0.0.1:9090} gRPC, ${SANDBOXD_REST_ADDR:-127.0.0.1:8080} REST) take no token; only processes of $(id -un) may connect"
+fi
 exec "$bin" serve --host 127.0.0.1 --port "$port" --workspace "$workspace" --python "$python"

@@ -67,15 +67,10 @@ pub struct ServeArgs {
     #[arg(long, env = "SECRET_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
 
-    /// Serve on this inherited listening socket instead of binding `--host`/`--port` (`boxd init`
-    /// passes it: the port is bound before boxd starts).
+    /// Ask `boxd init` on this inherited socket for the listener to serve on and the secrets (the
+    /// token, the pool secret, the device key), so they are in no environment, argv, file or pipe.
     #[arg(long, hide = true)]
-    pub listen_fd: Option<i32>,
-
-    /// Read the secrets (the token, the device key) from this inherited descriptor to its end (`boxd
-    /// init` passes them on a pipe, so they are in no environment).
-    #[arg(long, hide = true)]
-    pub secrets_fd: Option<i32>,
+    pub handover_fd: Option<i32>,
 
     /// Pool mode, for a warm pool's pods that start before anyone claims them: the pool secret itself,
     /// only from the environment (`BOXD_POOL_SECRET`, or `boxd init`'s pipe): kept out of every child's
@@ -98,7 +93,8 @@ pub struct ServeArgs {
 
     /// Families to enable (comma-separated): their tools and their routes. An image offers only what
     /// it needs. Default: every family that needs no display, browser, device or environment library
-    /// (all but `computer`, `adb`, `browser` and `training`).
+    /// (all but `computer`, `adb`, `browser` and `training`), and not `sandboxd`, whose listeners take
+    /// no token (the images turn it on).
     #[arg(
         long,
         env = "BOXD_TOOLS",

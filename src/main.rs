@@ -81,7 +81,7 @@ const FAMILIES: &[FamilyEntry] = &[
     family!(processes, on_by_default: true, flags),
     family!(watch, on_by_default: true, flags),
     family!(mcp, on_by_default: true, flags),
-    family!(sandboxd, on_by_default: true, flags),
+    family!(sandboxd, on_by_default: false, flags),
     family!(computer, on_by_default: false, flags),
     family!(adb, on_by_default: false, flags),
     family!(browser, on_by_default: false, flags),
@@ -122,6 +122,12 @@ const MAX_BLOCKING_THREADS: usize = 64;
 const BLOCKING_WORK_GRACE: Duration = Duration::from_secs(1);
 
 fn main() -> std::process::ExitCode {
+    // Before anything else, in every command: closed to `/proc/<pid>/fd`, `mem` and ptrace (see
+    // `init::handover`: `boxd init` starts serve already so, this keeps it so).
+    if let Err(err) = init::handover::restore_group() {
+        eprintln!("boxd: cannot make this process non-dumpable: {err}");
+        return std::process::ExitCode::FAILURE;
+    }
     // `boxd init` is every image's PID 1: the SDK probes its port once, ~15 ms after the engine's start
     // returns, and sleeps a whole second if refused. Its few flags are parsed alone, before the full
     // command line (every family's flags and environment fallbacks) is even built.
@@ -150,6 +156,21 @@ fn main() -> std::process::ExitCode {
         Command::Init(args) => return init::main(args),
         Command::WaitSocket(args) => return init::wait_socket::main(args),
         command => Cli { command },
+    };
+    // While single-threaded (it may restore environment variables): what `boxd init` hands over.
+    let handed = match &cli.command {
+        Command::Serve(ServeArgs {
+            handover_fd: Some(fd),
+            ..
+        }) => match init::handover::request(*fd) {
+            Ok(handed) => Some(handed),
+            Err(err) => {
+                // Not a usage error: init keeps the secrets, and the next start asks again.
+                eprintln!("boxd: cannot get the listener and the secrets from boxd init: {err}");
+                return std::process::ExitCode::FAILURE;
+            }
+        },
+        _ => None,
     };
     // Before any thread or child exists: the token was read into `cli`; no child may inherit it.
     core::child::withhold_from_children(init::secrets::SECRET_VARIABLES);
@@ -192,7 +213,7 @@ fn main() -> std::process::ExitCode {
         }
     };
     let result = match cli.command {
-        Command::Serve(args) => runtime.block_on(serve(args, instance.unwrap_or_default())),
+        Command::Serve(args) => runtime.block_on(serve(args, instance.unwrap_or_default(), handed)),
         Command::McpStdio(args) => runtime.block_on(mcp_server::relay::run(&args.url, &args.token)),
         Command::Limits(_) | Command::Launch(_) | Command::Init(_) | Command::WaitSocket(_) => {
             Ok(())
@@ -210,15 +231,17 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-async fn serve(mut args: ServeArgs, instance: String) -> Result<(), String> {
-    // `/proc/<boxd>/mem`, `environ` and `fd` closed to the children (root included, without
-    // CAP_SYS_PTRACE): the token lives in this process's memory.
-    init::make_undumpable().map_err(|err| format!("cannot make boxd non-dumpable: {err}"))?;
-    if let Some(fd) = args.secrets_fd {
-        let mut secrets = init::secrets::read(fd)?;
-        args.token = secrets.remove(init::secrets::TOKEN);
-        args.adb.adb_key = secrets.remove(init::secrets::ADB_KEY);
-        args.pool_secret = secrets.remove(init::secrets::POOL_SECRET);
+async fn serve(
+    mut args: ServeArgs,
+    instance: String,
+    handed: Option<init::handover::Received>,
+) -> Result<(), String> {
+    let mut handed_listener = None;
+    if let Some(mut handed) = handed {
+        args.token = handed.secrets.remove(init::secrets::TOKEN);
+        args.adb.adb_key = handed.secrets.remove(init::secrets::ADB_KEY);
+        args.pool_secret = handed.secrets.remove(init::secrets::POOL_SECRET);
+        handed_listener = handed.listener;
     }
     let token = args.token.clone().filter(|token| !token.is_empty());
     let pool_secret = args.pool_secret.clone().filter(|secret| !secret.is_empty());
@@ -261,12 +284,16 @@ async fn serve(mut args: ServeArgs, instance: String) -> Result<(), String> {
         Arc::new(workspace.clone()),
         processes::table_limits(&args.processes)?,
     );
+    let claim = auth.claim_state();
+    let commands = family::command_admission();
     let setup = Setup {
         allow_dirs: &args.allow_dirs,
         max_output: args.max_output,
         workspace: &workspace,
         tools: &tools,
         live: &live,
+        claim: &claim,
+        commands: &commands,
     };
     let families = Arc::new(build_families(&setup, &args)?);
     families
@@ -275,14 +302,17 @@ async fn serve(mut args: ServeArgs, instance: String) -> Result<(), String> {
     core::child::set_family_environment(families.child_environment());
     let confined_uids = families.confined_uids();
     if !confined_uids.is_empty() {
-        tracing::info!(?confined_uids, "users whose loopback connections boxd refuses");
+        tracing::info!(
+            ?confined_uids,
+            "users whose loopback connections boxd refuses"
+        );
     }
 
     let stop_requested = stop_signal()?;
     // Idle clients must not be what runs boxd out of descriptors: take all the hard limit allows.
     let fd_limit = http::serve::raise_fd_limit();
-    let listener = match args.listen_fd {
-        Some(fd) => http::serve::inherited_listener(fd)?,
+    let listener = match handed_listener {
+        Some(listener) => http::serve::adopt_listener(listener)?,
         None => TcpListener::bind((args.host.as_str(), args.port))
             .await
             .map_err(|err| format!("cannot listen on {}:{}: {err}", args.host, args.port))?,
@@ -334,6 +364,7 @@ async fn serve(mut args: ServeArgs, instance: String) -> Result<(), String> {
         },
     });
     let limits = http::serve::Limits {
+        peers: Arc::new(core::peer::PeerRule::AllBut(confined_uids)),
         max_connections: http::serve::connection_cap(fd_limit),
         header_timeout: core::deadline::positive_seconds("--header-timeout", args.header_timeout)?,
     };
@@ -417,6 +448,8 @@ mod tests {
             workspace: &opened,
             tools: &registry,
             live: &live,
+            claim: &core::claim::Claim::claimed(),
+            commands: &family::command_admission(),
         };
         let families = match build_families(&setup, &args) {
             Ok(families) => families,
@@ -489,19 +522,33 @@ mod tests {
         table
     }
 
-    /// The README's family table is the code's: run this test, paste what it prints.
+    /// The README's family table is the code's but for its second column, "what it serves", which is
+    /// prose: run this test, paste what it prints, and write a new family's cell. Read at run time, so
+    /// editing the README recompiles nothing.
     #[test]
     fn the_readme_lists_the_families_as_the_code_has_them() {
         let table = families_markdown();
-        let readme = include_str!("../README.md");
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/README.md");
+        let readme = std::fs::read_to_string(path).unwrap_or_default();
         let listed = readme
             .split_once("<!-- families:start -->\n")
             .and_then(|(_, rest)| rest.split_once("<!-- families:end -->"))
-            .map(|(listed, _)| listed);
+            .map(|(listed, _)| {
+                listed
+                    .lines()
+                    .map(|row| {
+                        let mut cells: Vec<&str> = row.split('|').collect();
+                        if cells.len() > 2 {
+                            cells.remove(2);
+                        }
+                        cells.join("|") + "\n"
+                    })
+                    .collect::<String>()
+            });
         assert_eq!(
-            listed,
+            listed.as_deref(),
             Some(table.as_str()),
-            "README's family table differs from the code; it is:\n{table}"
+            "README's family table differs from the code; without its \"what it serves\" column it is:\n{table}"
         );
     }
 

@@ -417,28 +417,36 @@ async fn children_left_by_a_killed_boxd_are_stopped_by_the_next_one() {
     let alive = || {
         std::process::Command::new("pgrep")
             .args(["-x", "-f", pattern])
-            .status()
-            .is_ok_and(|status| status.success())
+            .output()
+            .is_ok_and(|output| output.status.success())
     };
     let families = ["--tools", "shell,processes"];
     let mut first = Server::start_on(dir.path(), &families, |_| {});
     let command = format!("{pattern} & wait");
     common::start_process(&first, serde_json::json!({"command": command})).await;
-    let started = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while !alive() && std::time::Instant::now() < started {
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
-    let guard = std::process::Command::new("pgrep")
-        .args(["-P", &first.pid().to_string(), "-f", "boxd reaper"])
-        .output()
-        .ok()
-        .and_then(|output| {
-            String::from_utf8_lossy(&output.stdout)
-                .trim()
-                .parse::<i32>()
-                .ok()
-        })
-        .expect("boxd runs its guard");
+    assert!(
+        common::eventually(common::SETTLE, &alive).await,
+        "the live process never started its sleep"
+    );
+    // The guard is started by a task of its own once boxd listens: looked for until it is there.
+    let guard_of = |boxd: u32| {
+        std::process::Command::new("pgrep")
+            .args(["-P", &boxd.to_string(), "-f", "boxd reaper"])
+            .output()
+            .ok()
+            .and_then(|output| {
+                String::from_utf8_lossy(&output.stdout)
+                    .trim()
+                    .parse::<i32>()
+                    .ok()
+            })
+    };
+    let boxd = first.pid();
+    assert!(
+        common::eventually(common::SETTLE, || guard_of(boxd).is_some()).await,
+        "boxd runs its guard"
+    );
+    let guard = guard_of(boxd).expect("boxd runs its guard");
     // SAFETY: kill(2) on a process of this test's boxd.
     unsafe { libc::kill(guard, libc::SIGKILL) };
     first.kill();

@@ -237,13 +237,19 @@ async fn killed_kernel_is_reported_and_replaced() {
     .trim()
     .parse()
     .unwrap();
+    // The kill comes once the cell runs (it says so with a file in the workspace, its working
+    // directory), not after a guess at how long its way to the kernel takes.
     let running = tokio::spawn({
         let request = server
             .post("/tools/run_ipython_cell")
-            .json(&json!({"code": "import time; time.sleep(30)"}));
+            .json(&json!({"code": "import pathlib, time; pathlib.Path('running').touch(); time.sleep(30)"}));
         async move { request.fetch_json().await }
     });
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let marker = server.ws("running");
+    assert!(
+        common::eventually(common::SETTLE, || marker.exists()).await,
+        "the cell never ran"
+    );
     // SAFETY: kill(2) on the kernel process this test started through boxd.
     unsafe {
         libc::kill(pid, libc::SIGKILL);

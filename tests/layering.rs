@@ -340,11 +340,16 @@ fn paths_are_read_from_use_groups_and_inline() {
     );
 }
 
-/// The README's Layout block: its lines that start with a path.
-fn readme_layout() -> Vec<String> {
-    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
-        .unwrap_or_default();
-    let block = readme
+/// The architecture page, where the layer drawing and the Layout block are.
+fn architecture_page() -> String {
+    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/architecture.md"))
+        .unwrap_or_default()
+}
+
+/// docs/architecture.md's Layout block: its lines that start with a path.
+fn documented_layout() -> Vec<String> {
+    let page = architecture_page();
+    let block = page
         .split_once("## Layout")
         .and_then(|(_, rest)| rest.split_once("```\n"))
         .and_then(|(_, rest)| rest.split_once("```"))
@@ -359,16 +364,19 @@ fn readme_layout() -> Vec<String> {
 }
 
 #[test]
-fn the_readme_layout_names_every_module_and_only_what_exists() {
+fn the_documented_layout_names_every_module_and_only_what_exists() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let listed = readme_layout();
-    assert!(listed.len() > 10, "README has no Layout block: {listed:?}");
+    let listed = documented_layout();
+    assert!(
+        listed.len() > 10,
+        "docs/architecture.md has no Layout block: {listed:?}"
+    );
     for path in &listed {
         let on_disk = root.join(path.trim_end_matches(['/', '*']).trim_end_matches("/*.rs"));
         let pattern = path.contains('*');
         assert!(
             pattern || on_disk.exists(),
-            "README's Layout names {path}, which does not exist"
+            "docs/architecture.md's Layout names {path}, which does not exist"
         );
     }
     let src = root.join("src");
@@ -380,7 +388,7 @@ fn the_readme_layout_names_every_module_and_only_what_exists() {
         let as_file = format!("src/{module}.rs");
         assert!(
             listed.contains(&as_dir) || listed.contains(&as_file),
-            "README's Layout has no line for src/{module}"
+            "docs/architecture.md's Layout has no line for src/{module}"
         );
     }
 }
@@ -395,14 +403,13 @@ fn super_chains_that_leave_the_family_are_edges() {
     );
 }
 
-/// The README's architecture block draws the layers top-down: each layer of [`LAYERS`] starts a line
+/// docs/architecture.md's drawing of the layers goes top-down: each layer of [`LAYERS`] starts a line
 /// of it, lower layers further down.
 #[test]
-fn the_readme_draws_the_layers_in_their_order() {
-    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
-        .unwrap_or_default();
-    let block = readme
-        .split_once("## Architecture: layers, families, tools")
+fn the_documented_layers_are_drawn_in_their_order() {
+    let page = architecture_page();
+    let block = page
+        .split_once("## Layers")
         .and_then(|(_, rest)| rest.split_once("```\n"))
         .and_then(|(_, rest)| rest.split_once("```"))
         .map(|(block, _)| block)
@@ -426,7 +433,7 @@ fn the_readme_draws_the_layers_in_their_order() {
             let line = line_of(module);
             assert!(
                 line.is_some(),
-                "the README's architecture block has no line for {module}"
+                "docs/architecture.md's layer drawing has no line for {module}"
             );
             let line = line.unwrap_or_default();
             assert!(

@@ -40,13 +40,15 @@ async fn cells_past_the_queue_or_its_wait_are_told_busy_and_never_run() {
         .await;
     assert_eq!(ready["isError"], false, "{ready}");
 
-    let long = tokio::spawn(call(
-        server
-            .post("/tools/run_ipython_cell")
-            .json(&json!({"code": "import time; time.sleep(8)"})),
-    ));
-    // The long cell must be running before the others queue behind it.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let long = tokio::spawn(call(server.post("/tools/run_ipython_cell").json(
+        &json!({"code": "import pathlib, time; pathlib.Path('long-runs').touch(); time.sleep(8)"}),
+    )));
+    // The long cell must be running before the others queue behind it: its file says it is.
+    let marker = server.ws("long-runs");
+    assert!(
+        common::eventually(common::SETTLE, || marker.exists()).await,
+        "the long cell never ran"
+    );
     let queued = join_all((0..24).map(|n| {
         call(
             server

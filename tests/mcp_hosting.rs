@@ -229,8 +229,24 @@ async fn overwrite_replaces_and_a_killed_child_restarts_on_next_use() {
     unsafe {
         libc::kill(second, libc::SIGKILL);
     }
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let third = peer_pid(&server, "whoami").await;
+    // A call that reaches the peer before boxd has seen its end fails (502) and marks it dead; the
+    // next restarts it. So: calls until one answers, within bounds.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let third = loop {
+        let (status, result) = call(&server, "whoami", json!({})).await;
+        let pid = first_text(&result)
+            .split_whitespace()
+            .next()
+            .and_then(|pid| pid.parse::<i32>().ok());
+        match pid {
+            Some(pid) if status == 200 => break pid,
+            _ => assert!(
+                Instant::now() < deadline,
+                "the dead server was not restarted: {status} {result}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     assert_ne!(third, second, "the dead server was not restarted");
 }
 
@@ -563,9 +579,16 @@ async fn a_dead_servers_leftover_children_are_killed_when_it_restarts() {
     .await;
     assert_eq!(status, 200, "{answer}");
     let leader = peer_pid(&server, "whoami").await;
-    let leftover = *pids_running(&["sleep", &duration])
-        .first()
-        .expect("the server's child runs");
+    // The wrapper forked its sleep before it became the server, but the fork may not have become
+    // `sleep` yet (its exec comes whenever it is scheduled).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let leftover = loop {
+        if let Some(&pid) = pids_running(&["sleep", &duration]).first() {
+            break pid;
+        }
+        assert!(Instant::now() < deadline, "the server's child never ran");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
     // SAFETY: kill(2) on the peer process boxd started.
     unsafe {
         libc::kill(leader, libc::SIGKILL);
@@ -598,8 +621,15 @@ async fn a_dead_servers_leftover_children_are_killed_when_it_restarts() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    // The restarted server's own child goes with boxd's stop.
-    let second = pids_running(&["sleep", &duration]);
+    // The restarted server's own child (once its fork has become `sleep`) goes with boxd's stop.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let second = loop {
+        let second = pids_running(&["sleep", &duration]);
+        if second.len() == 1 || Instant::now() >= deadline {
+            break second;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
     assert_eq!(second.len(), 1, "{second:?}");
     assert!(server.terminate().is_some_and(|status| status.success()));
     let deadline = Instant::now() + Duration::from_secs(5);

@@ -38,15 +38,21 @@ async fn background_child_holding_stdout_does_not_hold_the_answer() {
     let server = Server::start();
     let started = Instant::now();
     let result = server
-        .shell("sleep 30 & nohup sleep 31 & echo started")
+        .shell("sleep 30 & echo $! > bg.pids; nohup sleep 31 & echo $! >> bg.pids; echo started")
         .await;
     let elapsed = started.elapsed();
     assert_eq!(item(&result, "stdout"), Some("started\n"));
     assert_eq!(item(&result, "returncode"), Some("0"));
     assert!(elapsed < Duration::from_secs(3), "answer took {elapsed:?}");
-    let _ = std::process::Command::new("pkill")
-        .args(["-f", "sleep 3[01]$"])
-        .status();
+    // Its own sleeps, by pid: a pattern (`pkill -f 'sleep 3[01]$'`) killed other tests' `sleep 30`s.
+    let pids = std::fs::read_to_string(server.ws("bg.pids")).unwrap();
+    for pid in pids
+        .lines()
+        .filter_map(|pid| pid.trim().parse::<i32>().ok())
+    {
+        // SAFETY: kill(2) on a sleep this test started.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
 }
 
 #[tokio::test]

@@ -71,11 +71,12 @@ async fn a_live_process_runs_and_sigterm_exits_zero_promptly_taking_it_along() {
     assert!(running_members(group) > 0, "the group {group} runs");
 
     let asked = Instant::now();
-    let status = server
-        .terminate()
-        .expect("boxd exits within 5 s of SIGTERM");
+    let status = server.terminate().expect("boxd exits after SIGTERM");
     assert!(status.success(), "{status:?}");
-    println!("SIGTERM to exit: {:?}", asked.elapsed());
+    let took = asked.elapsed();
+    println!("SIGTERM to exit: {took:?}");
+    // Nothing is in flight: boxd does not wait out its 5 s grace (well under a second alone).
+    assert!(took < Duration::from_secs(5), "SIGTERM to exit: {took:?}");
     // boxd has killed the group before exiting; only reaping by whoever inherited it may lag.
     let deadline = Instant::now() + Duration::from_secs(5);
     while running_members(group) > 0 && Instant::now() < deadline {

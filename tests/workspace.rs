@@ -457,24 +457,28 @@ async fn aborted_upload_leaves_old_content_intact() {
         .send()
         .await;
     assert!(result.is_err() || !result.unwrap().status().is_success());
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    // boxd sees the broken body and removes its staging file some time after the client gave up.
+    let leftovers = || -> Vec<_> {
+        std::fs::read_dir(&server.workspace)
+            .unwrap()
+            .filter_map(Result::ok)
+            .filter(|entry| {
+                entry
+                    .file_name()
+                    .to_string_lossy()
+                    .starts_with(".boxd-upload")
+            })
+            .map(|entry| entry.file_name())
+            .collect()
+    };
+    assert!(
+        common::eventually(common::SETTLE, || leftovers().is_empty()).await,
+        "staging files left behind: {:?}",
+        leftovers()
+    );
     assert_eq!(
         std::fs::read_to_string(server.ws("keep.txt")).unwrap(),
         "original"
-    );
-    let leftovers: Vec<_> = std::fs::read_dir(&server.workspace)
-        .unwrap()
-        .filter_map(Result::ok)
-        .filter(|entry| {
-            entry
-                .file_name()
-                .to_string_lossy()
-                .starts_with(".boxd-upload")
-        })
-        .collect();
-    assert!(
-        leftovers.is_empty(),
-        "staging files left behind: {leftovers:?}"
     );
 }
 

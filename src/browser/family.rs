@@ -35,6 +35,12 @@ impl Family for BrowserFamily {
         vec![super::GROUP]
     }
 
+    /// Chromium's renderers run web pages: when they run as their own user, that user may not reach
+    /// boxd's listeners (a page's `fetch` to `127.0.0.1` included).
+    fn confined_uids(&self) -> Vec<std::ops::RangeInclusive<u32>> {
+        self.user.iter().map(|user| user.uid..=user.uid).collect()
+    }
+
     /// Decides who Chromium runs as and whether with its sandbox (a probe of user namespaces), and says
     /// it as the family's `/readyz` detail; ready either way (`--no-sandbox` is a fallback, not a fault).
     fn start(self: Arc<Self>, health: Health) -> BoxFuture<'static, ()> {

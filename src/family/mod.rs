@@ -208,6 +208,24 @@ async fn admit_route(
     }
 }
 
+/// One-shot commands running at once, whichever family runs them (shell commands, sandboxd's `Execute`
+/// and legacy `/execute`); past it a call waits for a place at most [`COMMAND_ADMISSION_WAIT`], then is
+/// answered busy (429 with `Retry-After`, or `RESOURCE_EXHAUSTED`). Long jobs belong in `/processes`,
+/// which has its own cap. 128: a burst of an agent's parallel tool calls runs at once (#21), while a
+/// runaway client still cannot fork without bound, through any door.
+pub const MAX_CONCURRENT_COMMANDS: usize = 128;
+/// How long a command waits for a place under [`MAX_CONCURRENT_COMMANDS`] before the busy answer.
+pub const COMMAND_ADMISSION_WAIT: Duration = Duration::from_millis(500);
+
+/// The one gate of one-shot commands (see [`MAX_CONCURRENT_COMMANDS`]).
+pub fn command_admission() -> crate::tools::admission::Admission {
+    crate::tools::admission::Admission::new(
+        "one-shot commands",
+        MAX_CONCURRENT_COMMANDS,
+        COMMAND_ADMISSION_WAIT,
+    )
+}
+
 /// What a family is built from besides its own flags: the parts every family shares.
 pub struct Setup<'a> {
     /// More directories than the workspace that tools may use (`--allow-dir`).
@@ -219,6 +237,10 @@ pub struct Setup<'a> {
     pub tools: &'a Arc<ToolRegistry>,
     /// boxd's one table of live processes, which more than one family serves (`processes`, `sandboxd`).
     pub live: &'a Arc<crate::core::live::ProcessManager>,
+    /// Whether the session is claimed (pool mode); what serves without the token waits for it.
+    pub claim: &'a crate::core::claim::Claim,
+    /// The gate every one-shot command passes, whichever family runs it.
+    pub commands: &'a crate::tools::admission::Admission,
 }
 
 impl Setup<'_> {

@@ -15,6 +15,7 @@ use axum::middleware::Next;
 use axum::response::Response;
 use subtle::ConstantTimeEq;
 
+use crate::core::claim::Claim;
 use crate::core::error::ApiError;
 
 /// A pool secret shorter than this is refused at start: every pod of a pool shares it, so it must not
@@ -48,6 +49,8 @@ enum Gate {
 pub struct Pool {
     secret: Token,
     session: OnceLock<Token>,
+    /// Told once the session token is set.
+    claimed: Claim,
     /// Held while one `POST /init` checks and sets the claim, so two racing inits cannot both win.
     claiming: Mutex<()>,
 }
@@ -96,8 +99,17 @@ impl Auth {
         Auth(Arc::new(Gate::Pool(Pool {
             secret: Token::new(secret),
             session: OnceLock::new(),
+            claimed: Claim::pending(),
             claiming: Mutex::new(()),
         })))
+    }
+
+    /// Whether this boxd is claimed; it follows the claim in pool mode.
+    pub fn claim_state(&self) -> Claim {
+        match self.0.as_ref() {
+            Gate::Pool(pool) => pool.claimed.clone(),
+            Gate::Fixed(_) => Claim::claimed(),
+        }
     }
 
     pub fn pool_mode(&self) -> Option<&Pool> {
@@ -180,7 +192,11 @@ impl Pool {
         if self.session.get().is_some() || !claim() {
             return false;
         }
-        self.session.set(Token::new(session)).is_ok()
+        let set = self.session.set(Token::new(session)).is_ok();
+        if set {
+            self.claimed.mark_claimed();
+        }
+        set
     }
 }
 

@@ -20,6 +20,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use crate::core::error::ApiError;
+use crate::core::peer::PeerRule;
 
 /// Connections served with every route at once, at most; a lower fd limit lowers it (see
 /// [`connection_cap`]).
@@ -85,32 +86,23 @@ pub fn connection_cap(fd_limit: u64) -> usize {
         .clamp(1, MAX_CONNECTIONS)
 }
 
-/// The listening socket `boxd init` bound and passed at `fd`.
-pub fn inherited_listener(fd: i32) -> Result<TcpListener, String> {
-    use std::os::fd::FromRawFd;
-    // SAFETY: `boxd init` placed its listener at this descriptor for this process alone.
-    let listener = unsafe { std::net::TcpListener::from_raw_fd(fd) };
+/// The listener `boxd init` handed over (close-on-exec already: it came with `MSG_CMSG_CLOEXEC`, so no
+/// child inherits the public port), made a tokio one.
+pub fn adopt_listener(listener: std::net::TcpListener) -> Result<TcpListener, String> {
     listener
         .local_addr()
-        .map_err(|err| format!("descriptor {fd} is not a listening socket: {err}"))?;
-    // Inherited without close-on-exec (that is how it crossed the exec): every child would inherit the
-    // public port too, and tenant code could accept boxd's connections, bearer tokens and all.
-    // SAFETY: fcntl on the descriptor just taken over.
-    if unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) } == -1 {
-        return Err(format!(
-            "cannot keep descriptor {fd} from children: {}",
-            std::io::Error::last_os_error()
-        ));
-    }
+        .map_err(|err| format!("the handed-over descriptor is not a listening socket: {err}"))?;
     listener
         .set_nonblocking(true)
         .and_then(|()| TcpListener::from_std(listener))
-        .map_err(|err| format!("cannot serve on descriptor {fd}: {err}"))
+        .map_err(|err| format!("cannot serve on the handed-over listener: {err}"))
 }
 
 pub struct Limits {
     pub max_connections: usize,
     pub header_timeout: Duration,
+    /// Who may connect: the families' confined users may not (see `Family::confined_uids`).
+    pub peers: Arc<PeerRule>,
 }
 
 /// Serves `router` on `listener` until `stop` resolves; then every connection finishes its request in
@@ -129,7 +121,7 @@ pub async fn serve(
     let closing = CancellationToken::new();
     tokio::pin!(stop);
     loop {
-        let (stream, _peer) = tokio::select! {
+        let (stream, peer) = tokio::select! {
             () = &mut stop => break,
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
@@ -176,7 +168,15 @@ pub async fn serve(
                 limits.header_timeout
             },
         };
-        tokio::spawn(connection.serve(stream, slot, closing.clone()));
+        let peers = Arc::clone(&limits.peers);
+        let closing = closing.clone();
+        tokio::spawn(async move {
+            if !peers.is_open() && !admitted(&peers, &stream, peer).await {
+                tracing::debug!(%peer, "refused a connection from a confined user");
+                return;
+            }
+            connection.serve(stream, slot, closing).await;
+        });
     }
     closing.cancel();
     overflow.close_all();
@@ -187,6 +187,17 @@ pub async fn serve(
             Err(_) => break,
         }
     }
+}
+
+/// Whether `rules` admit the connection `stream` from `peer` (read off the thread: it reads `/proc`).
+async fn admitted(rules: &Arc<PeerRule>, stream: &TcpStream, peer: std::net::SocketAddr) -> bool {
+    let Ok(local) = stream.local_addr() else {
+        return false;
+    };
+    let rules = Arc::clone(rules);
+    tokio::task::spawn_blocking(move || rules.admits(peer, local))
+        .await
+        .unwrap_or(false)
 }
 
 /// What a connection holds while it is open.

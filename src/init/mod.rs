@@ -10,11 +10,12 @@
 //!
 //! What it does, in order: takes `SECRET_TOKEN` out of its environment (blanking the bytes the kernel
 //! shows as `/proc/1/environ`) and makes itself non-dumpable, so `/proc/1/mem` and `/proc/1/fd` are
-//! closed to tenant code; binds the listener; starts `boxd serve` on that listener with the token on a
-//! pipe; starts `/etc/boxd/services/*`; then reaps every orphan and restarts whatever exits, with a
+//! closed to tenant code; binds the listener; starts `boxd serve` and hands it the listener and the
+//! secrets once it asks (see `handover`: nothing another process can read); starts `/etc/boxd/services/*`; then reaps every orphan and restarts whatever exits, with a
 //! backoff. `boxd serve` exiting with status 2 (a usage error: the same flags would fail forever) stops
 //! the container with boxd's message as its last words.
 
+pub mod handover;
 pub mod secrets;
 mod settings;
 mod supervise;
@@ -51,6 +52,16 @@ pub struct InitArgs {
     /// Programs to start beside boxd and restart when they exit (each executable file, in name order).
     #[arg(long, env = "BOXD_SERVICES", default_value = "/etc/boxd/services")]
     pub services: PathBuf,
+
+    /// How long a program that exited (boxd serve, a service) waits before it starts again, in
+    /// milliseconds; the wait doubles with each exit up to `--max-restart-delay-ms`, and starts over once
+    /// the program had run a minute.
+    #[arg(long, env = "BOXD_RESTART_DELAY_MS", default_value_t = 1000)]
+    pub restart_delay_ms: u64,
+
+    /// The longest wait before a restart, in milliseconds.
+    #[arg(long, env = "BOXD_MAX_RESTART_DELAY_MS", default_value_t = 30_000)]
+    pub max_restart_delay_ms: u64,
 
     /// Upstream's nginx timeout, in whole seconds: a request unanswered for this long gets 504, and
     /// commands, cells and training calls stop 5 s before it so they answer first. Not a number: 60.
@@ -100,14 +111,15 @@ pub fn main(args: InitArgs) -> ExitCode {
         );
         secrets.insert(secrets::TOKEN.to_string(), token);
     }
-    let secrets = match secrets::encode(&secrets) {
-        Ok(encoded) => encoded,
+    let timeout = settings::nginx_timeout(&args.nginx_timeout);
+    let environment = settings::serve_environment(timeout, &base_environment());
+    let offer = match handover::Offer::new(&secrets, &environment) {
+        Ok(offer) => offer,
         Err(err) => {
             eprintln!("boxd init: {err}");
             return ExitCode::from(2);
         }
     };
-    let timeout = settings::nginx_timeout(&args.nginx_timeout);
     let executable = match std::env::current_exe() {
         Ok(path) => path,
         Err(err) => {
@@ -115,15 +127,15 @@ pub fn main(args: InitArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let boxd = supervise::Program::boxd(
-        executable,
-        listener,
-        secrets,
-        settings::serve_environment(timeout, &base_environment()),
-    );
+    let boxd = supervise::Program::boxd(executable, listener, offer, environment);
     let mut programs = vec![boxd];
     programs.extend(supervise::Program::services(&args.services));
-    supervise::run(programs)
+    let first = std::time::Duration::from_millis(args.restart_delay_ms.max(1));
+    let backoff = supervise::Backoff {
+        first,
+        max: std::time::Duration::from_millis(args.max_restart_delay_ms).max(first),
+    };
+    supervise::run(programs, backoff)
 }
 
 /// This process's environment as children get it (the token already removed).
@@ -133,7 +145,7 @@ fn base_environment() -> Vec<(OsString, OsString)> {
 
 /// Non-dumpable: `/proc/<pid>/mem`, `environ` and `fd` need `CAP_SYS_PTRACE`, which containers lack
 /// by default, even for root. Children start dumpable again (an exec resets it).
-pub fn make_undumpable() -> std::io::Result<()> {
+fn make_undumpable() -> std::io::Result<()> {
     // SAFETY: prctl with integer arguments only.
     if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } == -1 {
         return Err(std::io::Error::last_os_error());

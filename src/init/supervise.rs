@@ -6,17 +6,23 @@
 //! a grace period.
 
 use std::ffi::OsString;
-use std::io::Write;
 use std::net::TcpListener;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// The first restart's delay; it doubles with each exit up to [`MAX_RESTART_DELAY`].
-const FIRST_RESTART_DELAY: Duration = Duration::from_secs(1);
-const MAX_RESTART_DELAY: Duration = Duration::from_secs(30);
+use super::handover;
+
+/// How long a program that exited waits before it starts again: `first`, doubling with each exit up
+/// to `max`, back to `first` once it had run a minute.
+#[derive(Clone, Copy, Debug)]
+pub struct Backoff {
+    pub first: Duration,
+    pub max: Duration,
+}
 /// A program that ran this long before exiting starts over at the first delay.
 const STABLE_RUN: Duration = Duration::from_secs(60);
 /// How long programs may take to stop after SIGTERM; engines send SIGKILL 10 s after their SIGTERM.
@@ -25,10 +31,8 @@ const STOP_GRACE: Duration = Duration::from_secs(8);
 const IDLE_WAKE: Duration = Duration::from_secs(3600);
 /// `boxd serve`'s exit status for flags or environment it rejects: the same start would fail again.
 const USAGE_ERROR: i32 = 2;
-/// Where `boxd serve` finds its listener and the secrets' pipe.
-const LISTENER_FD: RawFd = 3;
-const SECRETS_FD: RawFd = 4;
-/// Descriptors are first moved at or above this, so placing one at 3 or 4 cannot overwrite another.
+/// Descriptors are first moved at or above this, so placing one at a low number cannot overwrite
+/// another.
 const SCRATCH_FD_FLOOR: RawFd = 10;
 /// The most spent stopping what a dead boxd's children left before boxd starts again.
 const SWEEP_BOUND: Duration = Duration::from_secs(2);
@@ -39,7 +43,7 @@ enum Kind {
     Boxd {
         executable: PathBuf,
         listener: TcpListener,
-        secrets: Vec<u8>,
+        offer: Arc<handover::Offer>,
         environment: Vec<(OsString, OsString)>,
     },
     Service(PathBuf),
@@ -61,16 +65,16 @@ impl Program {
             kind,
             pid: None,
             started: Instant::now(),
-            delay: FIRST_RESTART_DELAY,
+            delay: Duration::ZERO,
             due: Some(Instant::now()),
         }
     }
 
-    /// `boxd serve` on `listener`, with `secrets` (encoded by `secrets::encode`) on a pipe.
+    /// `boxd serve` in `environment`, handed `listener` and the secrets of `offer` when it asks.
     pub fn boxd(
         executable: PathBuf,
         listener: TcpListener,
-        secrets: Vec<u8>,
+        offer: handover::Offer,
         environment: Vec<(OsString, OsString)>,
     ) -> Program {
         Program::new(
@@ -78,7 +82,7 @@ impl Program {
             Kind::Boxd {
                 executable,
                 listener,
-                secrets,
+                offer: Arc::new(offer),
                 environment,
             },
         )
@@ -106,14 +110,14 @@ impl Program {
             .collect()
     }
 
-    fn start(&mut self) {
+    fn start(&mut self, backoff: Backoff) {
         self.due = None;
         self.started = Instant::now();
         match self.spawn() {
             Ok(pid) => self.pid = Some(pid),
             Err(err) => {
                 eprintln!("boxd init: cannot start {}: {err}", self.name);
-                self.schedule_restart();
+                self.schedule_restart(backoff);
             }
         }
     }
@@ -133,10 +137,11 @@ impl Program {
             Kind::Boxd {
                 executable,
                 listener,
-                secrets,
+                offer,
                 environment,
             } => {
                 let address = listener.local_addr()?;
+                let (init_end, serve_end) = handover::channel()?;
                 let mut command = Command::new(executable);
                 command
                     .arg("serve")
@@ -144,46 +149,49 @@ impl Program {
                     .arg(address.ip().to_string())
                     .arg("--port")
                     .arg(address.port().to_string())
-                    .arg("--listen-fd")
-                    .arg(LISTENER_FD.to_string())
+                    .arg("--handover-fd")
+                    .arg(handover::HANDOVER_FD.to_string())
                     .env_clear()
                     .envs(environment.iter().map(|(name, value)| (name, value)))
                     .stdin(Stdio::null());
-                command.arg("--secrets-fd").arg(SECRETS_FD.to_string());
-                let secrets_pipe = secrets_pipe(secrets)?;
-                let placements = [
-                    (listener.as_raw_fd(), LISTENER_FD),
-                    (secrets_pipe.as_raw_fd(), SECRETS_FD),
-                ];
-                // SAFETY: the closure calls only fcntl, dup2 and sigprocmask, which are async-signal-safe, on
-                // descriptors this process owns until the spawn returns.
+                let placements = [(serve_end.as_raw_fd(), handover::HANDOVER_FD)];
+                // SAFETY: the closure calls only fcntl, dup2, getegid, setresgid and sigprocmask, which
+                // are async-signal-safe, on descriptors this process owns until the spawn returns.
                 unsafe {
                     command.pre_exec(move || {
                         place_descriptors(&placements)?;
+                        handover::set_group_apart();
                         unblock_signals()
                     });
                 }
-                // The pipe's read end closes here, once the child has its own copy.
                 let child = command.spawn()?;
-                drop(secrets_pipe);
-                child
+                drop(serve_end);
+                let pid = libc::pid_t::try_from(child.id())
+                    .map_err(|_| std::io::Error::other("pid out of range"))?;
+                let offer = Arc::clone(offer);
+                let listener = listener.try_clone()?;
+                // Its own thread: the wait for serve's request must not hold the reaping and restarts.
+                std::thread::Builder::new()
+                    .name("handover".into())
+                    .spawn(move || hand_over(&init_end, pid, &offer, &listener))?;
+                return Ok(pid);
             }
         };
         libc::pid_t::try_from(child.id()).map_err(|_| std::io::Error::other("pid out of range"))
     }
 
-    fn schedule_restart(&mut self) {
+    fn schedule_restart(&mut self, backoff: Backoff) {
         let now = Instant::now();
         if now.duration_since(self.started) >= STABLE_RUN {
-            self.delay = FIRST_RESTART_DELAY;
+            self.delay = backoff.first;
         }
         eprintln!(
-            "boxd init: restarting {} in {} s",
+            "boxd init: restarting {} in {:.1} s",
             self.name,
-            self.delay.as_secs()
+            self.delay.as_secs_f64()
         );
         self.due = Some(now + self.delay);
-        self.delay = (self.delay * 2).min(MAX_RESTART_DELAY);
+        self.delay = self.delay.saturating_mul(2).min(backoff.max);
     }
 
     fn signal(&self, signal: libc::c_int) {
@@ -197,18 +205,25 @@ impl Program {
     }
 }
 
-/// A pipe holding `secrets`, its write end closed: the child reads it to the end.
-fn secrets_pipe(secrets: &[u8]) -> std::io::Result<OwnedFd> {
-    let mut fds = [0; 2];
-    // SAFETY: pipe2 writes two descriptors into the array.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } == -1 {
-        return Err(std::io::Error::last_os_error());
+/// Answers the serve started as `pid`; a serve that cannot be answered is stopped (and restarted like
+/// any exit), since it cannot serve without its secrets.
+fn hand_over(
+    channel: &std::os::fd::OwnedFd,
+    pid: libc::pid_t,
+    offer: &handover::Offer,
+    listener: &TcpListener,
+) {
+    match handover::answer(channel, pid, offer, listener) {
+        Ok(()) => {}
+        // It exited before asking: its exit is reported and restarted as usual.
+        Err(handover::HandoverError::Refused) => {}
+        Err(err) => {
+            eprintln!("boxd init: no secrets for boxd serve (pid {pid}): {err}; stopping it");
+            // SAFETY: kill only sends a signal, to the child this process started and has not reaped
+            // (it just asked, or failed to).
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
     }
-    // SAFETY: both descriptors were just created and are owned from here on.
-    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-    // The secrets fit the pipe's buffer (64 KiB, `secrets::MAX_SECRETS_BYTES`): no reader needed yet.
-    std::fs::File::from(write).write_all(secrets)?;
-    Ok(read)
 }
 
 /// In the child, before exec: each `(from, to)` descriptor ends up at `to`, open across the exec.
@@ -304,7 +319,10 @@ fn describe(status: libc::c_int) -> String {
 }
 
 /// Runs `programs` until a stop signal (exit 0) or a usage error of `boxd serve` (exit 2).
-pub fn run(mut programs: Vec<Program>) -> ExitCode {
+pub fn run(mut programs: Vec<Program>, backoff: Backoff) -> ExitCode {
+    for program in &mut programs {
+        program.delay = backoff.first;
+    }
     let signals = waited_signals();
     // Blocked before the first child exists, so no SIGCHLD or SIGTERM is lost; each child unblocks them
     // before its exec.
@@ -323,7 +341,7 @@ pub fn run(mut programs: Vec<Program>) -> ExitCode {
         let now = Instant::now();
         for program in programs.iter_mut() {
             if program.due.is_some_and(|due| due <= now) {
-                program.start();
+                program.start(backoff);
             }
         }
         let next_due = programs.iter().filter_map(|program| program.due).min();
@@ -357,7 +375,7 @@ pub fn run(mut programs: Vec<Program>) -> ExitCode {
                 return stop(&mut programs, ExitCode::from(2));
             }
             let was_boxd = matches!(program.kind, Kind::Boxd { .. });
-            program.schedule_restart();
+            program.schedule_restart(backoff);
             if was_boxd {
                 // Before the restart is due (a second from now at the soonest); what is killed here is
                 // reaped by this loop as any orphan.

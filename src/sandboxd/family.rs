@@ -10,17 +10,26 @@ use axum::Router;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+use super::admission::{self, AdmittedListener, AllowedHosts};
 use super::grpc::Processes;
 use super::pb::process_service_server::ProcessServiceServer;
 use super::rest::{Rest, metadata_env};
+use crate::core::claim::Claim;
 use crate::core::confine::Workspace;
 use crate::core::health::Health;
 use crate::core::live::ProcessManager;
 use crate::family::limits::{Limit, bytes, flag_seconds};
 use crate::family::{BoxFuture, Family, Setup};
+use crate::tools::admission::Admission;
 
 struct Sandboxd {
     exec_timeout: Duration,
+    /// The gate one-shot commands share with the shell family.
+    commands: Admission,
+    /// Nothing is served before the claim (pool mode).
+    claim: Claim,
+    /// The host names REST answers under.
+    allowed_hosts: AllowedHosts,
     grpc_address: String,
     rest_address: String,
     workspace: Arc<Workspace>,
@@ -56,6 +65,14 @@ pub struct SandboxdArgs {
         default_value_t = 300.0
     )]
     pub sandboxd_exec_timeout: f64,
+    /// More host names sandboxd's REST API answers under (comma-separated), besides IP addresses,
+    /// `localhost` and this machine's name: a name a DNS-rebinding page could use is refused
+    #[arg(
+        long = "sandboxd-allowed-hosts",
+        env = "SANDBOXD_ALLOWED_HOSTS",
+        value_delimiter = ','
+    )]
+    pub sandboxd_allowed_hosts: Vec<String>,
 }
 
 pub fn family(setup: &Setup, args: &SandboxdArgs) -> crate::family::Built {
@@ -67,6 +84,9 @@ pub fn family(setup: &Setup, args: &SandboxdArgs) -> crate::family::Built {
     )?;
     Ok(Arc::new(Sandboxd {
         exec_timeout,
+        commands: setup.commands.clone(),
+        claim: setup.claim.clone(),
+        allowed_hosts: AllowedHosts::new(&args.sandboxd_allowed_hosts),
         grpc_address: args.sandboxd_grpc_addr.clone(),
         rest_address: args.sandboxd_rest_addr.clone(),
         rest: Arc::new(Rest {
@@ -104,7 +124,11 @@ impl Family for Sandboxd {
     }
 
     fn routes(&self) -> Router {
-        super::legacy::routes(Arc::clone(&self.workspace), self.exec_timeout)
+        super::legacy::routes(
+            Arc::clone(&self.workspace),
+            self.exec_timeout,
+            self.commands.clone(),
+        )
     }
 
     fn start(self: Arc<Self>, health: Health) -> BoxFuture<'static, ()> {
@@ -128,13 +152,29 @@ impl Family for Sandboxd {
                 }
             };
             let (grpc_at, rest_at) = (local(&grpc), local(&rest));
-            tokio::spawn(serve(grpc, self.grpc_router(), self.stop.subscribe()));
-            tokio::spawn(serve(
-                rest,
-                super::rest::router(Arc::clone(&self.rest)),
-                self.stop.subscribe(),
-            ));
-            tracing::info!(grpc = %grpc_at, rest = %rest_at, "sandboxd listening: gRPC on {grpc_at}, REST on {rest_at}");
+            let grpc_router = self
+                .grpc_router()
+                .layer(axum::middleware::from_fn(admission::require_grpc));
+            let rest_router = super::rest::router(Arc::clone(&self.rest)).layer(
+                axum::middleware::from_fn_with_state(
+                    self.allowed_hosts.clone(),
+                    admission::require_allowed_host,
+                ),
+            );
+            for (listener, router) in [(grpc, grpc_router), (rest, rest_router)] {
+                let router = router.layer(axum::middleware::from_fn_with_state(
+                    self.claim.clone(),
+                    admission::require_claim,
+                ));
+                let listener = AdmittedListener::new(listener, admission::peer_rule());
+                tokio::spawn(serve(listener, router, self.stop.subscribe()));
+            }
+            tracing::info!(
+                grpc = %grpc_at,
+                rest = %rest_at,
+                "sandboxd listening: gRPC on {grpc_at}, REST on {rest_at}; no token: only processes of \
+                 boxd's own user (and peers from outside this network namespace) may connect"
+            );
             health.ready();
         })
     }
@@ -156,6 +196,8 @@ impl Sandboxd {
         let processes = ProcessServiceServer::new(Processes {
             live: Arc::clone(&self.live),
             workspace: Arc::clone(&self.workspace),
+            exec_timeout: self.exec_timeout,
+            commands: self.commands.clone(),
         });
         let mut routes = tonic::service::Routes::new(processes);
         let reflection = tonic_reflection::server::Builder::configure()
@@ -182,7 +224,7 @@ fn local(listener: &TcpListener) -> String {
 }
 
 /// Serves `router` on `listener` (HTTP/1 and h2c) until `stop` flips, letting open calls finish.
-async fn serve(listener: TcpListener, router: Router, mut stop: watch::Receiver<bool>) {
+async fn serve(listener: AdmittedListener, router: Router, mut stop: watch::Receiver<bool>) {
     let stopped = async move {
         let _ = stop.wait_for(|stopped| *stopped).await;
     };

@@ -27,6 +27,7 @@ use crate::core::confine::Workspace;
 use crate::core::error::ApiError;
 use crate::core::live::stdin::{self, Patience};
 use crate::core::live::{Launch, LiveProcess, ProcessManager, StreamName, TerminalSize};
+use crate::tools::admission::Admission;
 
 /// Output read from the table per stream event.
 const EVENT_BYTES: usize = 64 * 1024;
@@ -34,6 +35,10 @@ const EVENT_BYTES: usize = 64 * 1024;
 pub struct Processes {
     pub live: Arc<ProcessManager>,
     pub workspace: Arc<Workspace>,
+    /// How long an `Execute` without a `grpc-timeout` may run (`--sandboxd-exec-timeout`).
+    pub exec_timeout: Duration,
+    /// The gate one-shot commands share with the shell family.
+    pub commands: Admission,
 }
 
 /// An [`ApiError`] as the gRPC status a client can act on.
@@ -53,6 +58,22 @@ fn status_of(err: ApiError) -> Status {
         ApiError::GatewayTimeout(_) => Status::deadline_exceeded(message),
         ApiError::Internal(_) => Status::internal(message),
     }
+}
+
+/// Whether `program` names something to run: an absolute path that exists, a relative path (the spawn's
+/// own check decides), or a name found on the `PATH` the child gets (its own, else
+/// boxd's).
+fn program_is_found(program: &str, path: Option<String>) -> bool {
+    if program.starts_with('/') {
+        return std::path::Path::new(program).exists();
+    }
+    if program.contains('/') {
+        return true;
+    }
+    let path = path
+        .or_else(|| std::env::var("PATH").ok())
+        .unwrap_or_default();
+    std::env::split_paths(&path).any(|dir| dir.join(program).is_file())
 }
 
 /// The caller's deadline, from the `grpc-timeout` header (gRPC over HTTP/2: up to 8 digits and a unit).
@@ -124,6 +145,22 @@ impl ProcessService for Processes {
                 cols: u16::try_from(pty.cols).unwrap_or(u16::MAX),
             }
         });
+        let (program, path) = (
+            argv.first().cloned().unwrap_or_default(),
+            env.get("PATH").cloned(),
+        );
+        let found = tokio::task::spawn_blocking({
+            let program = program.clone();
+            move || program_is_found(&program, path)
+        })
+        .await
+        .unwrap_or(true);
+        if !found {
+            // sandboxd's answer for a program that is not there (as `Execute` gives from its spawn).
+            return Err(Status::not_found(format!(
+                "cannot start {program:?}: no such program"
+            )));
+        }
         let launch = Launch {
             argv,
             cwd: workspace_path(self.workspace.root(), &cwd),
@@ -139,8 +176,10 @@ impl ProcessService for Processes {
         &self,
         request: Request<ExecuteRequest>,
     ) -> Result<Response<ExecuteResponse>, Status> {
-        let deadline = deadline_of(&request)
-            .and_then(|timeout| tokio::time::Instant::now().checked_add(timeout));
+        // A call without a deadline of its own gets the legacy `/execute`'s: none would hold a process
+        // and its output buffers for ever.
+        let timeout = deadline_of(&request).unwrap_or(self.exec_timeout);
+        let deadline = tokio::time::Instant::now().checked_add(timeout);
         let Command { argv, env, cwd } =
             command_of(request.into_inner().config).map_err(status_of)?;
         let cwd = {
@@ -159,6 +198,7 @@ impl ProcessService for Processes {
             .map_err(|err| status_of(err.into()))?
             .map_err(status_of)?
         };
+        let _slot = self.commands.enter().await.map_err(status_of)?;
         let finished = run_to_end(&argv, &cwd, &env, deadline)
             .await
             .map_err(status_of)?;

@@ -24,6 +24,7 @@ use crate::api::extract::{ApiJson, ApiMultipart};
 use crate::core::confine::Workspace;
 use crate::core::error::{ApiError, ApiResult};
 use crate::core::staging;
+use crate::tools::admission::Admission;
 
 /// What a command killed at its timeout exits with, as `timeout(1)` and the SDK report it.
 const TIMED_OUT_EXIT_CODE: i32 = 124;
@@ -33,6 +34,8 @@ struct Legacy {
     workspace: Arc<Workspace>,
     /// For a command whose request names no timeout (`--sandboxd-exec-timeout`).
     default_timeout: Duration,
+    /// The gate one-shot commands share with the shell family.
+    commands: Admission,
 }
 
 impl axum::extract::FromRef<Legacy> for Arc<Workspace> {
@@ -41,7 +44,7 @@ impl axum::extract::FromRef<Legacy> for Arc<Workspace> {
     }
 }
 
-pub fn routes(workspace: Arc<Workspace>, default_timeout: Duration) -> Router {
+pub fn routes(workspace: Arc<Workspace>, default_timeout: Duration, commands: Admission) -> Router {
     Router::new()
         .route("/execute", post(execute))
         .route("/upload", post(upload).layer(DefaultBodyLimit::disable()))
@@ -52,6 +55,7 @@ pub fn routes(workspace: Arc<Workspace>, default_timeout: Duration) -> Router {
         .with_state(Legacy {
             workspace,
             default_timeout,
+            commands,
         })
 }
 
@@ -78,6 +82,7 @@ async fn execute(
     let timeout = crate::tools::timeout_argument(request.timeout_seconds, legacy.default_timeout)?;
     let deadline = tokio::time::Instant::now().checked_add(timeout);
     let argv = ["/bin/sh".to_owned(), "-c".to_owned(), request.command];
+    let _slot = legacy.commands.enter().await?;
     let finished = run_to_end(&argv, workspace.root(), &BTreeMap::new(), deadline).await?;
     let mut stderr = String::from_utf8_lossy(&finished.stderr).into_owned();
     let exit_code = if finished.timed_out {

@@ -7,6 +7,7 @@
 mod family;
 pub use family::{SandboxdArgs, family, limits};
 
+mod admission;
 mod files;
 mod grpc;
 mod legacy;

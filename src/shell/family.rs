@@ -4,17 +4,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::family::limits::{Limit, count, flag_seconds, seconds};
-use crate::family::{Family, Setup};
+use crate::family::{COMMAND_ADMISSION_WAIT, Family, MAX_CONCURRENT_COMMANDS, Setup};
 use crate::tools::Tool;
-use crate::tools::admission::Admission;
-
-/// Shell commands running at once (blocking and streamed calls together); past it a call waits for a
-/// place at most [`COMMAND_ADMISSION_WAIT`], then is answered 429 with `Retry-After`. Long jobs
-/// belong in `/processes`, which has its own cap. 128: a burst of an agent's parallel tool calls runs at
-/// once (#21), while a runaway client still cannot fork without bound.
-const MAX_CONCURRENT_COMMANDS: usize = 128;
-/// How long a command waits for a place under [`MAX_CONCURRENT_COMMANDS`] before the busy answer.
-const COMMAND_ADMISSION_WAIT: Duration = Duration::from_millis(500);
 
 struct Shell {
     tool: Tool,
@@ -52,11 +43,7 @@ pub fn family(setup: &Setup, args: &ShellArgs) -> Result<Arc<dyn Family>, String
         tool: super::tool(
             setup.workspace.real_root().to_path_buf(),
             limits,
-            Admission::new(
-                "shell commands",
-                MAX_CONCURRENT_COMMANDS,
-                COMMAND_ADMISSION_WAIT,
-            ),
+            setup.commands.clone(),
         ),
     }))
 }
@@ -66,7 +53,7 @@ pub fn limits(args: &ShellArgs) -> Vec<Limit> {
     vec![
         Limit::new(
             "shell",
-            "commands running at once",
+            "one-shot commands running at once (shell commands, sandboxd's `Execute` and `/execute` together)",
             count(MAX_CONCURRENT_COMMANDS),
             "a call waits up to the next row, then 429 + `Retry-After` and is not run",
         ),

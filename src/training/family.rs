@@ -7,6 +7,7 @@ use std::time::Duration;
 use axum::Router;
 
 use super::instances::{Environment, InstanceLimits};
+use super::tenancy::{UidPool, Users};
 use super::worker::Launch;
 use crate::core::health::Health;
 use crate::family::limits::{Limit, bytes, count, flag_seconds, seconds};
@@ -37,6 +38,13 @@ impl Family for Training {
         true
     }
 
+    /// The workers' uids when boxd switches users (the whole `--training-uids` range, or the one
+    /// `--training-user`): the policy code of an instance must not reach boxd's tokenless routes over
+    /// loopback where no network namespace of its own keeps it off them.
+    fn confined_uids(&self) -> Vec<std::ops::RangeInclusive<u32>> {
+        self.environment.users().confined_uids()
+    }
+
     fn start(self: Arc<Self>, health: Health) -> BoxFuture<'static, ()> {
         Box::pin(async move {
             health.starting(format!(
@@ -44,16 +52,8 @@ impl Family for Training {
                 self.environment.name()
             ));
             let directory = self.environment.directory().to_path_buf();
-            let user = self.environment.user().cloned();
-            let made = tokio::task::spawn_blocking(move || {
-                use std::os::unix::fs::DirBuilderExt;
-                std::fs::DirBuilder::new()
-                    .mode(0o700)
-                    .create(&directory)
-                    .and_then(|()| user.map_or(Ok(()), |user| user.give(&directory)))
-                    .map_err(|err| format!("cannot create {}: {err}", directory.display()))
-            })
-            .await;
+            let users = self.environment.users().clone();
+            let made = tokio::task::spawn_blocking(move || prepare(&directory, &users)).await;
             match made {
                 Ok(Ok(())) => {}
                 Ok(Err(reason)) => return health.failed(reason),
@@ -72,17 +72,11 @@ impl Family for Training {
                     sweeper.release_idle();
                 }
             });
-            match self.environment.user() {
-                Some(user) => tracing::info!(
-                    "the {} workers run as {}",
-                    self.environment.name(),
-                    user.describe()
-                ),
-                None => tracing::info!(
-                    "the {} workers run as boxd's own user",
-                    self.environment.name()
-                ),
-            }
+            tracing::info!(
+                "the {} workers run as {}",
+                self.environment.name(),
+                self.environment.users().describe()
+            );
             self.environment.start(health).await;
         })
     }
@@ -115,39 +109,153 @@ pub struct TrainingArgs {
     /// Seconds one create, step, evaluate or get_info may take before its worker is stopped.
     #[arg(long, env = "BOXD_TRAINING_CALL_TIMEOUT", default_value_t = 600.0)]
     pub training_call_timeout: f64,
-    /// MiB of address space one instance's worker may map (its `RLIMIT_AS`).
+    /// MiB of address space one process of an instance may map (its `RLIMIT_AS`).
     #[arg(long, env = "BOXD_TRAINING_MEMORY_MAX", default_value_t = 4096)]
     pub training_memory_max: u64,
-    /// The unprivileged user the environment workers run as when boxd runs as root (a name in
-    /// /etc/passwd, or UID[:GID]): AppWorld's `execute` runs the policy's code in its worker. boxd
-    /// unprivileged runs them as itself.
+    /// Seconds of CPU time one process of an instance may use (its `RLIMIT_CPU`; past it the process is
+    /// killed, and with the worker its instance).
+    #[arg(long, env = "BOXD_TRAINING_CPU_MAX", default_value_t = 1800)]
+    pub training_cpu_max: u64,
+    /// Processes and threads one instance may have at once (`RLIMIT_NPROC`, counted per uid: taken only
+    /// with `--training-uids`).
+    #[arg(long, env = "BOXD_TRAINING_PROCESSES_MAX", default_value_t = 256)]
+    pub training_processes_max: u64,
+    /// The unprivileged user every environment worker runs as when boxd runs as root and
+    /// `--training-uids` is not given (a name in /etc/passwd, or UID[:GID]; neither uid 0 nor gid 0):
+    /// AppWorld's `execute` runs the policy's code in its worker. One user for all instances does not
+    /// isolate them from each other: prefer `--training-uids`. boxd unprivileged runs them as itself.
     #[arg(long, env = "BOXD_TRAINING_USER")]
     pub training_user: Option<String>,
+    /// FIRST-LAST: when boxd runs as root, every worker (one per instance, and the spare) runs as a uid of
+    /// its own from this range, with a group of the same number and no other, in a home of its own (0700)
+    /// removed at release, and release kills every process of that uid (even ones that left the group).
+    /// Takes precedence over `--training-user`. The range must hold no uid 0 and be used by nothing
+    /// else: processes of its uids are killed when boxd starts, and before a uid is handed out. It needs
+    /// at least `--training-max-instances` + 2 uids (the images: 50000-50199). Ignored when boxd is
+    /// unprivileged.
+    #[arg(long, env = "BOXD_TRAINING_UIDS", value_name = "FIRST-LAST")]
+    pub training_uids: Option<String>,
 }
 
 pub fn family(_setup: &Setup, args: &TrainingArgs) -> Result<Arc<dyn Family>, String> {
     use crate::core::deadline::positive_seconds;
+    let max_live = args.training_max_instances.max(1);
+    let users = users(args, max_live)?;
+    let network_namespace = match super::tenancy::probe_network_namespace() {
+        Ok(()) => {
+            tracing::info!(
+                "each training worker gets a network namespace of its own (no loopback to boxd)"
+            );
+            true
+        }
+        Err(err) if users.confined_uids().is_empty() => {
+            tracing::info!(
+                error = %err,
+                "training workers cannot get a network namespace of their own, and they run as \
+                 boxd's own user: their code can reach boxd's loopback listeners"
+            );
+            false
+        }
+        Err(err) => {
+            tracing::info!(
+                error = %err,
+                confined_uids = ?users.confined_uids(),
+                "training workers cannot get a network namespace of their own; boxd's listeners \
+                 refuse loopback connections from the workers' uids instead"
+            );
+            false
+        }
+    };
     let launch = Launch {
         python: crate::core::child::interpreter_path(&args.training_python),
         environment: args.training_env.clone(),
         directory: scratch_directory()?,
         start_timeout: WORKER_START_TIMEOUT,
         memory_max: args.training_memory_max.max(64).saturating_mul(1024 * 1024),
-        user: crate::core::child::Identity::for_child(
-            "training",
-            "--training-user",
-            args.training_user.as_deref(),
-        )
-        .map_err(|err| format!("--training-user: {err}"))?,
+        cpu_seconds: args.training_cpu_max.max(1),
+        processes_max: args.training_processes_max.max(8),
+        users,
+        network_namespace,
     };
     let limits = InstanceLimits {
-        max_live: args.training_max_instances.max(1),
+        max_live,
         idle_release: positive_seconds("--training-idle-release", args.training_idle_release)?,
         call_timeout: positive_seconds("--training-call-timeout", args.training_call_timeout)?,
     };
     Ok(Arc::new(Training {
         environment: Arc::new(Environment::new(launch, limits)),
     }))
+}
+
+/// Who the workers run as, from `--training-uids` and `--training-user`.
+fn users(args: &TrainingArgs, max_live: usize) -> Result<Users, String> {
+    use crate::core::child::{Identity, boxd_is_root};
+    if let Some(spec) = args
+        .training_uids
+        .as_deref()
+        .map(str::trim)
+        .filter(|spec| !spec.is_empty())
+    {
+        let range = super::tenancy::parse_uid_range(spec)
+            .map_err(|err| format!("--training-uids: {err}"))?;
+        if !boxd_is_root() {
+            tracing::info!(
+                "boxd is not root, so its --training-uids is not taken: the workers run as boxd's own user"
+            );
+            return Ok(Users::Own);
+        }
+        let pool = UidPool::new(range);
+        // The instances, the spare, and one starting while a released uid is being reaped.
+        let needed = max_live.saturating_add(2);
+        if pool.len() < needed {
+            return Err(format!(
+                "--training-uids: {spec} holds {} uids; --training-max-instances {max_live} needs at \
+                 least {needed}",
+                pool.len()
+            ));
+        }
+        return Ok(Users::PerInstance(Arc::new(pool)));
+    }
+    let user = Identity::for_child("training", "--training-user", args.training_user.as_deref())
+        .map_err(|err| format!("--training-user: {err}"))?;
+    match user {
+        Some(user) if user.gid == 0 || user.groups.contains(&0) => Err(format!(
+            "--training-user: {} is in group 0 (root's): give a user outside it",
+            user.describe()
+        )),
+        Some(user) => Ok(Users::Shared(user)),
+        None => Ok(Users::Own),
+    }
+}
+
+/// Makes the workers' directory and clears the uid range, before the first worker (blocking). With a
+/// uid per worker the directory is root's and only traversable (0711: no instance lists the others'
+/// homes, each 0700 under it); with one user for all it is that user's, 0700.
+fn prepare(directory: &std::path::Path, users: &Users) -> Result<(), String> {
+    use std::os::unix::fs::DirBuilderExt;
+    let mode = if matches!(users, Users::PerInstance(_)) {
+        0o711
+    } else {
+        0o700
+    };
+    std::fs::DirBuilder::new()
+        .mode(mode)
+        .create(directory)
+        .and_then(|()| match users {
+            Users::Shared(user) => user.give(directory),
+            _ => Ok(()),
+        })
+        .map_err(|err| format!("cannot create {}: {err}", directory.display()))?;
+    if let Users::PerInstance(pool) = users {
+        let swept = pool.sweep();
+        if swept > 0 {
+            tracing::warn!(
+                uids = swept,
+                "killed leftover processes of the training uids (a previous boxd's workers)"
+            );
+        }
+    }
+    Ok(())
 }
 
 /// The workers' working directory: this boxd's own, private (0700, made by `start`), under the
@@ -195,9 +303,24 @@ pub fn limits(args: &TrainingArgs) -> Vec<Limit> {
         ),
         Limit::new(
             "training",
-            "address space of one instance's worker",
+            "address space of one process of an instance",
             format!("{} MiB (`--training-memory-max`)", args.training_memory_max),
             "allocations fail in that worker: an error answer (500), or the instance is gone (502)",
+        ),
+        Limit::new(
+            "training",
+            "CPU time of one process of an instance",
+            format!("{} s (`--training-cpu-max`)", args.training_cpu_max),
+            "the process is killed (the worker: its instance is gone, 502)",
+        ),
+        Limit::new(
+            "training",
+            "processes and threads of one instance (with `--training-uids`)",
+            format!(
+                "{} (`--training-processes-max`)",
+                count(usize::try_from(args.training_processes_max).unwrap_or(usize::MAX))
+            ),
+            "fork and thread creation fail in that instance",
         ),
         Limit::new(
             "training",

@@ -131,9 +131,9 @@ impl Environment {
         &self.launch.directory
     }
 
-    /// The user the workers run as, when not boxd's own.
-    pub fn user(&self) -> Option<&crate::core::child::Identity> {
-        self.launch.user.as_ref()
+    /// Who the workers run as.
+    pub fn users(&self) -> &super::tenancy::Users {
+        &self.launch.users
     }
 
     /// Starts the first spare and keeps trying, with a backoff, until the environment loads; `health`
@@ -379,14 +379,17 @@ impl Environment {
         }
     }
 
-    /// Kills the instance's worker at once (a request in flight on it fails); false when there is no
-    /// such instance.
+    /// Kills the instance's worker at once (a request in flight on it fails) and, unless a request
+    /// holds it (that request's end does it), waits until nothing it started is left; false when there
+    /// is no such instance.
     pub async fn release(&self, instance_id: &str) -> bool {
         let removed = lock(&self.live).instances.remove(instance_id);
         let Some(instance) = removed else {
             return false;
         };
-        finish(&instance);
+        if let Some(worker) = finish(&instance) {
+            worker.retire().await;
+        }
         tracing::info!(instance = instance_id, task = %instance.task_id, "instance released");
         true
     }
@@ -411,7 +414,7 @@ impl Environment {
                 .collect()
         };
         for (id, instance) in &idle {
-            finish(instance);
+            drop(finish(instance));
             tracing::info!(instance = %id, task = %instance.task_id, "released an idle instance");
         }
         idle.len()
@@ -425,23 +428,28 @@ impl Environment {
             .map(|(_, instance)| instance)
             .collect();
         for instance in instances {
-            finish(&instance);
+            if let Some(worker) = finish(&instance) {
+                worker.retire().await;
+            }
         }
         if let Some(spare) = self.spare.lock().await.take() {
             spare.abort();
             if let Ok(Ok(worker)) = spare.await {
-                drop(worker);
+                worker.retire().await;
             }
         }
     }
 }
 
-/// Kills an instance's worker; reaps it now unless a request holds it (that request drops it).
-fn finish(instance: &Instance) {
+/// Kills an instance's worker and hands it over to be reaped (see [`Worker::retire`]), unless a request
+/// holds it (that request drops it).
+fn finish(instance: &Instance) -> Option<Worker> {
     instance.kill();
-    if let Ok(mut held) = instance.worker.try_lock() {
-        held.take();
-    }
+    instance
+        .worker
+        .try_lock()
+        .ok()
+        .and_then(|mut held| held.take())
 }
 
 /// A spare that is already there, in the slot's form.

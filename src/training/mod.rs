@@ -5,6 +5,7 @@
 mod family;
 mod instances;
 mod routes;
+mod tenancy;
 mod worker;
 
 pub use family::{TrainingArgs, family, limits};

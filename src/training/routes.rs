@@ -1,10 +1,15 @@
 //! The env-service routes of agentscope-runtime's `TrainingSandboxClient`, at the root and without a
 //! token (the client sends none). Every POST takes `{env_type, task_id, instance_id, messages, params}`
 //! (other fields ignored) and answers `{"success": true, "data": ...}`; errors are `{"detail": ...}`.
+//! A body must say it is `application/json` (as the client's `requests` does): without a token, that
+//! is what keeps a web page from posting here (a cross-site form or `text/plain` fetch needs no
+//! preflight; `application/json` does, and boxd answers no preflight).
 
 use std::sync::Arc;
 
-use axum::extract::State;
+use axum::extract::{FromRequest, Request, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
 use serde::Deserialize;
@@ -32,6 +37,51 @@ pub fn routes(environment: Arc<Environment>) -> Router {
         )
         .route("/release", post(release))
         .with_state(environment)
+}
+
+/// [`ApiJson`] for a body whose Content-Type is `application/json` (parameters such as a charset
+/// allowed); any other, or none, is refused with 415 before the body is read.
+struct JsonBody<T>(T);
+
+impl<S, T> FromRequest<S> for JsonBody<T>
+where
+    T: serde::de::DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = Response;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let content_type = req
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|value| value.to_str().ok())
+            .unwrap_or("");
+        if !is_json(content_type) {
+            let shown = if content_type.is_empty() {
+                "none".to_owned()
+            } else {
+                format!("{:?}", content_type.chars().take(100).collect::<String>())
+            };
+            let detail = format!(
+                "the body must be JSON sent as Content-Type: application/json (got {shown})"
+            );
+            return Err((
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                Json(json!({ "detail": detail })),
+            )
+                .into_response());
+        }
+        let ApiJson(value) = ApiJson::<T>::from_request(req, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        Ok(JsonBody(value))
+    }
+}
+
+/// `application/json`, in any case, with or without parameters.
+fn is_json(content_type: &str) -> bool {
+    let essence = content_type.split(';').next().unwrap_or("").trim();
+    essence.eq_ignore_ascii_case("application/json")
 }
 
 /// The one body of every route. `messages` and `params` must be objects when given (`null` is refused,
@@ -77,7 +127,7 @@ fn required_instance_id(request: &EnvRequest) -> Result<&str, ApiError> {
 
 async fn profile(
     State(environment): State<Arc<Environment>>,
-    ApiJson(request): ApiJson<EnvRequest>,
+    JsonBody(request): JsonBody<EnvRequest>,
 ) -> Answer {
     served_env_type(&environment, &request)?;
     let mut fields = Map::new();
@@ -87,7 +137,7 @@ async fn profile(
 
 async fn create(
     State(environment): State<Arc<Environment>>,
-    ApiJson(request): ApiJson<EnvRequest>,
+    JsonBody(request): JsonBody<EnvRequest>,
 ) -> Answer {
     let task_id = match request.task_id.as_deref() {
         None | Some("") => return Err(ApiError::BadRequest("task_id is required".into())),
@@ -132,7 +182,7 @@ fn generated_instance_id() -> Result<String, ApiError> {
 async fn ask_instance(
     State(environment): State<Arc<Environment>>,
     op: &'static str,
-    ApiJson(request): ApiJson<EnvRequest>,
+    JsonBody(request): JsonBody<EnvRequest>,
 ) -> Answer {
     let instance_id = required_instance_id(&request)?.to_owned();
     let mut fields = Map::new();
@@ -144,8 +194,25 @@ async fn ask_instance(
 /// Always 200: `success` says whether there was such an instance (upstream's contract).
 async fn release(
     State(environment): State<Arc<Environment>>,
-    ApiJson(request): ApiJson<EnvRequest>,
+    JsonBody(request): JsonBody<EnvRequest>,
 ) -> Answer {
     let released = environment.release(required_instance_id(&request)?).await;
     Ok(Json(json!({"success": released, "data": null})))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_json;
+
+    #[test]
+    fn only_json_is_taken() {
+        assert!(is_json("application/json"));
+        assert!(is_json("Application/JSON; charset=utf-8"));
+        assert!(!is_json(""));
+        assert!(!is_json("text/plain"));
+        assert!(!is_json("text/plain; a=application/json"));
+        assert!(!is_json("application/x-www-form-urlencoded"));
+        assert!(!is_json("multipart/form-data; boundary=x"));
+        assert!(!is_json("application/jsonp"));
+    }
 }

@@ -14,6 +14,22 @@ duplicate of fd 1 for its answers and points fd 1 at fd 2, so whatever a library
 stderr (boxd logs stderr lines); tracebacks go to stderr too. The working directory is taken off
 sys.path (`-c` puts it first), so nothing in it shadows a library.
 
+Who can write the answers (issue #45)
+------------------------------------
+The answer lines are boxd's only view of an instance, rewards included, so only this process writes
+them, and the policy's code never runs in it. The worker makes itself non-dumpable first thing
+(PR_SET_DUMPABLE 0): a process of the same uid can then neither open /proc/<worker>/fd/* (the protocol
+pipes) nor read or write its memory, nor trace it. BFCL runs no policy code at all (a call runs only
+when it names a task's function with checked arguments, see below). AppWorld's `execute` does run the
+policy's Python: the world lives in a child process forked at create (the "world process"), which
+drops the protocol descriptors (fd 0 becomes /dev/null; the protocol's copy of stdout is closed; fd 1
+is stderr) and talks to this process over a socket pair. What it answers is taken as data only: a
+step's text and whether the task says it is complete, checked for type and size. The reward is never
+the world process's word: this process computes it with appworld's evaluator from the experiment's
+saved state (the instance's own world, which its code changes by acting in it, as the task intends).
+A world process that dies or breaks its protocol ends this worker (boxd reports the instance gone).
+With a uid per instance (boxd's --training-uids), another instance's code cannot reach either process.
+
 First line, once the library and the data are loaded:
     {"ready": true, "env": "bfcl", "library": "bfcl-eval 2025.8.25", "tasks": 800}
 or, when they cannot be (the worker then exits 0):
@@ -86,6 +102,33 @@ import sys
 # The protocol's own copy of stdout first, before any import can print.
 _PROTOCOL_FD = os.dup(1)
 os.dup2(2, 1)
+
+
+def _set_dumpable(value):
+    """prctl(PR_SET_DUMPABLE): 0 keeps processes of the same uid (an AppWorld world process, which
+    runs the policy's code) out of this one's /proc/<pid>/fd and memory, and from tracing it."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(4, value, 0, 0, 0) == 0  # PR_SET_DUMPABLE
+    except (OSError, AttributeError):
+        return False
+
+
+def _die_with_parent():
+    """prctl(PR_SET_PDEATHSIG, SIGKILL): a world process does not outlive its worker."""
+    try:
+        import ctypes
+        import signal
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(1, int(signal.SIGKILL), 0, 0, 0) == 0  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return False
+
+
+_set_dumpable(0)
 # `-c` puts the working directory first on sys.path: nothing in the scratch directory may shadow a
 # library.
 if sys.path and sys.path[0] in ("", "."):
@@ -744,6 +787,9 @@ class AppWorldEnv:
     name = "appworld"
 
     def __init__(self):
+        if os.environ.get("BOXD_TRAINING_OWN_ROOT") == "1":
+            self._own_root()
+        self.world_process = None
         try:
             import appworld
 
@@ -784,6 +830,21 @@ class AppWorldEnv:
         self.count = sum(1 for entry in os.scandir(tasks) if entry.is_dir())
         self.world = None
 
+    @staticmethod
+    def _own_root():
+        """An APPWORLD_ROOT of this worker's own (boxd gives each instance a uid and a home): the shared
+        root's entries (data, ...) linked in, and experiments/ a directory of its own, so no instance
+        reads or edits another's saved state (AppWorld writes it under ROOT/experiments/outputs)."""
+        shared = os.environ.get("APPWORLD_ROOT") or ""
+        own = os.path.join(os.getcwd(), "appworld")
+        os.makedirs(os.path.join(own, "experiments"), mode=0o700, exist_ok=True)
+        if shared and os.path.isdir(shared):
+            for entry in os.listdir(shared):
+                link = os.path.join(own, entry)
+                if entry != "experiments" and not os.path.lexists(link):
+                    os.symlink(os.path.join(shared, entry), link)
+        os.environ["APPWORLD_ROOT"] = own
+
     def _datasets(self):
         return sorted(entry.name[:-4] for entry in os.scandir(self.datasets_dir)
                       if entry.name.endswith(".txt"))
@@ -814,6 +875,19 @@ class AppWorldEnv:
             import hashlib
 
             experiment = "boxd_" + hashlib.sha256(instance_id.encode("utf-8")).hexdigest()[:16]
+        world_process = WorldProcess(self)
+        try:
+            # No policy code has run yet: this answer is the world's own.
+            data = world_process.call("create", task_id, instance_id, experiment, simple, prompt)
+        except Refused:
+            world_process.close()
+            raise
+        self.world_process, self.task_id, self.experiment = world_process, task_id, experiment
+        return data
+
+    # -- in the world process (see WorldProcess): the world, and the policy's code
+
+    def world_open(self, task_id, instance_id, experiment, simple, prompt):
         try:
             world = self.lib.AppWorld(task_id=task_id, experiment_name=experiment)
         except Exception as exc:
@@ -851,7 +925,8 @@ class AppWorldEnv:
         match = OPEN_CODE_BLOCK.match(content)
         return match.group(1).strip() if match else ""
 
-    def step(self, messages, params):
+    def world_step(self, messages):
+        """Runs the step's code; {"content": the outputs, "completed": the task says it is done}."""
         content = message_text(messages, required=False)
         tool_calls = messages.get("tool_calls") or []
         if not isinstance(tool_calls, list):
@@ -886,10 +961,31 @@ class AppWorldEnv:
                                f'{{"code": "<python code>"}} ({describe(exc)})')
                 continue
             outputs.append(self._run(code))
-        terminated = bool(self.world.task_completed())
+        return {"content": "\n".join(outputs), "completed": bool(self.world.task_completed())}
+
+    def world_info(self):
+        apps = getattr(self.world.task, "app_descriptions", None) or {}
+        lines = [
+            "Available tools:",
+            '- appworld: runs Python code in this task\'s AppWorld REPL; arguments {"code": '
+            '"<python code>"} (or one ```python block in the message)',
+            "Apps, called as apis.<app>.<api>(...) inside that code:",
+        ]
+        lines += [f"- {app}: {description}" for app, description in dict(apps).items()]
+        return "\n".join(lines)
+
+    # -- in the worker: what reaches boxd
+
+    def step(self, messages, params):
+        ran = self.world_process.call("step", messages)
+        # The world process ran the policy's code: its answer is data, checked, never a reward.
+        if (not isinstance(ran, dict) or not isinstance(ran.get("content"), str)
+                or not isinstance(ran.get("completed"), bool)):
+            self.world_process.broken("a step answer of the wrong shape")
+        terminated = ran["completed"]
         reward = float(self.evaluate({}, params)) if terminated else 0.0
         return {
-            "state": [{"role": "user", "content": "\n".join(outputs), "tool_calls": []}],
+            "state": [{"role": "user", "content": ran["content"], "tool_calls": []}],
             "reward": reward,
             "is_terminated": terminated,
             "info": {},
@@ -914,15 +1010,127 @@ class AppWorldEnv:
         return passes / (passes + failures)
 
     def get_info(self, messages, params):
-        apps = getattr(self.world.task, "app_descriptions", None) or {}
-        lines = [
-            "Available tools:",
-            '- appworld: runs Python code in this task\'s AppWorld REPL; arguments {"code": '
-            '"<python code>"} (or one ```python block in the message)',
-            "Apps, called as apis.<app>.<api>(...) inside that code:",
-        ]
-        lines += [f"- {app}: {description}" for app, description in apps.items()]
-        return "\n".join(lines)
+        info = self.world_process.call("get_info")
+        if not isinstance(info, str):
+            self.world_process.broken("a get_info answer that is not text")
+        return info
+
+
+WORLD_ANSWER_MAX = 32 * 1024 * 1024  # bytes of one answer line from a world process
+STALE_MAX = 64  # answers to no request skipped before one call's answer
+
+
+class WorldProcess:
+    """An AppWorld world in a forked child, where the policy's code runs (see "Who can write the
+    answers" above). Requests and answers are JSON lines over a socket pair; this side bounds and
+    type-checks what comes back. The child is in the worker's process group (boxd's kill reaches it)
+    and dies with the worker."""
+
+    def __init__(self, env):
+        import socket
+
+        ours, theirs = socket.socketpair()
+        pid = os.fork()
+        if pid == 0:  # the world process
+            code = 0
+            try:
+                ours.close()
+                os.close(_PROTOCOL_FD)
+                null = os.open(os.devnull, os.O_RDONLY)
+                os.dup2(null, 0)
+                os.close(null)
+                _die_with_parent()
+                WorldProcess._serve(env, theirs)
+            except BaseException:
+                code = 1
+            finally:
+                os._exit(code)
+        theirs.close()
+        self.pid = pid
+        self.socket = ours
+        self.answers = ours.makefile("rb")
+        self.number = 0  # of the last request
+
+    @staticmethod
+    def _serve(env, channel):
+        requests = channel.makefile("rb")
+        # Named as boxd's ops, so that an error reads as it did when the world ran in the worker.
+        ops = {"create": env.world_open, "step": env.world_step, "get_info": env.world_info}
+        while True:
+            line = requests.readline()
+            if not line:
+                return
+            op = None
+            try:
+                request = json.loads(line)
+                op, number = request["op"], request["number"]
+                answer = {"ok": True, "data": ops[op](*request["args"])}
+            except Refused as exc:
+                answer = {"ok": False, "status": exc.status, "error": one_line(exc)}
+            except Exception as exc:
+                log(f"appworld {op} failed:\n" + traceback.format_exc())
+                answer = {"ok": False, "status": 500,
+                          "error": one_line(f"appworld {op} failed: {describe(exc)}")}
+            answer["number"] = number
+            text = json.dumps(_finite(answer), ensure_ascii=True, default=str)
+            channel.sendall(text.encode("ascii") + b"\n")
+
+    def call(self, op, *args):
+        """The answer to `op`. Each request is numbered and its answer carries the number: the policy
+        can write lines of its own into the channel, and a line not numbered as the request (one it
+        wrote, or an answer its lines pushed back) is skipped, up to STALE_MAX of them; at worst it
+        forges the text of its own step, never a reward (the caller computes that)."""
+        self.number += 1
+        try:
+            line = json.dumps({"op": op, "args": list(args), "number": self.number},
+                              ensure_ascii=True, default=str)
+            self.socket.sendall(line.encode("ascii") + b"\n")
+            for _ in range(STALE_MAX):
+                answer = self._read()
+                number = answer.get("number")
+                if type(number) is int and number == self.number:
+                    break
+            else:
+                self.broken(f"more than {STALE_MAX} answers to no request")
+        except OSError as exc:
+            self.broken(f"the channel failed ({describe(exc)})")
+        if answer.get("ok") is True:
+            return answer.get("data")
+        status = answer.get("status")
+        error = answer.get("error")
+        raise Refused(one_line(error) if isinstance(error, str) else "appworld failed",
+                      status if status in (400, 500) else 500)
+
+    def _read(self):
+        answer = self.answers.readline(WORLD_ANSWER_MAX + 1)
+        if not answer:
+            self.broken("it exited")
+        if not answer.endswith(b"\n"):
+            self.broken(f"an answer longer than {WORLD_ANSWER_MAX} bytes")
+        try:
+            answer = json.loads(answer)
+        except (ValueError, RecursionError):
+            self.broken("an answer that is not JSON")
+        if not isinstance(answer, dict):
+            self.broken("an answer that is not an object")
+        return answer
+
+    def broken(self, why):
+        """The world process is gone or broke its protocol: the instance cannot go on, so the worker
+        ends (boxd answers that the instance is gone)."""
+        log(f"the AppWorld world process broke: {why}; the worker exits")
+        self.close()
+        os._exit(1)
+
+    def close(self):
+        import signal
+
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+            os.waitpid(self.pid, 0)
+        except OSError:
+            pass
+        self.socket.close()
 
 
 # ------------------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ use serde_json::{Map, Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout};
 
+use super::tenancy::{Confinement, Lease, Users};
 use crate::core::child::{self, ChildGroup, Grouping, OwnedGroup, StderrTail};
 use crate::core::error::ApiError;
 
@@ -27,16 +28,23 @@ pub struct Launch {
     pub python: String,
     /// `bfcl` or `appworld`: what `--env` the worker gets.
     pub environment: String,
-    /// The workers' working directory (AppWorld writes its outputs under it).
+    /// Where the workers' homes are (with a uid per worker, one directory each under it; else the
+    /// workers' shared working directory). AppWorld writes its outputs under a worker's home.
     pub directory: PathBuf,
     /// How long importing the library and loading the data may take.
     pub start_timeout: Duration,
-    /// The address space one worker may map, in bytes (`RLIMIT_AS`): past it allocations fail in the
-    /// worker (an error answer), not in its neighbours or boxd.
+    /// The address space one worker process may map, in bytes (`RLIMIT_AS`): past it allocations fail
+    /// in the worker (an error answer), not in its neighbours or boxd.
     pub memory_max: u64,
-    /// The unprivileged user the workers run as (`--training-user`, when boxd is root): AppWorld's
-    /// `execute` runs the policy's code in the worker. `None`: boxd's own user.
-    pub user: Option<child::Identity>,
+    /// Seconds of CPU time one process of a worker may use (`RLIMIT_CPU`).
+    pub cpu_seconds: u64,
+    /// Processes (threads included) one instance may have at once (`RLIMIT_NPROC`, counted per uid: so
+    /// only with a uid per worker).
+    pub processes_max: u64,
+    /// Who the workers run as (see `tenancy`).
+    pub users: Users,
+    /// Whether each worker gets a network namespace of its own (probed at start).
+    pub network_namespace: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -88,44 +96,53 @@ impl From<WorkerError> for ApiError {
     }
 }
 
-/// A started worker whose library loaded. Dropping it kills its process group.
+/// A started worker whose library loaded. Dropping it kills its process group, then (with a uid of its
+/// own) every process of its uid, in the background; [`Worker::retire`] does the same and waits.
 pub struct Worker {
     child: Child,
     stdin: ChildStdin,
     answers: BufReader<ChildStdout>,
     stderr: StderrTail,
     group: ChildGroup,
+    /// Last: dropped after the group was killed.
+    lease: Lease,
 }
 
 impl Worker {
     pub async fn start(launch: &Launch, name: String) -> Result<Worker, WorkerError> {
         let started = Instant::now();
-        let mut command =
-            child::command_as(&launch.python, Grouping::OwnGroup, launch.user.as_ref());
-        if launch.user.is_some() {
-            // Whatever Python or the library keeps in a home (caches, settings) goes to the workers'
-            // own directory, which that user was given.
-            command.env("HOME", &launch.directory);
+        let (users, directory) = (launch.users.clone(), launch.directory.clone());
+        let lease = tokio::task::spawn_blocking(move || Lease::take(&users, &directory))
+            .await
+            .map_err(|err| WorkerError::NotStarted(format!("the worker's user: {err}")))?
+            .map_err(WorkerError::NotStarted)?;
+        let own_uid = matches!(launch.users, Users::PerInstance(_));
+        let confinement = Confinement::new(
+            lease.identity.clone(),
+            launch.network_namespace,
+            launch.memory_max,
+            launch.cpu_seconds,
+            own_uid.then_some(launch.processes_max),
+        );
+        let mut command = child::command(&launch.python, Grouping::OwnGroup);
+        if lease.identity.is_some() {
+            // Whatever Python or the library keeps in a home (caches, settings) goes to the worker's
+            // own directory, which its user was given.
+            command.env("HOME", &lease.home);
         }
-        let memory_max = launch.memory_max;
-        // SAFETY: between fork and exec the closure makes one async-signal-safe system call
-        // (setrlimit) on a value computed before the fork. It runs after the switch of user (a user
-        // may lower its own limits).
+        if own_uid {
+            // AppWorld's experiment outputs go under this worker's home, not a directory every
+            // instance shares (see worker.py).
+            command.env("BOXD_TRAINING_OWN_ROOT", "1");
+        }
+        // SAFETY: `apply` makes only async-signal-safe system calls on data prepared before the fork
+        // (see its contract). It runs after `command`'s own hook (OOM score, parent-death signal).
         unsafe {
-            command.pre_exec(move || {
-                let limit = libc::rlimit {
-                    rlim_cur: memory_max,
-                    rlim_max: memory_max,
-                };
-                if libc::setrlimit(libc::RLIMIT_AS, &limit) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
+            command.pre_exec(move || confinement.apply());
         }
         let mut child = command
             .args(["-u", "-c", WORKER_SOURCE, "--env", &launch.environment])
-            .current_dir(&launch.directory)
+            .current_dir(&lease.home)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -151,6 +168,7 @@ impl Worker {
             answers: BufReader::new(stdout),
             stderr: StderrTail::forward(stderr, name),
             group,
+            lease,
         };
         let greeting = match tokio::time::timeout(launch.start_timeout, worker.read_line()).await {
             Err(_) => {
@@ -195,6 +213,14 @@ impl Worker {
             "environment worker ready"
         );
         Ok(worker)
+    }
+
+    /// Kills the worker and everything it started, and waits until nothing of it is left (with a uid of
+    /// its own: every process of that uid, even one that left the group with `setsid`).
+    pub async fn retire(self) {
+        let Worker { group, lease, .. } = self;
+        drop(group);
+        lease.end().await;
     }
 
     /// This worker's process group, to kill it while a request holds the worker.

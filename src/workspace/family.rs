@@ -14,10 +14,18 @@ pub fn family(setup: &Setup) -> Result<Arc<dyn Family>, String> {
 
 /// The bounds the `workspace` family keeps, for `boxd limits`.
 pub fn limits() -> Vec<Limit> {
-    vec![Limit::new(
-        "workspace",
-        "`paths` field of a batch upload",
-        bytes(as_u64(super::MAX_BATCH_PATHS_BYTES)),
-        "413",
-    )]
+    vec![
+        Limit::new(
+            "workspace",
+            "`paths` field of a batch upload",
+            bytes(as_u64(super::MAX_BATCH_PATHS_BYTES)),
+            "413",
+        ),
+        Limit::new(
+            "workspace",
+            "files of one batch upload",
+            super::MAX_BATCH_FILES.to_string(),
+            "413",
+        ),
+    ]
 }

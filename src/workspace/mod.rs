@@ -29,6 +29,9 @@ use crate::api::extract::{ApiJson, ApiMultipart, ApiQuery};
 use crate::core::error::{ApiError, ApiResult};
 use upload::{StagedFile, is_staging_name};
 
+/// Files one batch upload takes, at most: each holds an open staged file (a descriptor) until the
+/// whole body has arrived, so an uncapped count could spend every descriptor boxd has.
+const MAX_BATCH_FILES: usize = 1_000;
 const READ_CHUNK: usize = 256 * 1024;
 /// All `paths` fields of one batch upload together: far more than any real list of target paths.
 const MAX_BATCH_PATHS_BYTES: usize = 1024 * 1024;
@@ -281,6 +284,12 @@ async fn receive_parts(
                 paths.push(path);
             }
             Some("files") => {
+                if files.len() >= MAX_BATCH_FILES {
+                    return Err(ApiError::PayloadTooLarge(format!(
+                        "a batch upload takes at most {MAX_BATCH_FILES} files; send the rest in \
+                         another request"
+                    )));
+                }
                 let filename = field.file_name().map(str::to_owned);
                 let what = filename.clone().unwrap_or_else(|| "uploaded part".into());
                 let staged = upload::stage(staging_dir, field, &what).await?;

@@ -159,19 +159,23 @@ impl Server {
         self.child.try_wait().ok().flatten()
     }
 
-    /// SIGTERM, then waits for the exit status (bounded).
+    /// SIGTERM, then waits for the exit status (`SETTLE` at most: boxd stops its families first, then
+    /// gives in-flight requests up to 5 s; on a loaded machine all that takes longer than alone).
     pub fn terminate(&mut self) -> Option<std::process::ExitStatus> {
         // SAFETY: plain kill(2) on our own child.
         unsafe {
             libc::kill(self.child.id() as i32, libc::SIGTERM);
         }
-        for _ in 0..100 {
+        let deadline = std::time::Instant::now() + SETTLE;
+        loop {
             if let Ok(Some(status)) = self.child.try_wait() {
                 return Some(status);
             }
-            std::thread::sleep(Duration::from_millis(50));
+            if std::time::Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
         }
-        None
     }
 }
 
@@ -282,18 +286,37 @@ pub async fn start_process(server: &Server, request: serde_json::Value) -> serde
     response.json().await.unwrap()
 }
 
-/// Polls a live process until it has exited (10 s at most) and returns its last status.
+/// How long a test waits for what it asserts to come about: a fork, a signal's delivery, a file a
+/// child writes. Generous, since on a loaded 2-core machine these take far longer than alone; a test
+/// that passes returns as soon as the thing has happened.
+pub const SETTLE: Duration = Duration::from_secs(20);
+
+/// Whether `check` holds within `limit`, asked every 20 ms (and once more at the end): what a test
+/// asserts about something that happens a little after what it did, never a first look or a sleep.
+pub async fn eventually(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        if check() {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return check();
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Polls a live process until it has exited (`SETTLE` at most) and returns its last status.
 pub async fn wait_exited(server: &Server, id: &str) -> serde_json::Value {
-    let mut last = serde_json::Value::Null;
-    for _ in 0..200 {
-        last = server.get(&format!("/processes/{id}")).fetch_json().await;
-        if last["status"] == "exited" {
-            break;
+    let deadline = tokio::time::Instant::now() + SETTLE;
+    loop {
+        let last = server.get(&format!("/processes/{id}")).fetch_json().await;
+        if last["status"] == "exited" || tokio::time::Instant::now() >= deadline {
+            assert_eq!(last["status"], "exited", "{last}");
+            return last;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert_eq!(last["status"], "exited", "{last}");
-    last
 }
 
 /// How many processes `pgrep SELECTOR ID` finds (`-g` a group, `-s` a session).

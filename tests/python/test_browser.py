@@ -616,10 +616,11 @@ def test_navigation_settles_by_observation_not_a_fixed_quiet_window(browser, sit
     assert "Loaded: slow data" in late, late
     assert time.monotonic() - started < 10
     # A static page is done once it loaded: no quiet window is waited out. The old settle waited at
-    # least 100 ms of DOM quiet after every load; the fastest of a few navigations shows the floor.
+    # least 100 ms of DOM quiet after every load; the fastest of a few navigations shows the floor (on
+    # a loaded machine more of them may be needed to see one under it: up to 30).
     ok(browser.browser_navigate(f"{site}/page2.html"))
     took = []
-    for _ in range(8):
+    while len(took) < 8 or (min(took) >= 0.095 and len(took) < 30):
         started = time.monotonic()
         answer = ok(browser.browser_navigate(f"{site}/page2.html"))
         took.append(time.monotonic() - started)
@@ -731,8 +732,12 @@ def test_frames_paced_by_boxd_screenshots_show_the_last_change_and_pages_keep_an
         return int(counts[-1]) if counts else 0
 
     first = frames()
-    # Past the lively window after a call, into the idle pace; a frozen page would not count on.
+    # Past the lively window after a call, into the idle pace; a frozen page would not count on. A
+    # loaded machine draws fewer frames in that time: looked at again, a second apart, for a while.
     time.sleep(3)
+    deadline = time.monotonic() + 20
+    while frames() < first + 8 and time.monotonic() < deadline:
+        time.sleep(1)
     assert frames() >= first + 8
 
     ok(browser.browser_click("Open button", ref(page, "button", "Open")))

@@ -1,7 +1,7 @@
 """Every route of the core contract through the real agentscope-runtime client."""
 import hashlib
 import os
-import subprocess
+import signal
 import time
 
 import pytest
@@ -33,12 +33,13 @@ def test_shell_command(client, boxd):
     assert via_tool["isError"] is False
 
 
-def test_background_process_does_not_hold_the_answer(client):
+def test_background_process_does_not_hold_the_answer(client, boxd):
     started = time.monotonic()
-    result = client.run_shell_command("sleep 40 & echo launched")
+    result = client.run_shell_command("sleep 40 & echo $! > bg.pid; echo launched")
     assert time.monotonic() - started < 3
     assert text_of(result, "stdout") == "launched\n"
-    subprocess.run(["pkill", "-f", "sleep 40$"], check=False)
+    # Its own sleep, by pid: `pkill -f 'sleep 40$'` would reach any other `sleep 40` of the machine.
+    os.kill(int((boxd.workspace / "bg.pid").read_text()), signal.SIGKILL)
 
 
 def test_shell_timeout_through_the_client(tmp_path):

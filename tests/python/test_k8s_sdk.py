@@ -65,17 +65,21 @@ def sandboxd(tmp_path):
     workspace.mkdir()
     grpc_port, rest_port = free_port(), free_port()
     server = Boxd(workspace, "--sandboxd-grpc-addr", f"127.0.0.1:{grpc_port}",
-                  "--sandboxd-rest-addr", f"127.0.0.1:{rest_port}")
+                  "--sandboxd-rest-addr", f"127.0.0.1:{rest_port}",
+                  "--tools", "shell,ipython,filesystem,workspace,git,processes,watch,mcp,sandboxd")
     connector = LocalConnector(
         "sandbox-test", "default",
         SandboxdPodTunnelConnectionConfig(rest_port=rest_port, grpc_port=grpc_port),
         k8s_helper=None)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
+    deadline = time.monotonic() + 20
+    while True:
         try:
             connector.send_request("GET", "v1/health", timeout=1)
             break
         except SandboxRequestError:
+            if time.monotonic() > deadline:
+                server.stop()
+                raise
             time.sleep(0.05)
     yield server, connector, workspace
     connector.close()
@@ -83,7 +87,11 @@ def sandboxd(tmp_path):
 
 
 @pytest.fixture
-def legacy(boxd):
+def legacy(tmp_path):
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    # sandboxd (which serves the legacy routes) is off by default for `boxd serve`; the images turn it on.
+    boxd = Boxd(workspace, "--tools", "shell,ipython,filesystem,workspace,git,processes,watch,mcp,sandboxd")
     connector = SandboxConnector(
         "sandbox-test", "default",
         SandboxDirectConnectionConfig(
@@ -92,6 +100,7 @@ def legacy(boxd):
         k8s_helper=None)
     yield connector, boxd.workspace
     connector.close()
+    boxd.stop()
 
 
 def test_commands_over_grpc_execute(sandboxd):

@@ -141,6 +141,23 @@ def readiness(server):
     return answer.json()["families"]["adb"]
 
 
+def running_with_arguments(arguments):
+    """Whether a process of this machine has these arguments at the end of its command line (a script
+    run by its interpreter has the interpreter and the script's path before them)."""
+    wanted = b"\0".join(argument.encode() for argument in arguments[1:]) + b"\0"
+    for entry in pathlib.Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            command_line = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        parts = command_line.split(b"\0")
+        if command_line.endswith(wanted) and any(part.endswith(arguments[0].encode()) for part in parts):
+            return True
+    return False
+
+
 def wait_for(predicate, seconds, what):
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -585,7 +602,10 @@ def test_a_command_whose_wait_ran_out_or_whose_caller_left_is_withdrawn_and_neve
         target=lambda: swiped.update(sandbox(90).mobile_swipe([1, 1], [2, 2], duration=38_000)))
     swipe.start()
     wait_for(lambda: device.proc.poll() is None and readiness(boxd)["status"] == "ready", 5, "ready")
-    time.sleep(1)
+    # The swipe holds the device before the taps queue behind it: its `input` runs there (the device
+    # stand-in's shell runs it as a process of this machine).
+    wait_for(lambda: running_with_arguments(["input", "swipe", "1", "1", "2", "2", "38000"]), 20,
+             "the swipe running on the device")
     # This caller gives up after 2 s (its HTTP client's timeout) and goes away.
     gone = sandbox(2).mobile_tap([11, 11])
     assert gone["isError"] is True and "timed out" in texts(gone)[0], gone

@@ -128,6 +128,29 @@ def test_errors(server, client):
     client.release_instance("refused")
 
 
+def test_public_routes_take_only_json(server, client):
+    """Without a token, the JSON content type is what keeps a web page from driving an instance: a
+    `text/plain` (or form, or untyped) POST needs no CORS preflight. Each is refused with 415 before
+    its body is read; the same body as `application/json` works."""
+    url = f"http://127.0.0.1:{server.port}"
+    body = json.dumps({"env_type": "bfcl", "task_id": "multi_turn_base_0",
+                       "instance_id": "csrf", "messages": {}, "params": {}})
+    for route in ("create", "step", "evaluate", "get_info", "release", "get_env_profile"):
+        for content_type in ("text/plain", "text/plain;charset=UTF-8",
+                             "application/x-www-form-urlencoded", "multipart/form-data; boundary=x",
+                             None):
+            headers = {"Content-Type": content_type} if content_type else {}
+            answer = requests.post(f"{url}/{route}", data=body.encode(), headers=headers,
+                                   timeout=10)
+            assert answer.status_code == 415, (route, content_type, answer.text)
+            assert "application/json" in answer.json()["detail"]
+    assert error_of(lambda: client.step("csrf", action=say("x"))) == \
+        "HTTP Error 400: Instance csrf not found!"
+    answer = requests.post(f"{url}/release", data=body.encode(),
+                           headers={"Content-Type": "Application/JSON; charset=utf-8"}, timeout=10)
+    assert answer.status_code == 200 and answer.json() == {"success": False, "data": None}
+
+
 def test_reused_instance_id_replaces(client):
     create(client, "multi_turn_base_0", "reused")
     client.step("reused", action=say(block("cd", {"folder": "document"})))
@@ -237,7 +260,8 @@ def test_cap_idle_release_and_malformed_bodies(tmp_path_factory, bfcl_data):
                 answer = requests.post(f"{url}/step", json=body, timeout=10)
                 assert answer.status_code == 422, answer.text
                 assert "invalid type" in answer.json()["detail"], (wrong, answer.text)
-            broken = requests.post(f"{url}/create", data=b"{", timeout=10)
+            broken = requests.post(f"{url}/create", data=b"{", timeout=10,
+                                   headers={"Content-Type": "application/json"})
             assert broken.status_code == 422
             assert requests.get(f"{url}/create", timeout=10).status_code == 405
     finally:
@@ -313,6 +337,58 @@ def test_workers_run_as_the_training_user(tmp_path_factory, bfcl_data):
         shutil.rmtree(readable, ignore_errors=True)
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="boxd switches users only as root")
+def test_bfcl_workers_with_a_uid_each(tmp_path_factory, bfcl_data):
+    """`--training-uids`: each BFCL worker (the spare too) runs as a uid and group of its own from the
+    range, in a 0700 home of its own that release removes; episodes score as usual."""
+    import pathlib
+    import pwd
+    import random
+    import shutil
+    import tempfile
+    first = 60000 + random.randrange(0, 100) * 16
+    readable = pathlib.Path(tempfile.mkdtemp(prefix="boxd-bfcl-"))
+    try:
+        readable.chmod(0o755)
+        for name in ("multi_turn_processed.jsonl", "multi_turn_split_ids.json"):
+            shutil.copy(bfcl_data[0] / name, readable / name)
+            (readable / name).chmod(0o644)
+        python, env = python_for(pwd.getpwnam("nobody"))
+        boxd = Boxd(tmp_path_factory.mktemp("workspace"), "--tools", "training", "--training-env",
+                    "bfcl", "--training-python", python, "--training-max-instances", "3",
+                    "--training-uids", f"{first}-{first + 5}", env={**bfcl_env(readable), **env})
+        try:
+            with TrainingSandboxClient(base_url=f"http://127.0.0.1:{boxd.port}") as client:
+                task_id = "multi_turn_base_0"
+                episode, _ = create(client, task_id)
+                other, _ = create(client, "multi_turn_base_1")
+                last = replay(episode, bfcl_data[1][task_id])
+                assert last["reward"] == 1.0
+                workers = wait_for(lambda: [pid for pid in map(int, filter(str.isdigit,
+                                                                           os.listdir("/proc")))
+                                            if worker_of(pid, boxd.proc.pid)] or None)
+                homes, uids = [], []
+                for pid in workers:
+                    with open(f"/proc/{pid}/status") as status:
+                        fields = dict(line.split(":", 1) for line in status)
+                    (uid,) = set(map(int, fields["Uid"].split()))
+                    assert set(map(int, fields["Gid"].split())) == {uid}
+                    assert fields["Groups"].split() == [str(uid)]
+                    assert first <= uid <= first + 5
+                    home = os.readlink(f"/proc/{pid}/cwd")
+                    assert os.stat(home).st_uid == uid and os.stat(home).st_mode & 0o777 == 0o700
+                    uids.append(uid)
+                    homes.append(home)
+                assert len(set(uids)) == len(uids) == 3  # two instances and the spare
+                assert client.release_instance(episode.instance_id) is True
+                assert client.release_instance(other.instance_id) is True
+                assert sum(os.path.exists(home) for home in homes) == 1  # the spare's
+        finally:
+            boxd.stop()
+    finally:
+        shutil.rmtree(readable, ignore_errors=True)
+
+
 def worker_of(pid, boxd_pid):
     try:
         with open(f"/proc/{pid}/stat") as stat:
@@ -326,17 +402,89 @@ def worker_of(pid, boxd_pid):
 
 def python_for(user):
     """An interpreter with bfcl-eval that `user` can run, and the environment it needs: the test venv's
-    when that user can reach it, else the system's Python of the same version with the venv's packages on
-    its path (the venv's interpreter may sit in a home that user cannot enter)."""
-    import sysconfig
+    when that user can run it and import bfcl-eval from it; else the system's Python of the same
+    version with a world-readable copy of the packages the worker imports (issue #46: the venv may sit
+    in a directory that user cannot enter, e.g. a clone under /root, so where the clone is must not
+    decide whether the tests pass)."""
     try:
-        reachable = subprocess.run([sys.executable, "-c", "import bfcl_eval"], user=user.pw_uid,
-                                   group=user.pw_gid, extra_groups=[], capture_output=True, timeout=60)
+        reachable = subprocess.run([sys.executable, "-c", "import bfcl_eval, mpmath"],
+                                   user=user.pw_uid, group=user.pw_gid, extra_groups=[],
+                                   capture_output=True, timeout=60)
         if reachable.returncode == 0:
             return sys.executable, {}
     except PermissionError:
         pass
+    return system_python(), {"PYTHONPATH": str(readable_packages())}
+
+
+def system_python():
+    """The system's Python of this version (which any user can run)."""
     system = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
     if not os.path.exists(system):
-        pytest.skip(f"no Python {user.pw_name} can run with bfcl-eval")
-    return system, {"PYTHONPATH": sysconfig.get_paths()["purelib"]}
+        pytest.skip("no system Python of the test venv's version for another user")
+    return system
+
+
+# What a BFCL worker imports from site-packages: its source with the loop left out, one episode run
+# (evaluate imports the checker's modules lazily), then the top-level names whose files are there.
+IMPORTS_PROBE = r"""
+import json, os, sys, sysconfig
+source = open(sys.argv[1]).read().replace('if __name__ == "__main__":', 'if False:')
+space = {"__name__": "probe"}
+exec(compile(source, "worker.py", "exec"), space)
+env = space["Bfcl"]()
+env.create("multi_turn_base_0", "probe", {})
+env.evaluate({}, {"sparse": True})
+site = os.path.realpath(sysconfig.get_paths()["purelib"])
+names = set()
+for module in list(sys.modules.values()):
+    path = os.path.realpath(getattr(module, "__file__", None) or "/")
+    if path.startswith(site + os.sep):
+        names.add(os.path.relpath(path, site).split(os.sep)[0])
+# The worker's source points fd 1 at stderr: the answer goes to its protocol descriptor.
+os.write(space["_PROTOCOL_FD"], json.dumps(sorted(names)).encode() + b"\n")
+"""
+
+_READABLE = {}
+
+
+def readable_packages():
+    """A world-readable directory (0755, under the system's temporary directory) holding a copy of the
+    packages a BFCL worker imports from the test venv (and their dist-info, which the worker reads
+    for the version); made once per test session."""
+    import atexit
+    import pathlib
+    import shutil
+    import sysconfig
+    import tempfile
+    if "path" in _READABLE:
+        return _READABLE["path"]
+    from test_training_worker import WORKER
+    site = pathlib.Path(os.path.realpath(sysconfig.get_paths()["purelib"]))
+    with tempfile.TemporaryDirectory() as scratch:
+        data = pathlib.Path(scratch)
+        done = subprocess.run(
+            [sys.executable, str(PREPARE), "--out", str(data), "--subset", "multi_turn"],
+            capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        probe = subprocess.run(
+            [sys.executable, "-c", IMPORTS_PROBE, str(WORKER)], capture_output=True, text=True,
+            timeout=120, cwd=scratch, env={**os.environ, **bfcl_env(data)})
+    assert probe.returncode == 0, probe.stderr
+    names = json.loads(probe.stdout.strip().splitlines()[-1])
+    copy = pathlib.Path(tempfile.mkdtemp(prefix="boxd-training-site-"))
+    atexit.register(shutil.rmtree, copy, True)
+    for name in names:
+        source = site / name
+        if source.is_dir():
+            shutil.copytree(source, copy / name, ignore=shutil.ignore_patterns("__pycache__"))
+        elif source.exists():
+            shutil.copy(source, copy / name)
+    for info in site.glob("bfcl_eval-*.dist-info"):
+        shutil.copytree(info, copy / info.name)
+    for root, dirs, files in os.walk(copy):
+        os.chmod(root, 0o755)
+        for name in files:
+            os.chmod(os.path.join(root, name), 0o644)
+    _READABLE["path"] = copy
+    return copy

@@ -539,3 +539,48 @@ def test_appworld_without_data_or_library(appworld, tmp_path):
     assert bare.ready["ready"] is False
     assert bare.ready["error"].startswith("the environment library appworld is not installed in ")
     assert bare.close() == 0
+
+
+def test_appworld_policy_code_runs_without_the_protocol(appworld):
+    """AppWorld's `execute` runs the policy's code in a world process forked at create, which holds
+    neither end of the protocol (boxd's request and answer pipes): what it writes anywhere cannot
+    become an answer line, and its reward is computed in the worker (issue #45). A world process that
+    dies ends the worker, which boxd reports as the instance gone."""
+    worker = appworld()
+    worker.data("create", task_id="task_a_1", instance_id="p", params={"simple": True})
+    protocol = {f"pipe:[{os.fstat(stream.fileno()).st_ino}]"
+                for stream in (worker.proc.stdin, worker.proc.stdout)}
+    step = worker.data("step", messages=say(
+        "import os, json\n"
+        "fds = {}\n"
+        "for n in os.listdir('/proc/self/fd'):\n"
+        "    try:\n"
+        "        fds[n] = os.readlink(f'/proc/self/fd/{n}')\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "print(json.dumps([os.getpid(), os.getppid(), fds]))"))
+    world, parent, descriptors = json.loads(step["state"][0]["content"])
+    assert parent == worker.proc.pid and world != worker.proc.pid
+    assert not protocol & set(descriptors.values()), descriptors
+    assert descriptors["0"] == "/dev/null"
+    # Its own channel to the worker, written to out of turn, yields no reward either.
+    forged = json.dumps({"ok": True, "data": {"content": "forged", "completed": True}})
+    step = worker.data("step", messages=say(
+        "import os, socket\n"
+        "for n in os.listdir('/proc/self/fd'):\n"
+        "    try:\n"
+        "        if os.readlink(f'/proc/self/fd/{n}').startswith('socket:'):\n"
+        f"            os.write(int(n), {forged!r}.encode() + b'\\n')\n"
+        "    except OSError:\n"
+        "        pass\n"))
+    assert step["reward"] == 0.0, step
+    # The world process dies: so does the worker, without an answer.
+    worker.proc.stdin.write(json.dumps({"op": "step", "messages": say("import os\nos._exit(3)")})
+                            .encode() + b"\n")
+    worker.proc.stdin.flush()
+    assert worker.proc.stdout.readline() == b"" and worker.proc.wait(30) == 1
+    deadline = time.monotonic() + 5
+    while not any("the AppWorld world process broke" in line for line in worker.stderr):
+        assert time.monotonic() < deadline, worker.stderr
+        time.sleep(0.02)
+    worker.proc.returncode = 0  # the fixture's check: this worker was meant to end so

@@ -42,6 +42,11 @@ pub enum IdentityError {
          unprivileged one"
     )]
     Root { name: String },
+    #[error(
+        "the user {name:?} is in group 0 (root's): a child is moved to another user to leave root, give \
+         one outside that group"
+    )]
+    RootGroup { name: String },
 }
 
 impl Identity {
@@ -89,6 +94,13 @@ impl Identity {
         };
         if identity.uid == 0 {
             return Err(IdentityError::Root {
+                name: identity.name,
+            });
+        }
+        // Group 0 owns what root means to share with no one else (e.g. /etc/shadow is root:shadow, but
+        // many files are root:root 0640/0660): a confined user must not be in it.
+        if identity.groups.contains(&0) || identity.gid == 0 {
+            return Err(IdentityError::RootGroup {
                 name: identity.name,
             });
         }
@@ -263,12 +275,13 @@ mod tests {
             dir.path().join("passwd"),
             "root:x:0:0:root:/root:/bin/bash\n\
              boxd-browser:x:997:997::/nonexistent:/usr/sbin/nologin\n\
-             broken:x:notanumber:1::/:/bin/sh\n",
+             broken:x:notanumber:1::/:/bin/sh\n\
+             wheel-member:x:1700:1700::/:/bin/sh\n",
         )
         .expect("passwd written");
         std::fs::write(
             dir.path().join("group"),
-            "root:x:0:\nboxd-browser:x:997:\nworkspace:x:1500:alice,boxd-browser\nother:x:1600:alice\n",
+            "root:x:0:wheel-member\nboxd-browser:x:997:\nworkspace:x:1500:alice,boxd-browser\nother:x:1600:alice\n",
         )
         .expect("group written");
         dir
@@ -312,6 +325,14 @@ mod tests {
             Err(IdentityError::UnknownUser { .. })
         ));
         assert!(resolve("1:x", &dir).is_err());
+        assert!(matches!(
+            resolve("1234:0", &dir),
+            Err(IdentityError::RootGroup { .. })
+        ));
+        assert!(matches!(
+            resolve("wheel-member", &dir),
+            Err(IdentityError::RootGroup { .. })
+        ));
     }
 
     #[test]
