@@ -121,7 +121,7 @@ async fn shell_commands_past_the_cap_are_told_busy() {
             body["detail"]
                 .as_str()
                 .unwrap_or_default()
-                .contains(&format!("{COMMAND_CAP} shell commands are running")),
+                .contains(&format!("{COMMAND_CAP} one-shot commands are running")),
             "{body}"
         );
         assert!(

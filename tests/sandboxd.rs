@@ -715,6 +715,19 @@ async fn reflection_lists_the_process_service() {
     }
 }
 
+/// `Execute(command)` over `client`: its answer or status.
+async fn execute(
+    client: &mut ProcessServiceClient<tonic::transport::Channel>,
+    command: &[&str],
+) -> Result<pb::ExecuteResponse, tonic::Status> {
+    client
+        .execute(ExecuteRequest {
+            config: Some(config(command)),
+        })
+        .await
+        .map(tonic::Response::into_inner)
+}
+
 /// Raw requests to sandboxd's listeners from a process of `user` (via `setpriv`; the test's own user
 /// when `None`), by Debian's Python (one any user can run, unlike a pyenv under /root): for each, the first bytes answered, or `closed` when the connection ended unanswered.
 fn raw_answers(user: Option<&str>, requests: &[(&str, Vec<u8>)]) -> Vec<String> {
@@ -833,13 +846,10 @@ async fn only_boxd_user_reaches_the_listeners_and_only_as_their_clients_speak() 
     }
     // The real client still works.
     let mut client = sandboxd.client().await;
-    let answer = client
-        .execute(ExecuteRequest {
-            config: Some(config(&["sh", "-c", "echo ok"])),
-        })
+    let answer = execute(&mut client, &["sh", "-c", "echo ok"])
         .await
         .expect("Execute over gRPC");
-    assert_eq!(answer.into_inner().stdout, b"ok\n");
+    assert_eq!(answer.stdout, b"ok\n");
 }
 
 /// An `Execute` whose call names no deadline still ends: at `--sandboxd-exec-timeout`.
@@ -899,10 +909,7 @@ async fn an_unclaimed_pool_pod_serves_nothing_on_sandboxd() {
         .await
         .expect("gRPC connects");
     let mut client = ProcessServiceClient::new(channel);
-    let refused = client
-        .execute(ExecuteRequest {
-            config: Some(config(&["sh", "-c", "echo planted"])),
-        })
+    let refused = execute(&mut client, &["sh", "-c", "echo planted"])
         .await
         .expect_err("Execute before the claim");
     assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
@@ -919,13 +926,10 @@ async fn an_unclaimed_pool_pod_serves_nothing_on_sandboxd() {
         http.get(&health).send().await.expect("health").status(),
         200
     );
-    let answer = client
-        .execute(ExecuteRequest {
-            config: Some(config(&["sh", "-c", "echo served"])),
-        })
+    let answer = execute(&mut client, &["sh", "-c", "echo served"])
         .await
         .expect("Execute after the claim");
-    assert_eq!(answer.into_inner().stdout, b"served\n");
+    assert_eq!(answer.stdout, b"served\n");
 }
 
 /// `Start` of a program that is not there: `NOT_FOUND`, as sandboxd (and `Execute`) answer it.
