@@ -693,7 +693,7 @@ impl Process {
     }
 }
 
-/// Copies `files` into a new directory under `staging` (boxd's, see [`Process::upload_staging`]),
+/// Copies `files` (each opened by the caller, through the confinement) into a new directory under `staging` (boxd's, see [`Process::upload_staging`]),
 /// keeping their names (a page sees the names it was given), each readable by `user` only: the
 /// workspace may be closed to the browser's user, and a copy leaves it nothing of the workspace to
 /// write. The directories stay boxd's, so that user cannot move anything boxd writes. At most
@@ -701,10 +701,10 @@ impl Process {
 pub fn stage_uploads(
     staging: &Path,
     user: &Identity,
-    files: &[PathBuf],
+    files: Vec<(PathBuf, std::fs::File)>,
 ) -> std::io::Result<Vec<PathBuf>> {
-    let total = files.iter().try_fold(0u64, |total, file| {
-        Ok::<u64, std::io::Error>(total.saturating_add(std::fs::metadata(file)?.len()))
+    let total = files.iter().try_fold(0u64, |total, (_, file)| {
+        Ok::<u64, std::io::Error>(total.saturating_add(file.metadata()?.len()))
     })?;
     if total > MAX_STAGED_UPLOAD_BYTES {
         return Err(std::io::Error::other(format!(
@@ -717,17 +717,16 @@ pub fn stage_uploads(
     let batch = staging.join(STAGED_UPLOADS.fetch_add(1, Ordering::Relaxed).to_string());
     builder.create(&batch)?;
     let staged = files
-        .iter()
+        .into_iter()
         .enumerate()
-        .map(|(index, file)| {
-            let name = file
+        .map(|(index, (path, mut from))| {
+            let name = path
                 .file_name()
-                .ok_or_else(|| std::io::Error::other(format!("{file:?} names no file")))?;
+                .ok_or_else(|| std::io::Error::other(format!("{path:?} names no file")))?;
             // Two files of one name (from two directories) each keep it, in a directory of their own.
             let directory = batch.join(index.to_string());
             builder.create(&directory)?;
             let target = directory.join(name);
-            let mut from = std::fs::File::open(file)?;
             let mut to = std::fs::OpenOptions::new()
                 .write(true)
                 .create_new(true)

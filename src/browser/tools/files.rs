@@ -210,33 +210,38 @@ impl Browser {
             )));
         }
         let uploads = self.uploads.clone();
-        let files = tokio::task::spawn_blocking(move || {
+        // Each file opened once, through the confinement's descriptors (no link followed after the
+        // check, no FIFO or device opened): a copy for a browser under its own user is made from
+        // these very descriptors, so nothing swapped in at the path since can be read instead.
+        let opened = tokio::task::spawn_blocking(move || {
             paths
                 .iter()
                 .map(|path| {
-                    let resolved = uploads.check(path).map_err(|err| {
+                    let (resolved, held) = uploads.open(path).map_err(|err| {
                         ToolError::Reported(format!(
                             "cannot upload {path:?}: {err} Upload files of the workspace or of \
                              a directory given with --allow-dir."
                         ))
                     })?;
-                    if !resolved.real.is_file() {
-                        return Err(ToolError::Reported(format!(
-                            "cannot upload {path:?}: not a file"
-                        )));
+                    let not_a_file =
+                        || ToolError::Reported(format!("cannot upload {path:?}: not a file"));
+                    let file = held.open_for_reading().map_err(|_| not_a_file())?;
+                    if !file.metadata().is_ok_and(|meta| meta.is_file()) {
+                        return Err(not_a_file());
                     }
-                    Ok(resolved.real.display().to_string())
+                    Ok((resolved.real, file))
                 })
-                .collect::<Result<Vec<String>, ToolError>>()
+                .collect::<Result<Vec<(std::path::PathBuf, std::fs::File)>, ToolError>>()
         })
         .await
         .map_err(|err| ToolError::Reported(format!("resolving the paths failed: {err}")))??;
-        let files = match running.upload_staging() {
-            None => files,
+        let files: Vec<String> = match running.upload_staging() {
+            None => opened
+                .iter()
+                .map(|(path, _)| path.display().to_string())
+                .collect(),
             Some((staging, user)) => {
-                let originals: Vec<std::path::PathBuf> =
-                    files.iter().map(std::path::PathBuf::from).collect();
-                tokio::task::spawn_blocking(move || stage_uploads(&staging, &user, &originals))
+                tokio::task::spawn_blocking(move || stage_uploads(&staging, &user, opened))
                     .await
                     .map_err(|err| ToolError::Reported(format!("copying the files failed: {err}")))?
                     .map_err(|err| ToolError::Reported(format!("cannot upload the files: {err}")))?

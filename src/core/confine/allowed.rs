@@ -56,7 +56,9 @@ impl AllowedDirs {
     }
 
     /// Blocking (it reads link metadata). Accepts `~`, absolute paths and paths relative to the
-    /// workspace; refuses anything whose real location is outside every allowed directory.
+    /// workspace; refuses anything whose real location is outside every allowed directory. Only the
+    /// confinement's own tests use the check alone: a tool holds what it checked ([`Self::open`]).
+    #[cfg(test)]
     pub fn check(&self, input: &str) -> Result<Checked, String> {
         self.confinement
             .confine(input, &expand_home(input), Last::Follow)
@@ -64,7 +66,7 @@ impl AllowedDirs {
             .map_err(|err| err.tool_message())
     }
 
-    /// As `check`, and held by descriptors ([`Anchor`]): what the tool does, it does on these.
+    /// As the check above, and held by descriptors ([`Anchor`]): what the tool does, it does on these.
     pub fn open(&self, input: &str) -> Result<(Checked, Anchor), String> {
         self.open_as(input, Last::Follow, false)
     }
