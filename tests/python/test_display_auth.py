@@ -163,11 +163,28 @@ print(json.dumps(report))
 """
 
 
+# Debian's Python for the other user's probes: the test venv's may sit where that user cannot enter.
+PROBE_PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+_PROBE_DIR = []
+
+
+def probe_dir() -> str:
+    """A world-readable copy of x11_wire.py: the other user may not enter the clone (under /root, say)."""
+    if not _PROBE_DIR:
+        directory = pathlib.Path(tempfile.mkdtemp(prefix="boxd-x11-probe-"))
+        directory.chmod(0o755)
+        copy = directory / "x11_wire.py"
+        shutil.copyfile(pathlib.Path(__file__).parent / "x11_wire.py", copy)
+        copy.chmod(0o644)
+        _PROBE_DIR.append(str(directory))
+    return _PROBE_DIR[0]
+
+
 def probe_as(user, display, cookie_file, xtest_opcode):
     """What a client of `user` (a pwd entry, or None for root) gets on `display` with `cookie_file` (or none)."""
     import json
     switch = [] if user is None else ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--clear-groups"]
-    done = subprocess.run([*switch, sys.executable, "-c", PROBE, str(pathlib.Path(__file__).parent), str(display),
+    done = subprocess.run([*switch, PROBE_PYTHON, "-c", PROBE, probe_dir(), str(display),
                            str(cookie_file or ""), str(xtest_opcode)], capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
@@ -262,7 +279,7 @@ def test_vnc_is_reachable_only_through_boxd(desktop, tmp_path):
     assert not leaked, f"x11vnc listens on TCP: {leaked}"
     # The unprivileged user cannot open the socket; root (boxd) can.
     done = subprocess.run(["setpriv", f"--reuid={UNPRIVILEGED.pw_uid}", f"--regid={UNPRIVILEGED.pw_gid}",
-                           "--clear-groups", sys.executable, "-c",
+                           "--clear-groups", PROBE_PYTHON, "-c",
                            "import socket,sys\ns=socket.socket(socket.AF_UNIX)\n"
                            "try:\n s.connect(sys.argv[1]); print('connected', s.recv(12))\n"
                            "except OSError as e: print(type(e).__name__)", str(desktop.stream)],
