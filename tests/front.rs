@@ -15,6 +15,21 @@ use futures_util::{SinkExt, StreamExt};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
+/// Echoes each binary WebSocket message of `stream` back.
+async fn echo_websocket<S>(stream: S)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let Ok(mut socket) = tokio_tungstenite::accept_async(stream).await else {
+        return;
+    };
+    while let Some(Ok(message)) = socket.next().await {
+        if message.is_binary() && socket.send(message).await.is_err() {
+            return;
+        }
+    }
+}
+
 /// A WebSocket server on loopback that echoes each message; the count of handshakes it accepted.
 async fn echo_server() -> (std::net::SocketAddr, Arc<AtomicUsize>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -26,16 +41,7 @@ async fn echo_server() -> (std::net::SocketAddr, Arc<AtomicUsize>) {
     tokio::spawn(async move {
         while let Ok((stream, _)) = listener.accept().await {
             counter.fetch_add(1, Ordering::SeqCst);
-            tokio::spawn(async move {
-                let Ok(mut socket) = tokio_tungstenite::accept_async(stream).await else {
-                    return;
-                };
-                while let Some(Ok(message)) = socket.next().await {
-                    if message.is_binary() && socket.send(message).await.is_err() {
-                        return;
-                    }
-                }
-            });
+            tokio::spawn(echo_websocket(stream));
         }
     });
     (address, accepted)
@@ -203,16 +209,7 @@ async fn the_stream_relays_to_a_vnc_server_on_a_unix_socket() {
     tokio::spawn(async move {
         while let Ok((stream, _)) = listener.accept().await {
             counter.fetch_add(1, Ordering::SeqCst);
-            tokio::spawn(async move {
-                let Ok(mut socket) = tokio_tungstenite::accept_async(stream).await else {
-                    return;
-                };
-                while let Some(Ok(message)) = socket.next().await {
-                    if message.is_binary() && socket.send(message).await.is_err() {
-                        return;
-                    }
-                }
-            });
+            tokio::spawn(echo_websocket(stream));
         }
     });
     let (server, _pages) = desktop_server_at(path.to_str().unwrap_or_default());

@@ -28,6 +28,19 @@ def bfcl_data(tmp_path_factory):
     return out, tasks
 
 
+def readable_bfcl_data(source):
+    """A copy of the BFCL task data every user can read (pytest's temporary directories are 0700)."""
+    import pathlib
+    import shutil
+    import tempfile
+    readable = pathlib.Path(tempfile.mkdtemp(prefix="boxd-bfcl-"))
+    readable.chmod(0o755)
+    for name in ("multi_turn_processed.jsonl", "multi_turn_split_ids.json"):
+        shutil.copy(source / name, readable / name)
+        (readable / name).chmod(0o644)
+    return readable
+
+
 def start_boxd(tmp_path_factory, bfcl_data):
     workspace = tmp_path_factory.mktemp("workspace")
     return Boxd(workspace, "--tools", "training", "--training-env", "bfcl",
@@ -302,12 +315,8 @@ def test_workers_run_as_the_training_user(tmp_path_factory, bfcl_data):
     is_root = os.geteuid() == 0
     user = pwd.getpwnam("nobody") if is_root else pwd.getpwuid(os.geteuid())
     # The data where that user can read it (pytest's temporary directories are 0700).
-    readable = pathlib.Path(tempfile.mkdtemp(prefix="boxd-bfcl-"))
+    readable = readable_bfcl_data(bfcl_data[0])
     try:
-        readable.chmod(0o755)
-        for name in ("multi_turn_processed.jsonl", "multi_turn_split_ids.json"):
-            shutil.copy(bfcl_data[0] / name, readable / name)
-            (readable / name).chmod(0o644)
         workspace = tmp_path_factory.mktemp("workspace")
         extra = ["--training-user", "nobody"] if is_root else []
         python, env = python_for(user)
@@ -347,12 +356,8 @@ def test_bfcl_workers_with_a_uid_each(tmp_path_factory, bfcl_data):
     import shutil
     import tempfile
     first = 60000 + random.randrange(0, 100) * 16
-    readable = pathlib.Path(tempfile.mkdtemp(prefix="boxd-bfcl-"))
+    readable = readable_bfcl_data(bfcl_data[0])
     try:
-        readable.chmod(0o755)
-        for name in ("multi_turn_processed.jsonl", "multi_turn_split_ids.json"):
-            shutil.copy(bfcl_data[0] / name, readable / name)
-            (readable / name).chmod(0o644)
         python, env = python_for(pwd.getpwnam("nobody"))
         boxd = Boxd(tmp_path_factory.mktemp("workspace"), "--tools", "training", "--training-env",
                     "bfcl", "--training-python", python, "--training-max-instances", "3",
