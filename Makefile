@@ -115,7 +115,8 @@ fuzz-quick: test-build
 # Fully static release binary (glibc static-pie), with fat LTO: what images ship.
 static:
 	CARGO_PROFILE_RELEASE_LTO=fat CARGO_PROFILE_RELEASE_CODEGEN_UNITS=1 \
-	RUSTFLAGS="-C target-feature=+crt-static" cargo build --release --target $(TARGET)
+	RUSTFLAGS="-C target-feature=+crt-static -C link-arg=-Wl,-z,pack-relative-relocs" \
+	  cargo build --release --target $(TARGET)
 	file $(STATIC_BIN)
 	@ls -l $(STATIC_BIN)
 

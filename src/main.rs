@@ -231,17 +231,43 @@ fn main() -> std::process::ExitCode {
     }
 }
 
+/// Pool mode under `boxd init`: the claim an earlier serve made holds again (a tenant that kills serve
+/// must not reopen `POST /init` to the pool secret), and a claim made here is kept by init.
+fn keep_claims(
+    pool: &auth::Pool,
+    claim: Option<init::handover::ClaimRecord>,
+    claims: init::handover::ClaimReporter,
+) {
+    if let Some(claim) = claim {
+        let token = claim.token;
+        if pool.claim(&token, || core::child::set_runtime_environment(claim.env)) {
+            tracing::info!(
+                "pool mode: claimed before this start; only its session token is accepted"
+            );
+        }
+    }
+    pool.keep_claims_with(Arc::new(move |token: &str, env: &[(String, String)]| {
+        let record = init::handover::ClaimRecord {
+            token: token.to_string(),
+            env: env.to_vec(),
+        };
+        claims.report(&record).map_err(|err| err.to_string())
+    }));
+}
+
 async fn serve(
     mut args: ServeArgs,
     instance: String,
     handed: Option<init::handover::Received>,
 ) -> Result<(), String> {
     let mut handed_listener = None;
+    let mut handed_claim = None;
     if let Some(mut handed) = handed {
         args.token = handed.secrets.remove(init::secrets::TOKEN);
         args.adb.adb_key = handed.secrets.remove(init::secrets::ADB_KEY);
         args.pool_secret = handed.secrets.remove(init::secrets::POOL_SECRET);
         handed_listener = handed.listener;
+        handed_claim = Some((handed.claim, handed.claims));
     }
     let token = args.token.clone().filter(|token| !token.is_empty());
     let pool_secret = args.pool_secret.clone().filter(|secret| !secret.is_empty());
@@ -261,13 +287,26 @@ async fn serve(
         }
         (Some(secret), None, None) => auth::Auth::pool_from_secret(&secret, "BOXD_POOL_SECRET")?,
         (None, Some(path), None) => auth::Auth::pool_from_file(path)?,
-        (None, None, Some(token)) => auth::Auth::fixed(&token),
+        (None, None, Some(token)) => {
+            if token.len() < auth::MIN_POOL_SECRET {
+                // Kept working (upstream's docs publish a 15-character token), but said loudly.
+                tracing::warn!(
+                    length = token.len(),
+                    "SECRET_TOKEN is shorter than {} characters: guessable by anyone who reaches                      the port (the SDK's manager gives 32)",
+                    auth::MIN_POOL_SECRET
+                );
+            }
+            auth::Auth::fixed(&token)
+        }
         (None, None, None) => {
             let token = auth::generate();
             eprintln!("boxd: SECRET_TOKEN is not set; generated token: {token}");
             auth::Auth::fixed(&token)
         }
     };
+    if let (Some(pool), Some((claim, claims))) = (auth.pool_mode(), handed_claim) {
+        keep_claims(pool, claim, claims);
+    }
     if args.max_output == 0 {
         return Err("--max-output must be positive".into());
     }

@@ -406,6 +406,61 @@ fn a_usage_error_stops_init_with_status_2_instead_of_restarting() {
     }
 }
 
+/// A tenant that kills serve in a claimed pool pod gets a serve that is still claimed (review L5): the
+/// session token and the claim's environment hold, and `POST /init` stays closed to the pool secret.
+#[tokio::test]
+async fn a_claim_outlives_a_killed_serve() {
+    let pool_secret = "pool-0123456789-restart-secret";
+    let session = "session-0123456789-restart";
+    let init = Init::start(
+        &[],
+        &[
+            ("BOXD_POOL_SECRET", pool_secret),
+            ("BOXD_RESTART_DELAY_MS", "50"),
+        ],
+    );
+    init.wait_serving().await;
+    let client = reqwest::Client::new();
+    let claimed = client
+        .post(init.url("/fastapi/init"))
+        .bearer_auth(pool_secret)
+        .json(&serde_json::json!({ "token": session, "env": { "CLAIM_MARK": "kept" } }))
+        .send()
+        .await
+        .expect("init");
+    assert_eq!(claimed.status(), 200, "{:?}", claimed.text().await);
+    for round in 0..3 {
+        let before = init.serve_pid().expect("boxd serve runs");
+        // SAFETY: kill(2) on a process of this test.
+        unsafe { libc::kill(before, libc::SIGKILL) };
+        let restarted = found_within(|| init.serve_pid().filter(|pid| *pid != before)).await;
+        assert!(
+            restarted.is_some(),
+            "round {round}: serve restarted; {}",
+            init.stderr()
+        );
+        init.wait_serving().await;
+        assert_eq!(
+            init.shell(session, "printf %s \"$CLAIM_MARK\"").await,
+            "kept",
+            "round {round}: the session token and the claim's environment hold; {}",
+            init.stderr()
+        );
+        let again = client
+            .post(init.url("/fastapi/init"))
+            .bearer_auth(pool_secret)
+            .json(&serde_json::json!({ "token": "session-9876543210-thief" }))
+            .send()
+            .await
+            .expect("init again");
+        assert_eq!(
+            again.status(),
+            409,
+            "round {round}: POST /init stays closed"
+        );
+    }
+}
+
 #[tokio::test]
 async fn exits_are_restarted_with_a_growing_delay_and_sigterm_stops_everything() {
     let mut init = Init::start(

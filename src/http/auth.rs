@@ -53,7 +53,12 @@ pub struct Pool {
     claimed: Claim,
     /// Held while one `POST /init` checks and sets the claim, so two racing inits cannot both win.
     claiming: Mutex<()>,
+    /// Where a claim is kept beyond this process (`boxd init`), so a restart does not undo it.
+    keeper: OnceLock<ClaimKeeper>,
 }
+
+/// Keeps a claim (session token, environment) beyond this process; blocking.
+pub type ClaimKeeper = Arc<dyn Fn(&str, &[(String, String)]) -> Result<(), String> + Send + Sync>;
 
 /// What a credential presented to `POST /init` is, in pool mode.
 #[derive(Debug, PartialEq, Eq)]
@@ -101,6 +106,7 @@ impl Auth {
             session: OnceLock::new(),
             claimed: Claim::pending(),
             claiming: Mutex::new(()),
+            keeper: OnceLock::new(),
         })))
     }
 
@@ -180,6 +186,16 @@ impl Pool {
     /// Whether `token` is the pool secret (a session token equal to it would keep the secret working).
     pub fn is_secret(&self, token: &str) -> bool {
         self.secret.matches(token.as_bytes())
+    }
+
+    /// Has `keeper` keep every claim from now on.
+    pub fn keep_claims_with(&self, keeper: ClaimKeeper) {
+        let _ = self.keeper.set(keeper);
+    }
+
+    /// Where claims are kept, if anywhere.
+    pub fn keeper(&self) -> Option<ClaimKeeper> {
+        self.keeper.get().cloned()
     }
 
     /// Runs `claim` and then sets the session token, unless another init got there first (false).

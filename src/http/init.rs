@@ -77,10 +77,23 @@ pub async fn init(State(auth): State<Auth>, headers: HeaderMap, request: Request
     }
     let variables = body.env.len();
     let env: Vec<(String, String)> = body.env.into_iter().collect();
+    let kept_env = env.clone();
     if !pool.claim(&body.token, || {
         crate::core::child::set_runtime_environment(env)
     }) {
         return already_claimed().into_response();
+    }
+    if let Some(keeper) = pool.keeper() {
+        // Answered once kept, so a restart right after the answer is still claimed.
+        let token = body.token.clone();
+        let kept = tokio::task::spawn_blocking(move || keeper(&token, &kept_env)).await;
+        match kept {
+            Ok(Ok(())) => {}
+            Ok(Err(err)) => {
+                tracing::warn!("pool mode: the claim is not kept beyond a restart: {err}")
+            }
+            Err(err) => tracing::warn!("pool mode: the claim is not kept beyond a restart: {err}"),
+        }
     }
     tracing::info!(
         variables,

@@ -16,6 +16,11 @@
 //!    name the process it started, and that process is not traced; the secrets and the listener go
 //!    there, so a descriptor stolen earlier could not read them either.
 //!
+//! 4. **A claim outlives serve.** In pool mode serve keeps the inherited end (close-on-exec) and, once
+//!    `POST /init` claims it, passes init a socket carrying the session token and the environment the
+//!    claim set ([`ClaimRecord`]); init checks the sender as above and hands the record to every later
+//!    serve, so a tenant that kills serve does not reopen `POST /init` to the pool secret.
+//!
 //! The kernel also marks a program started this way "secure" (`AT_SECURE`), and glibc then drops a few
 //! variables from its environment (`TMPDIR`, `LD_LIBRARY_PATH`, ...): init sends serve's whole intended
 //! environment with the secrets, and serve puts back what was dropped, so its children see what the
@@ -26,6 +31,7 @@ use std::io::Write;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::net::UnixStream;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -38,6 +44,13 @@ pub const HANDOVER_FD: RawFd = 3;
 const REQUEST: &[u8] = b"boxd serve: hand-over v1";
 /// The most the answer may carry: secrets (64 KiB at most) and serve's environment.
 const MAX_ANSWER_BYTES: usize = 4 * 1024 * 1024;
+/// What serve sends with the socket that carries a claim.
+const CLAIM_REPORT: &[u8] = b"boxd serve: claimed v1";
+/// The most a claim may take as JSON: a session token (4 KiB) and `POST /init`'s environment (256 KiB,
+/// up to six times that escaped).
+const MAX_CLAIM_BYTES: usize = 2 * 1024 * 1024;
+/// Messages init reads from one serve after its answer: serve sends one claim at most.
+const MAX_REPORTS: usize = 8;
 /// How long either side waits for the other: serve asks within milliseconds of its exec.
 const PATIENCE: Duration = Duration::from_secs(20);
 /// The real group serve starts with (set apart from its effective one): `nogroup`, or one below when
@@ -73,6 +86,15 @@ fn io(what: &'static str) -> impl FnOnce(std::io::Error) -> HandoverError {
 struct Answer {
     secrets: Secrets,
     environment: Vec<(Vec<u8>, Vec<u8>)>,
+    #[serde(default)]
+    claim: Option<ClaimRecord>,
+}
+
+/// What a pool-mode `POST /init` set: the session token and the environment of serve's children.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClaimRecord {
+    pub token: String,
+    pub env: Vec<(String, String)>,
 }
 
 /// What serve received.
@@ -80,11 +102,18 @@ pub struct Received {
     pub secrets: Secrets,
     /// The public listener, when init bound one (it always does).
     pub listener: Option<std::net::TcpListener>,
+    /// The claim an earlier serve reported, in pool mode.
+    pub claim: Option<ClaimRecord>,
+    /// Where to report a claim made by this serve.
+    pub claims: ClaimReporter,
 }
 
 /// What init holds to answer every serve it starts.
 pub struct Offer {
-    answer: Vec<u8>,
+    secrets: Secrets,
+    environment: Vec<(Vec<u8>, Vec<u8>)>,
+    /// The first claim a serve reported: a pod serves one claim.
+    claim: Mutex<Option<ClaimRecord>>,
 }
 
 impl Offer {
@@ -95,20 +124,72 @@ impl Offer {
         {
             return Err(format!("unknown secret {unknown}"));
         }
-        let answer = Answer {
+        let offer = Offer {
             secrets: secrets.clone(),
             environment: environment
                 .iter()
                 .map(|(name, value)| (name.as_bytes().to_vec(), value.as_bytes().to_vec()))
                 .collect(),
+            claim: Mutex::new(None),
         };
-        let answer = serde_json::to_vec(&answer).map_err(|err| err.to_string())?;
-        if answer.len() > MAX_ANSWER_BYTES {
+        // Checked once here; a claim adds at most MAX_CLAIM_BYTES later.
+        let answer = offer.answer().map_err(|err| err.to_string())?;
+        if answer.len().saturating_add(MAX_CLAIM_BYTES) > MAX_ANSWER_BYTES {
             return Err(format!(
-                "the secrets and boxd's environment are longer than {MAX_ANSWER_BYTES} bytes"
+                "the secrets and boxd's environment are longer than {} bytes",
+                MAX_ANSWER_BYTES.saturating_sub(MAX_CLAIM_BYTES)
             ));
         }
-        Ok(Offer { answer })
+        Ok(offer)
+    }
+
+    fn claim(&self) -> std::sync::MutexGuard<'_, Option<ClaimRecord>> {
+        self.claim
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn answer(&self) -> Result<Vec<u8>, serde_json::Error> {
+        serde_json::to_vec(&Answer {
+            secrets: self.secrets.clone(),
+            environment: self.environment.clone(),
+            claim: self.claim().clone(),
+        })
+    }
+
+    /// Keeps `record` for every later serve, unless a claim is kept already.
+    fn remember(&self, record: ClaimRecord) {
+        let mut claim = self.claim();
+        if claim.is_none() {
+            *claim = Some(record);
+        }
+    }
+}
+
+/// serve's end of the hand-over channel, kept to report a claim to init.
+pub struct ClaimReporter {
+    channel: OwnedFd,
+}
+
+impl ClaimReporter {
+    /// Passes init a socket and writes `record` into it (blocking, bounded by [`PATIENCE`]).
+    pub fn report(&self, record: &ClaimRecord) -> Result<(), HandoverError> {
+        let bytes =
+            serde_json::to_vec(record).map_err(|err| HandoverError::Invalid(err.to_string()))?;
+        if bytes.len() > MAX_CLAIM_BYTES {
+            return Err(HandoverError::Invalid(format!(
+                "the claim is longer than {MAX_CLAIM_BYTES} bytes"
+            )));
+        }
+        let (mine, theirs) =
+            socket_pair(libc::SOCK_STREAM).map_err(io("cannot make the claim's socket"))?;
+        set_timeouts(mine.as_raw_fd()).map_err(io("cannot bound the claim's report"))?;
+        send_with_descriptor(self.channel.as_raw_fd(), CLAIM_REPORT, theirs.as_raw_fd())
+            .map_err(io("cannot pass boxd init the claim's socket"))?;
+        drop(theirs);
+        UnixStream::from(mine)
+            .write_all(&bytes)
+            .map_err(io("cannot send boxd init the claim"))
     }
 }
 
@@ -200,8 +281,71 @@ pub fn answer(
         return Err(HandoverError::Traced { pid, tracer });
     }
     set_timeouts(reply.as_raw_fd()).map_err(io("cannot bound the answer"))?;
-    send_with_descriptor(reply.as_raw_fd(), &offer.answer, listener.as_raw_fd())
+    let answer = offer
+        .answer()
+        .map_err(|err| HandoverError::Invalid(err.to_string()))?;
+    send_with_descriptor(reply.as_raw_fd(), &answer, listener.as_raw_fd())
         .map_err(io("cannot answer boxd serve"))
+}
+
+/// init's side after [`answer`]: keeps the claim the serve started as `pid` reports (checked as its
+/// request was), until that serve's end closes; returns why it stopped listening.
+pub fn follow_claims(
+    channel: &OwnedFd,
+    pid: libc::pid_t,
+    offer: &Offer,
+) -> Result<(), HandoverError> {
+    // No deadline now: a claim comes whenever a client makes one, or never.
+    clear_read_timeout(channel.as_raw_fd()).map_err(io("cannot wait for a claim"))?;
+    let mut message = [0u8; 64];
+    for _ in 0..MAX_REPORTS {
+        let received = match receive(channel.as_raw_fd(), &mut message) {
+            Ok(received) => received,
+            Err(err) if err.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(err) => {
+                return Err(HandoverError::Io {
+                    what: "cannot read a claim",
+                    source: err,
+                });
+            }
+        };
+        if received.length == 0 && received.credentials.is_none() && received.descriptors.is_empty()
+        {
+            return Ok(()); // serve exited
+        }
+        let Some(credentials) = received.credentials else {
+            return Err(HandoverError::Malformed);
+        };
+        if credentials.pid != pid {
+            return Err(HandoverError::WrongPeer {
+                got: credentials.pid,
+                expected: pid,
+            });
+        }
+        let is_report = message.get(..received.length) == Some(CLAIM_REPORT);
+        let Some(stream) = received.descriptors.into_iter().next() else {
+            return Err(HandoverError::Malformed);
+        };
+        if !is_report || !is_socket(&stream) {
+            return Err(HandoverError::Malformed);
+        }
+        set_timeouts(stream.as_raw_fd()).map_err(io("cannot bound the claim's read"))?;
+        let bytes = read_all(
+            &mut UnixStream::from(stream),
+            MAX_CLAIM_BYTES.saturating_add(1),
+        );
+        if bytes.len() > MAX_CLAIM_BYTES {
+            return Err(HandoverError::Invalid(format!(
+                "a claim longer than {MAX_CLAIM_BYTES} bytes"
+            )));
+        }
+        let record = serde_json::from_slice(&bytes)
+            .map_err(|err| HandoverError::Invalid(format!("a claim: {err}")))?;
+        offer.remember(record);
+    }
+    Err(HandoverError::Invalid(format!(
+        "more than {MAX_REPORTS} messages after the answer"
+    )))
 }
 
 /// serve's side: asks init on `fd` and takes what it answers; `fd` is closed.
@@ -215,7 +359,8 @@ pub fn request(fd: RawFd) -> Result<Received, HandoverError> {
     send_with_descriptor(channel.as_raw_fd(), REQUEST, theirs.as_raw_fd())
         .map_err(io("cannot ask boxd init for the secrets"))?;
     drop(theirs);
-    drop(channel);
+    // Kept to report a claim, and out of every child's reach.
+    set_close_on_exec(channel.as_raw_fd()).map_err(io("cannot keep the channel from children"))?;
     let mut answer = Vec::new();
     let mut listener = None;
     let mut chunk = vec![0u8; 64 * 1024];
@@ -253,6 +398,8 @@ pub fn request(fd: RawFd) -> Result<Received, HandoverError> {
     Ok(Received {
         secrets: answer.secrets,
         listener,
+        claim: answer.claim,
+        claims: ClaimReporter { channel },
     })
 }
 
@@ -299,6 +446,20 @@ fn set_timeouts(fd: RawFd) -> std::io::Result<()> {
     let view = std::mem::ManuallyDrop::new(unsafe { UnixStream::from_raw_fd(fd) });
     view.set_read_timeout(Some(PATIENCE))?;
     view.set_write_timeout(Some(PATIENCE))
+}
+
+fn clear_read_timeout(fd: RawFd) -> std::io::Result<()> {
+    // SAFETY: as in `set_timeouts`.
+    let view = std::mem::ManuallyDrop::new(unsafe { UnixStream::from_raw_fd(fd) });
+    view.set_read_timeout(None)
+}
+
+fn set_close_on_exec(fd: RawFd) -> std::io::Result<()> {
+    // SAFETY: fcntl with integer arguments on a descriptor the caller owns.
+    if unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) } == -1 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 fn socklen_of<T>() -> libc::socklen_t {
@@ -426,8 +587,7 @@ fn receive(fd: RawFd, buffer: &mut [u8]) -> std::io::Result<Message> {
     })
 }
 
-/// Reads a whole stream to its end, at most `limit` bytes (tests).
-#[cfg(test)]
+/// Reads a whole stream to its end, at most `limit` bytes.
 fn read_all(stream: &mut UnixStream, limit: usize) -> Vec<u8> {
     use std::io::Read;
     let mut bytes = Vec::new();
@@ -496,5 +656,49 @@ mod tests {
         };
         assert_eq!(received.secrets, secrets);
         assert!(received.listener.is_some_and(|l| l.local_addr().is_ok()));
+    }
+
+    #[test]
+    fn a_reported_claim_is_handed_to_the_next_serve() {
+        let Ok((init_end, serve_end)) = channel() else {
+            panic!("channel");
+        };
+        let Ok(listener) = std::net::TcpListener::bind("127.0.0.1:0") else {
+            panic!("listener");
+        };
+        let secrets = Secrets::from([("BOXD_POOL_SECRET".to_string(), "p00l".to_string())]);
+        let Ok(offer) = Offer::new(&secrets, &[]) else {
+            panic!("offer");
+        };
+        let offer = std::sync::Arc::new(offer);
+        // SAFETY: getpid only reads an id.
+        let me = unsafe { libc::getpid() };
+        let init = {
+            let offer = std::sync::Arc::clone(&offer);
+            std::thread::spawn(move || {
+                answer(&init_end, me, &offer, &listener).is_ok()
+                    && follow_claims(&init_end, me, &offer).is_ok()
+            })
+        };
+        let fd = serve_end.as_raw_fd();
+        std::mem::forget(serve_end);
+        let Ok(received) = request(fd) else {
+            panic!("request failed");
+        };
+        assert_eq!(received.claim, None, "nothing claimed yet");
+        let record = ClaimRecord {
+            token: "session-token-0123456789".into(),
+            env: vec![("MARK".into(), "a \"quoted\"\nvalue".into())],
+        };
+        assert!(received.claims.report(&record).is_ok());
+        drop(received);
+        assert!(
+            init.join().unwrap_or(false),
+            "init followed until serve's end closed"
+        );
+        let Ok(next) = serde_json::from_slice::<Answer>(&offer.answer().unwrap_or_default()) else {
+            panic!("the next answer");
+        };
+        assert_eq!(next.claim, Some(record));
     }
 }

@@ -205,8 +205,8 @@ impl Program {
     }
 }
 
-/// Answers the serve started as `pid`; a serve that cannot be answered is stopped (and restarted like
-/// any exit), since it cannot serve without its secrets.
+/// Answers the serve started as `pid`, then keeps the claim it reports; a serve that cannot be answered
+/// is stopped (and restarted like any exit), since it cannot serve without its secrets.
 fn hand_over(
     channel: &std::os::fd::OwnedFd,
     pid: libc::pid_t,
@@ -214,7 +214,11 @@ fn hand_over(
     listener: &TcpListener,
 ) {
     match handover::answer(channel, pid, offer, listener) {
-        Ok(()) => {}
+        Ok(()) => {
+            if let Err(err) = handover::follow_claims(channel, pid, offer) {
+                eprintln!("boxd init: no more claims taken from boxd serve (pid {pid}): {err}");
+            }
+        }
         // It exited before asking: its exit is reported and restarted as usual.
         Err(handover::HandoverError::Refused) => {}
         Err(err) => {

@@ -45,7 +45,9 @@ def main():
     engine = args.engine
 
     size = int(subprocess.check_output([engine, "image", "inspect", "--format", "{{.Size}}", args.image]))
-    print(f"image {args.image}: {size / 1e6:.0f} MB")
+    print(f"image {args.image}: {size / 1e6:.1f} MB")
+    if args.image.startswith("boxd-base"):
+        assert size <= 200e6, f"the base image is {size / 1e6:.1f} MB; its budget is 200 MB (issue #46)"
     workspace = pathlib.Path(tempfile.mkdtemp(prefix="boxd-image-ws-"))
     port = free_port()
     started = time.perf_counter()
@@ -66,6 +68,14 @@ def main():
 
         shell = client.run_shell_command("echo hello from $(hostname); git --version")
         assert text(shell, "returncode") == "0" and "hello from" in text(shell, "stdout"), shell
+        # Programs kept compressed until their first run (images/base/packed.py): they run, for root in
+        # place and for another user from its own cache.
+        packed = client.run_shell_command(
+            "uv --version && uvx --version && scalar version && git imap-send -h 2>&1 | head -1"
+            " && su nobody -s /bin/sh -c 'HOME=/tmp/nobody-home uv --version'")
+        assert text(packed, "returncode") == "0", packed
+        assert text(packed, "stdout").count("uv 0.") == 2 and "git version" in text(packed, "stdout"), packed
+        print("programs unpacked at their first run: ok")
         cell = client.run_ipython_cell("import sys\nx = 20\nprint(x * 2, sys.prefix)")
         assert text(cell, "stdout").startswith("40 /opt/venv"), cell
         assert client.run_ipython_cell("print(x)")["content"][0]["text"] == "20\n"
