@@ -215,6 +215,9 @@ pub struct Running {
     tabs: Vec<Tab>,
     current: usize,
     pacer: Pacer,
+    /// Targets this session closed that the browser still lists: `Target.closeTarget` answers before
+    /// the target is gone, and attaching to a closing one waits out every setup call.
+    closing: Vec<String>,
     /// The answer's location and snapshot, asked for together with the settle check after a load and
     /// kept when that check found the page settled at once (see [`Running::settle_loaded`]); only the
     /// answer of the same call uses it.
@@ -303,6 +306,7 @@ impl Session {
                     tabs: Vec::new(),
                     current: 0,
                     pacer: self.pacer.clone(),
+                    closing: Vec::new(),
                     ahead: None,
                 });
             }
@@ -412,6 +416,8 @@ impl Running {
 
     async fn sync_tabs(&mut self, viewport: (u32, u32)) -> Result<(), ToolError> {
         let targets = self.targets().await?;
+        self.closing
+            .retain(|closing| targets.iter().any(|(id, ..)| id == closing));
         let current = self.tabs.get(self.current).map(|tab| tab.target.clone());
         let events = std::sync::Arc::clone(&self.cdp().events);
         self.tabs.retain(|tab| {
@@ -422,7 +428,8 @@ impl Running {
             open
         });
         for (target, ..) in &targets {
-            if !self.tabs.iter().any(|tab| tab.target == *target) {
+            if !self.tabs.iter().any(|tab| tab.target == *target) && !self.closing.contains(target)
+            {
                 let tab = attach(
                     self.cdp(),
                     target,
@@ -480,6 +487,7 @@ impl Running {
             .await?;
         let tab = self.tabs.remove(index);
         self.cdp().events.forget(&tab.session);
+        self.closing.push(tab.target);
         if self.current > index || self.current >= self.tabs.len() {
             self.current = self.current.saturating_sub(1);
         }

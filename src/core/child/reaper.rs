@@ -107,6 +107,10 @@ fn start_guard(key: &str) -> std::io::Result<(tokio::process::Child, OwnedFd)> {
 
 /// `boxd reaper KEY`: waits for boxd to go (end of file on stdin), then stops what it left.
 pub fn reaper_main(mut arguments: impl Iterator<Item = std::ffi::OsString>) -> ExitCode {
+    // Started through `/proc/self/exe`, whose name the kernel gives it ("exe"): `ps` and `top` show
+    // "boxd", as for init and serve.
+    // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes.
+    unsafe { libc::prctl(libc::PR_SET_NAME, c"boxd".as_ptr(), 0, 0, 0) };
     let Some(key) = arguments.next().and_then(|key| key.into_string().ok()) else {
         eprintln!("boxd reaper: usage: boxd reaper INSTANCE-KEY (started by boxd serve)");
         return ExitCode::from(2);
