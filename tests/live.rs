@@ -22,6 +22,12 @@ async fn status(server: &Server, id: &str) -> Value {
 
 /// Terminal text read from the socket until `needle` appears; returns it and the offset after it.
 async fn read_until(socket: &mut Terminal, needle: &str) -> (String, u64) {
+    read_until_followed(socket, needle, "").await
+}
+
+/// Terminal text read from the socket until `needle` appears followed by `then` (the terminal may cut
+/// its output anywhere, so both are looked for in one read); returns it and the offset after it.
+async fn read_until_followed(socket: &mut Terminal, needle: &str, then: &str) -> (String, u64) {
     let mut seen = String::new();
     let mut end = 0;
     let found = timeout(WAIT, async {
@@ -33,7 +39,10 @@ async fn read_until(socket: &mut Terminal, needle: &str) -> (String, u64) {
             if event["type"] == "output" {
                 seen.push_str(event["data"].as_str().unwrap());
                 end = event["end"].as_u64().unwrap();
-                if seen.contains(needle) {
+                if seen
+                    .split_once(needle)
+                    .is_some_and(|(_, after)| after.contains(then))
+                {
                     return true;
                 }
             }
@@ -41,7 +50,11 @@ async fn read_until(socket: &mut Terminal, needle: &str) -> (String, u64) {
         false
     })
     .await;
-    assert_eq!(found, Ok(true), "never saw {needle:?} in {seen:?}");
+    assert_eq!(
+        found,
+        Ok(true),
+        "never saw {needle:?} followed by {then:?} in {seen:?}"
+    );
     (seen, end)
 }
 
@@ -100,16 +113,9 @@ async fn python_in_a_terminal_over_a_websocket() {
     send(&mut socket, json!({"type": "stdin", "data": "40+2\n"})).await;
     // The next prompt too: end of input is a ^D that only readline, reading again, takes for one (sent
     // while Python still ran `40+2`, the terminal's canonical mode swallowed it and Python never ended).
-    // (Readline may put escape sequences, bracketed paste's, between the result and the prompt.)
-    let (seen, _) = read_until(&mut socket, "\r\n42\r\n").await;
-    if !seen
-        .rsplit("\r\n42\r\n")
-        .next()
-        .unwrap_or_default()
-        .contains(">>> ")
-    {
-        read_until(&mut socket, ">>> ").await;
-    }
+    // (Readline may put escape sequences, bracketed paste's, between the result and the prompt, and the
+    // prompt may come a byte at a time.)
+    read_until_followed(&mut socket, "\r\n42\r\n", ">>> ").await;
 
     send(&mut socket, json!({"type": "close_stdin"})).await;
     let exit = first_message(&mut socket, |message| {

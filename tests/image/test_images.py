@@ -525,14 +525,18 @@ print(json.dumps({"xtest": connection.query_extension("XTEST"), "pointer": conne
 
 
 def chromium_cookie(box):
-    """The XAUTHORITY of the headed browser's main process (read as root from its /proc environ): the
-    cookie of the nested X server (Xephyr) it draws on."""
+    """The cookie of the nested X server (Xephyr) the headed browser draws on: boxd writes it beside the
+    browser's profile (`--user-data-dir` on its main process's command line), in the directory only boxd
+    writes when the browser runs as a user of its own (`PROFILE-uploads`), else in the profile. (Its
+    /proc environ is closed to root without CAP_SYS_PTRACE: the browser runs as another user.)"""
     found = engine("exec", box.container, "sh", "-c",
                    "for p in /proc/[0-9]*; do tr '\\0' '\\n' < $p/cmdline 2>/dev/null | "
                    "grep -qx -- --remote-debugging-pipe || continue; "
                    "tr '\\0' '\\n' < $p/cmdline | grep -q -- '^--type=' && continue; "
-                   "tr '\\0' '\\n' < $p/environ | sed -n 's/^XAUTHORITY=//p'; done").stdout.split()
-    assert found, "no headed Chromium with an XAUTHORITY of its own"
+                   "profile=$(tr '\\0' '\\n' < $p/cmdline | sed -n 's/^--user-data-dir=//p'); "
+                   "for cookie in \"$profile-uploads/xauthority\" \"$profile/xauthority\"; do "
+                   "[ -f \"$cookie\" ] && echo \"$cookie\" && break; done; done").stdout.split()
+    assert found, "no headed Chromium with a cookie of its own beside its profile"
     return found[0]
 
 
