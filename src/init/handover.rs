@@ -658,6 +658,42 @@ mod tests {
         assert!(received.listener.is_some_and(|l| l.local_addr().is_ok()));
     }
 
+    /// What closes the window the restart race used (issue #45, item 1): a program started with its
+    /// real group set apart is non-dumpable from its first instruction, before it runs any code of its
+    /// own. (Setting groups needs CAP_SETGID: as another user, `set_group_apart` changes nothing, and
+    /// nobody else runs as that user's root either.)
+    #[test]
+    fn a_program_started_with_its_group_apart_is_never_dumpable() {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: geteuid has no preconditions.
+        let root = unsafe { libc::geteuid() } == 0;
+        let dumpable_at_start = |apart: bool| {
+            // PR_GET_DUMPABLE is 3: the first thing the new program does, in C through ctypes.
+            let mut command = std::process::Command::new("/usr/bin/python3");
+            command.args([
+                "-S",
+                "-c",
+                "import ctypes; print(ctypes.CDLL(None).prctl(3, 0, 0, 0, 0))",
+            ]);
+            if apart {
+                // SAFETY: set_group_apart calls only getegid and setresgid (async-signal-safe).
+                unsafe {
+                    command.pre_exec(|| {
+                        set_group_apart();
+                        Ok(())
+                    });
+                }
+            }
+            let output = command.output().map(|output| output.stdout);
+            String::from_utf8_lossy(&output.unwrap_or_default())
+                .trim()
+                .to_string()
+        };
+        assert_eq!(dumpable_at_start(false), "1", "a plain start is dumpable");
+        let expected = if root { "0" } else { "1" };
+        assert_eq!(dumpable_at_start(true), expected);
+    }
+
     #[test]
     fn a_reported_claim_is_handed_to_the_next_serve() {
         let Ok((init_end, serve_end)) = channel() else {
