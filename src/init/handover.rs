@@ -263,16 +263,10 @@ pub fn answer(
         // serve exited (or was killed) before asking.
         return Err(HandoverError::Refused);
     }
-    let (Some(credentials), Some(reply)) = (received.credentials, received.descriptors.first())
-    else {
+    sent_by(received.credentials, pid)?;
+    let Some(reply) = received.descriptors.first() else {
         return Err(HandoverError::Malformed);
     };
-    if credentials.pid != pid {
-        return Err(HandoverError::WrongPeer {
-            got: credentials.pid,
-            expected: pid,
-        });
-    }
     if request.get(..received.length) != Some(REQUEST) || !is_socket(reply) {
         return Err(HandoverError::Malformed);
     }
@@ -313,15 +307,7 @@ pub fn follow_claims(
         {
             return Ok(()); // serve exited
         }
-        let Some(credentials) = received.credentials else {
-            return Err(HandoverError::Malformed);
-        };
-        if credentials.pid != pid {
-            return Err(HandoverError::WrongPeer {
-                got: credentials.pid,
-                expected: pid,
-            });
-        }
+        sent_by(received.credentials, pid)?;
         let is_report = message.get(..received.length) == Some(CLAIM_REPORT);
         let Some(stream) = received.descriptors.into_iter().next() else {
             return Err(HandoverError::Malformed);
@@ -346,6 +332,18 @@ pub fn follow_claims(
     Err(HandoverError::Invalid(format!(
         "more than {MAX_REPORTS} messages after the answer"
     )))
+}
+
+/// Whether a message's kernel-supplied credentials name the serve started as `pid`.
+fn sent_by(credentials: Option<libc::ucred>, pid: libc::pid_t) -> Result<(), HandoverError> {
+    let credentials = credentials.ok_or(HandoverError::Malformed)?;
+    if credentials.pid != pid {
+        return Err(HandoverError::WrongPeer {
+            got: credentials.pid,
+            expected: pid,
+        });
+    }
+    Ok(())
 }
 
 /// serve's side: asks init on `fd` and takes what it answers; `fd` is closed.
@@ -601,28 +599,34 @@ fn read_all(stream: &mut UnixStream, limit: usize) -> Vec<u8> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_request_from_another_process_gets_nothing() {
+    /// A channel's two ends, a listener and an offer of `secrets`, and this process's pid.
+    fn hand_over_setup(
+        secrets: &Secrets,
+    ) -> (OwnedFd, OwnedFd, std::net::TcpListener, Offer, libc::pid_t) {
         let Ok((init_end, serve_end)) = channel() else {
             panic!("channel");
         };
         let Ok(listener) = std::net::TcpListener::bind("127.0.0.1:0") else {
             panic!("listener");
         };
-        let Ok(offer) = Offer::new(
-            &Secrets::from([("SECRET_TOKEN".to_string(), "t0ken".to_string())]),
-            &[],
-        ) else {
+        let Ok(offer) = Offer::new(secrets, &[]) else {
             panic!("offer");
         };
+        // SAFETY: getpid only reads an id.
+        let me = unsafe { libc::getpid() };
+        (init_end, serve_end, listener, offer, me)
+    }
+
+    #[test]
+    fn a_request_from_another_process_gets_nothing() {
+        let secrets = Secrets::from([("SECRET_TOKEN".to_string(), "t0ken".to_string())]);
+        let (init_end, serve_end, listener, offer, me) = hand_over_setup(&secrets);
         // This process asks, but init expects another pid: refused, nothing sent.
         let Ok((mine, theirs)) = socket_pair(libc::SOCK_STREAM) else {
             panic!("pair");
         };
         assert!(send_with_descriptor(serve_end.as_raw_fd(), REQUEST, theirs.as_raw_fd()).is_ok());
         drop(theirs);
-        // SAFETY: getpid only reads an id.
-        let me = unsafe { libc::getpid() };
         let refused = answer(&init_end, me.wrapping_add(1), &offer, &listener);
         assert!(
             matches!(refused, Err(HandoverError::WrongPeer { .. })),
@@ -634,18 +638,8 @@ mod tests {
 
     #[test]
     fn the_process_that_asks_gets_the_secrets_and_the_listener() {
-        let Ok((init_end, serve_end)) = channel() else {
-            panic!("channel");
-        };
-        let Ok(listener) = std::net::TcpListener::bind("127.0.0.1:0") else {
-            panic!("listener");
-        };
         let secrets = Secrets::from([("SECRET_TOKEN".to_string(), "t0ken".to_string())]);
-        let Ok(offer) = Offer::new(&secrets, &[]) else {
-            panic!("offer");
-        };
-        // SAFETY: getpid only reads an id.
-        let me = unsafe { libc::getpid() };
+        let (init_end, serve_end, listener, offer, me) = hand_over_setup(&secrets);
         let init = std::thread::spawn(move || answer(&init_end, me, &offer, &listener).is_ok());
         let fd = serve_end.as_raw_fd();
         std::mem::forget(serve_end);
@@ -696,19 +690,9 @@ mod tests {
 
     #[test]
     fn a_reported_claim_is_handed_to_the_next_serve() {
-        let Ok((init_end, serve_end)) = channel() else {
-            panic!("channel");
-        };
-        let Ok(listener) = std::net::TcpListener::bind("127.0.0.1:0") else {
-            panic!("listener");
-        };
         let secrets = Secrets::from([("BOXD_POOL_SECRET".to_string(), "p00l".to_string())]);
-        let Ok(offer) = Offer::new(&secrets, &[]) else {
-            panic!("offer");
-        };
+        let (init_end, serve_end, listener, offer, me) = hand_over_setup(&secrets);
         let offer = std::sync::Arc::new(offer);
-        // SAFETY: getpid only reads an id.
-        let me = unsafe { libc::getpid() };
         let init = {
             let offer = std::sync::Arc::clone(&offer);
             std::thread::spawn(move || {
