@@ -513,6 +513,51 @@ mod tests {
         }
     }
 
+    /// Upstream's listing of every built-in tool (description and input schema, exactly as the
+    /// servers boxd replaces advertise them), kept in `tests/upstream-schemas/<group>.json`: what a
+    /// tool advertises is derived from its declaration, and this holds the derivation to upstream's
+    /// text key by key (names, types, required, enums, defaults, descriptions). `BOXD_BLESS=1`
+    /// rewrites the files from the code, for a tool that is new or changed on purpose.
+    #[tokio::test]
+    async fn every_tool_advertises_upstream_s_listing() {
+        let mut by_group: std::collections::BTreeMap<
+            String,
+            serde_json::Map<String, serde_json::Value>,
+        > = Default::default();
+        for tool in every_tool() {
+            by_group.entry(tool.group.clone()).or_default().insert(
+                tool.name.clone(),
+                serde_json::json!({"description": tool.description, "inputSchema": tool.input_schema}),
+            );
+        }
+        let folder =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/upstream-schemas");
+        let bless = std::env::var_os("BOXD_BLESS").is_some();
+        for (group, listing) in by_group {
+            let path = folder.join(format!("{group}.json"));
+            if bless {
+                let text = serde_json::to_string_pretty(&listing).unwrap_or_default() + "\n";
+                assert!(std::fs::write(&path, text).is_ok(), "{}", path.display());
+                continue;
+            }
+            let recorded: serde_json::Map<String, serde_json::Value> =
+                serde_json::from_str(&std::fs::read_to_string(&path).unwrap_or_default())
+                    .unwrap_or_else(|err| panic!("{}: {err}", path.display()));
+            let names = |map: &serde_json::Map<String, serde_json::Value>| -> Vec<String> {
+                map.keys().cloned().collect()
+            };
+            assert_eq!(names(&listing), names(&recorded), "tools of group {group}");
+            for (name, advertised) in &listing {
+                assert_eq!(
+                    Some(advertised),
+                    recorded.get(name),
+                    "{name} (group {group}) advertises another listing than upstream's in {}",
+                    path.display()
+                );
+            }
+        }
+    }
+
     /// The `--long` names of a family's own flags: those of its `{Name}Args`, which clap keeps as
     /// the group of the flattened struct.
     fn flags_of(family: &str) -> Vec<String> {
