@@ -31,11 +31,19 @@ impl ToolError {
     /// The one place a failure becomes what the caller sees: `prefix` is the tool's (e.g. the reference
     /// filesystem server's `Error: `).
     pub fn into_outcome(self, prefix: &str) -> ApiResult<CallToolResult> {
+        let text = self.into_report()?;
+        Ok(CallToolResult::new(
+            vec![ContentItem::plain_text(format!("{prefix}{text}"))],
+            true,
+        ))
+    }
+
+    /// Which of the two outcomes a failure has: the text of an `isError` result, or the HTTP error.
+    /// Callers that put a failure among other content (a batch's steps, a notice after it) take the
+    /// text from here, so the choice is made nowhere else.
+    pub fn into_report(self) -> ApiResult<String> {
         match self {
-            ToolError::Reported(text) => Ok(CallToolResult::new(
-                vec![ContentItem::plain_text(format!("{prefix}{text}"))],
-                true,
-            )),
+            ToolError::Reported(text) => Ok(text),
             ToolError::Http(err) => Err(err),
         }
     }
