@@ -18,12 +18,14 @@ use std::io::Read;
 use std::path::Path;
 use std::sync::Arc;
 
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
-use serde_json::{Value, json};
 
 use crate::core::entry::OpenError;
-use crate::tools::{BadArguments, CallToolResult, ContentItem, Tool, ToolError, ToolSpec};
+use crate::tools::{
+    BadArguments, CallToolResult, ContentItem, SchemaDialect, Tool, ToolError, ToolSpec,
+};
 use node_error::{Syscall, describe};
 
 pub const GROUP: &str = "filesystem";
@@ -41,7 +43,6 @@ pub fn tools(allowed: AllowedDirs) -> Vec<Tool> {
             &allowed,
             "read_file",
             "Read the complete contents of a file from the file system. Handles various text encodings and provides detailed error messages if the file cannot be read. Use this tool when you need to examine the contents of a single file. Only works within allowed directories.",
-            object_schema(json!({"path": {"type": "string"}}), &["path"]),
             |allowed, args| {
                 let (path, held) = allowed.open_with_parent(&args.path)?;
                 read_text(&path.real, &held, MAX_READ_BYTES)
@@ -51,20 +52,12 @@ pub fn tools(allowed: AllowedDirs) -> Vec<Tool> {
             &allowed,
             "read_multiple_files",
             "Read the contents of multiple files simultaneously. This is more efficient than reading files one by one when you need to analyze or compare multiple files. Each file's content is returned with its path as a reference. Failed reads for individual files won't stop the entire operation. Only works within allowed directories.",
-            object_schema(
-                json!({"paths": {"type": "array", "items": {"type": "string"}}}),
-                &["paths"],
-            ),
             |allowed, args| Ok(read_multiple(allowed, &args.paths)),
         ),
         file_tool::<WriteArgs>(
             &allowed,
             "write_file",
             "Create a new file or completely overwrite an existing file with new content. Use with caution as it will overwrite existing files without warning. Handles text content with proper encoding. Only works within allowed directories.",
-            object_schema(
-                json!({"path": {"type": "string"}, "content": {"type": "string"}}),
-                &["path", "content"],
-            ),
             |allowed, args| {
                 let (path, held) = allowed.open_with_parent(&args.path)?;
                 write_atomically(&path.real, &held, args.content.as_bytes())?;
@@ -75,29 +68,12 @@ pub fn tools(allowed: AllowedDirs) -> Vec<Tool> {
             &allowed,
             "edit_file",
             "Make line-based edits to a text file. Each edit replaces exact line sequences with new content. Returns a git-style diff showing the changes made. Only works within allowed directories.",
-            object_schema(
-                json!({
-                    "path": {"type": "string"},
-                    "edits": {"type": "array", "items": {
-                        "type": "object",
-                        "properties": {
-                            "oldText": {"type": "string", "description": "Text to search for - must match exactly"},
-                            "newText": {"type": "string", "description": "Text to replace with"}
-                        },
-                        "required": ["oldText", "newText"],
-                        "additionalProperties": false
-                    }},
-                    "dryRun": {"type": "boolean", "default": false, "description": "Preview changes using git-style diff format"}
-                }),
-                &["path", "edits"],
-            ),
             edit_file,
         ),
         file_tool::<PathArgs>(
             &allowed,
             "create_directory",
             "Create a new directory or ensure a directory exists. Can create multiple nested directories in one operation. If the directory already exists, this operation will succeed silently. Perfect for setting up directory structures for projects or ensuring required paths exist. Only works within allowed directories.",
-            object_schema(json!({"path": {"type": "string"}}), &["path"]),
             |allowed, args| {
                 let (path, mut held) = allowed.open(&args.path)?;
                 held.create_dir_all()
@@ -109,7 +85,6 @@ pub fn tools(allowed: AllowedDirs) -> Vec<Tool> {
             &allowed,
             "list_directory",
             "Get a detailed listing of all files and directories in a specified path. Results clearly distinguish between files and directories with [FILE] and [DIR] prefixes. This tool is essential for understanding directory structure and finding specific files within a directory. Only works within allowed directories.",
-            object_schema(json!({"path": {"type": "string"}}), &["path"]),
             |allowed, args| {
                 let (path, held) = allowed.open_with_parent(&args.path)?;
                 walk::list_directory(&path.real, &walk::open_dir(&path.real, &held)?)
@@ -119,7 +94,6 @@ pub fn tools(allowed: AllowedDirs) -> Vec<Tool> {
             &allowed,
             "directory_tree",
             "Get a recursive tree view of files and directories as a JSON structure. Each entry includes 'name', 'type' (file/directory), and 'children' for directories. Files have no children array, while directories always have a children array (which may be empty). The output is formatted with 2-space indentation for readability. Only works within allowed directories.",
-            object_schema(json!({"path": {"type": "string"}}), &["path"]),
             |allowed, args| {
                 let (path, held) = allowed.open_with_parent(&args.path)?;
                 walk::directory_tree(&path.real, &walk::open_dir(&path.real, &held)?)
@@ -129,24 +103,12 @@ pub fn tools(allowed: AllowedDirs) -> Vec<Tool> {
             &allowed,
             "move_file",
             "Move or rename files and directories. Can move files between directories and rename them in a single operation. If the destination exists, the operation will fail. Works across different directories and can be used for simple renaming within the same directory. Both source and destination must be within allowed directories.",
-            object_schema(
-                json!({"source": {"type": "string"}, "destination": {"type": "string"}}),
-                &["source", "destination"],
-            ),
             move_file,
         ),
         file_tool::<SearchArgs>(
             &allowed,
             "search_files",
             "Recursively search for files and directories matching a pattern. Searches through all subdirectories from the starting path. The search is case-insensitive and matches partial names. Returns full paths to all matching items. Great for finding files when you don't know their exact location. Only searches within allowed directories.",
-            object_schema(
-                json!({
-                    "path": {"type": "string"},
-                    "pattern": {"type": "string"},
-                    "excludePatterns": {"type": "array", "items": {"type": "string"}, "default": []}
-                }),
-                &["path", "pattern"],
-            ),
             |allowed, args| {
                 let (root, held) = allowed.open_with_parent(&args.path)?;
                 let dir = walk::open_dir(&root.real, &held)?;
@@ -157,17 +119,16 @@ pub fn tools(allowed: AllowedDirs) -> Vec<Tool> {
             &allowed,
             "get_file_info",
             "Retrieve detailed metadata about a file or directory. Returns comprehensive information including size, creation time, last modified time, permissions, and type. This tool is perfect for understanding file characteristics without reading the actual content. Only works within allowed directories.",
-            object_schema(json!({"path": {"type": "string"}}), &["path"]),
             |allowed, args| {
                 let (path, held) = allowed.open_with_parent(&args.path)?;
                 file_info(&path.real, &held)
             },
         ),
-        file_tool::<NoArgs>(
+        // Written by hand upstream, so without zod-to-json-schema's marks.
+        file_tool_within::<NoArgs>(
             &allowed,
             "list_allowed_directories",
             "Returns the list of directories that this server is allowed to access. Use this to understand which directories are available before trying to access files.",
-            json!({"type": "object", "properties": {}, "required": []}),
             |allowed, _| {
                 let dirs: Vec<String> = allowed
                     .shown()
@@ -175,49 +136,54 @@ pub fn tools(allowed: AllowedDirs) -> Vec<Tool> {
                     .collect();
                 Ok(format!("Allowed directories:\n{}", dirs.join("\n")))
             },
+            SchemaDialect::Plain,
+            ToolDeadline(TOOL_DEADLINE),
         ),
     ]
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 struct PathArgs {
     path: String,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 struct PathsArgs {
     paths: Vec<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 struct WriteArgs {
     path: String,
     content: String,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 struct EditOperation {
+    /// Text to search for - must match exactly
     #[serde(rename = "oldText")]
     old_text: String,
+    /// Text to replace with
     #[serde(rename = "newText")]
     new_text: String,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 struct EditArgs {
     path: String,
     edits: Vec<EditOperation>,
+    /// Preview changes using git-style diff format
     #[serde(default, rename = "dryRun")]
     dry_run: bool,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 struct MoveArgs {
     source: String,
     destination: String,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 struct SearchArgs {
     path: String,
     pattern: String,
@@ -225,38 +191,27 @@ struct SearchArgs {
     exclude_patterns: Vec<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 struct NoArgs {}
 
-/// The reference's schema layout (zod-to-json-schema's): closed objects tagged draft-07.
-fn object_schema(properties: Value, required: &[&str]) -> Value {
-    json!({
-        "type": "object",
-        "properties": properties,
-        "required": required,
-        "additionalProperties": false,
-        "$schema": "http://json-schema.org/draft-07/schema#"
-    })
-}
-
-/// A tool whose work is blocking file I/O: arguments are checked against the schema, the work runs on the
-/// blocking pool, and failures come back as the reference's `isError` results (`Error: ...`).
+/// A tool whose work is blocking file I/O: arguments are checked against `A`'s schema (as the reference
+/// writes it, with zod-to-json-schema), the work runs on the blocking pool, and failures come back as the
+/// reference's `isError` results (`Error: ...`).
 fn file_tool<A>(
     allowed: &Arc<AllowedDirs>,
     name: &'static str,
-    description: &str,
-    schema: Value,
+    description: &'static str,
     work: fn(&AllowedDirs, A) -> Result<String, String>,
 ) -> Tool
 where
-    A: DeserializeOwned + Send + 'static,
+    A: DeserializeOwned + JsonSchema + Send + 'static,
 {
     file_tool_within(
         allowed,
         name,
         description,
-        schema,
         work,
+        SchemaDialect::ZodToJsonSchema,
         ToolDeadline(TOOL_DEADLINE),
     )
 }
@@ -275,16 +230,17 @@ impl ToolDeadline {
 fn file_tool_within<A>(
     allowed: &Arc<AllowedDirs>,
     name: &'static str,
-    description: &str,
-    schema: Value,
+    description: &'static str,
     work: fn(&AllowedDirs, A) -> Result<String, String>,
+    dialect: SchemaDialect,
     deadline: ToolDeadline,
 ) -> Tool
 where
-    A: DeserializeOwned + Send + 'static,
+    A: DeserializeOwned + JsonSchema + Send + 'static,
 {
     let allowed = Arc::clone(allowed);
-    ToolSpec::new(GROUP, name, description.to_owned(), schema)
+    ToolSpec::declare::<A>(GROUP, name, description)
+        .dialect(dialect)
         .bad_arguments(BadArguments::ZodIssues)
         .error_prefix("Error: ")
         .handler(move |arguments: A, _| {
@@ -305,17 +261,10 @@ where
                     }
                 };
                 outcome
-                    .map(|text| CallToolResult::new(vec![plain_text(text)], false))
+                    .map(|text| CallToolResult::new(vec![ContentItem::plain_text(text)], false))
                     .map_err(ToolError::Reported)
             }
         })
-}
-
-fn plain_text(text: String) -> ContentItem {
-    ContentItem::Text {
-        text,
-        description: None,
-    }
 }
 
 /// The whole file as text (invalid UTF-8 replaced, as Node's `utf-8` decoding does). `path` is what
@@ -463,6 +412,7 @@ fn js_date(time: Option<std::time::SystemTime>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[tokio::test]
     async fn a_call_over_its_deadline_answers_with_an_error() {
@@ -472,11 +422,11 @@ mod tests {
             &allowed,
             "slow_tool",
             "sleeps",
-            json!({"type": "object", "properties": {}, "required": []}),
             |_, _| {
                 std::thread::sleep(std::time::Duration::from_millis(500));
                 Ok("late".into())
             },
+            SchemaDialect::Plain,
             ToolDeadline(std::time::Duration::from_millis(50)),
         );
         let started = std::time::Instant::now();

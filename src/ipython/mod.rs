@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 pub use family::{IpythonArgs, family, limits};
 
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
@@ -51,10 +52,12 @@ pub struct KernelConfig {
     pub max_output_bytes: usize,
 }
 
-#[derive(Debug, Deserialize)]
+/// The tool's arguments, as upstream's server declared them.
+#[derive(Debug, Deserialize, JsonSchema)]
 struct CellRequest {
+    /// IPython code to execute
     code: String,
-    #[serde(default)]
+    /// Seconds before the cell is interrupted (default set by the server)
     timeout: Option<f64>,
 }
 
@@ -188,27 +191,9 @@ impl IpythonBridge {
 }
 
 pub fn tool(bridge: IpythonBridge) -> Tool {
-    let schema = json!({
-        "type": "object",
-        "properties": {
-            "code": {"type": "string", "description": "IPython code to execute"},
-            "timeout": {
-                "type": "number",
-                "description": "Seconds before the cell is interrupted (default set by the server)"
-            }
-        },
-        "required": ["code"]
-    });
-    ToolSpec::new(
-        GENERIC_GROUP,
-        "run_ipython_cell",
-        "Run an IPython cell.",
-        schema,
-    )
-    .bad_arguments(BadArguments::Unprocessable)
-    .handler(move |request: CellRequest, context: CallContext| {
-        call(bridge.clone(), request, context)
-    })
+    ToolSpec::declare::<CellRequest>(GENERIC_GROUP, "run_ipython_cell", "Run an IPython cell.")
+        .bad_arguments(BadArguments::Unprocessable)
+        .handler(move |request, context: CallContext| call(bridge.clone(), request, context))
 }
 
 async fn call(bridge: IpythonBridge, request: CellRequest, context: CallContext) -> ToolResult {

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
 use tokio::io::AsyncReadExt;
@@ -40,10 +41,12 @@ pub struct ShellLimits {
     pub drain: Duration,
 }
 
-#[derive(Debug, Deserialize)]
+/// The tool's arguments, as upstream's server declared them.
+#[derive(Debug, Deserialize, JsonSchema)]
 struct ShellRequest {
+    /// Shell command to execute
     command: String,
-    #[serde(default)]
+    /// Seconds before the command's process group is killed (default set by the server)
     timeout: Option<f64>,
 }
 
@@ -73,28 +76,12 @@ impl ShellOutcome {
 
 /// `admission` caps the commands running at once (blocking and streamed calls alike).
 pub fn tool(workspace: PathBuf, limits: ShellLimits, admission: Admission) -> Tool {
-    let schema = json!({
-        "type": "object",
-        "properties": {
-            "command": {"type": "string", "description": "Shell command to execute"},
-            "timeout": {
-                "type": "number",
-                "description": "Seconds before the command's process group is killed (default set by the server)"
-            }
-        },
-        "required": ["command"]
-    });
     let settings = Arc::new((workspace, limits, admission));
-    ToolSpec::new(
-        GENERIC_GROUP,
-        "run_shell_command",
-        "Run a shell command.",
-        schema,
-    )
-    .bad_arguments(BadArguments::Unprocessable)
-    .handler(move |request: ShellRequest, context: CallContext| {
-        call(Arc::clone(&settings), request, context.progress)
-    })
+    ToolSpec::declare::<ShellRequest>(GENERIC_GROUP, "run_shell_command", "Run a shell command.")
+        .bad_arguments(BadArguments::Unprocessable)
+        .handler(move |request, context: CallContext| {
+            call(Arc::clone(&settings), request, context.progress)
+        })
 }
 
 async fn call(

@@ -1,15 +1,20 @@
-//! How a built-in tool is declared: once, typed. A [`ToolSpec`] holds its name, description and
-//! upstream-exact schema next to the policy for its arguments (how malformed ones are answered); its
-//! handler takes the arguments as a serde struct and answers a [`ToolError`] whose outcome (an `isError`
-//! result or an HTTP error) is decided in one place. The struct's fields and the schema's properties are
-//! compared by a test over every family's tools, so neither can drift from the other.
+//! How a built-in tool is declared: once, typed. [`ToolSpec::declare`] takes its name and description;
+//! its arguments are one struct, which serde reads calls with and whose JSON schema (derived by
+//! schemars, in its upstream's [`SchemaDialect`]) is what the tool advertises; the policy for its
+//! arguments (how malformed ones are answered) sits beside them as data. Arguments are checked at one
+//! point, before the handler runs; the handler answers a [`ToolError`] whose outcome (an `isError`
+//! result or an HTTP error) is decided in one place.
 
 use std::future::Future;
 use std::sync::Arc;
 
-use serde::de::DeserializeOwned;
-use serde_json::Value;
+use std::marker::PhantomData;
 
+use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value};
+
+use super::schema::{SchemaDialect, input_schema};
 use super::{CallContext, CallToolResult, ContentItem, Tool};
 use crate::core::error::{ApiError, ApiResult};
 
@@ -58,9 +63,13 @@ pub enum BadArguments {
     Unprocessable,
     /// An `isError` result with serde's message.
     Reported,
-    /// An `isError` result listing the problems as zod does (`invalid_type`, `expected`, `path`...),
-    /// checked against the schema before the struct is read: the reference Node servers' wording.
+    /// An `isError` result `Invalid arguments for TOOL: ` and the problems listed as zod lists them
+    /// (`invalid_type`, `expected`, `path`...), checked against the schema before the struct is read:
+    /// the reference filesystem server's wording.
     ZodIssues,
+    /// An `isError` result that is zod's problem list alone: what Playwright MCP answers, `String()`
+    /// of the `ZodError` its one `inputSchema.parse` throws.
+    ZodError,
 }
 
 /// A built-in tool's declaration; [`ToolSpec::handler`] makes it a [`Tool`].
@@ -68,26 +77,63 @@ pub struct ToolSpec {
     group: &'static str,
     name: &'static str,
     description: String,
-    schema: Value,
+    /// Made elsewhere ([`ToolSpec::new`]); `None` while it is to be derived from the arguments.
+    schema: Option<Value>,
+    dialect: SchemaDialect,
     bad_arguments: BadArguments,
     error_prefix: &'static str,
+    sdk_defaults_absent: bool,
+}
+
+/// A tool declared with its argument struct `A`, whose schema it advertises: see [`ToolSpec::declare`].
+pub struct Declared<A> {
+    spec: ToolSpec,
+    arguments: PhantomData<fn() -> A>,
 }
 
 impl ToolSpec {
-    /// `schema` is upstream's, exactly (the properties of the argument struct, a test checks).
+    /// A tool whose arguments are `A`: it advertises `A`'s schema (in its upstream's dialect, see
+    /// [`Declared::dialect`]) and its handler takes an `A`.
+    pub fn declare<A>(
+        group: &'static str,
+        name: &'static str,
+        description: impl Into<String>,
+    ) -> Declared<A>
+    where
+        A: DeserializeOwned + JsonSchema + Send + 'static,
+    {
+        Declared {
+            spec: ToolSpec::with_schema(group, name, description, None),
+            arguments: PhantomData,
+        }
+    }
+
+    /// A tool whose schema is made from a table of its own (the actions of `computer` and `adb`, one
+    /// entry each), since one struct cannot say which fields each action reads.
     pub fn new(
         group: &'static str,
         name: &'static str,
         description: impl Into<String>,
         schema: Value,
     ) -> ToolSpec {
+        ToolSpec::with_schema(group, name, description, Some(schema))
+    }
+
+    fn with_schema(
+        group: &'static str,
+        name: &'static str,
+        description: impl Into<String>,
+        schema: Option<Value>,
+    ) -> ToolSpec {
         ToolSpec {
             group,
             name,
             description: description.into(),
             schema,
+            dialect: SchemaDialect::Plain,
             bad_arguments: BadArguments::Reported,
             error_prefix: "",
+            sdk_defaults_absent: false,
         }
     }
 
@@ -102,8 +148,30 @@ impl ToolSpec {
         self
     }
 
+    /// The one adapter between the Python SDK and a strict schema: an optional argument sent as
+    /// `null`, or as `""` where a string is expected, counts as not given. The SDK's methods send
+    /// their defaults that way (`browser_take_screenshot(filename="")`, `browser_tab_close(index=None)`),
+    /// where upstream's server was never called with them.
+    pub fn sdk_defaults_mean_absent(mut self) -> ToolSpec {
+        self.sdk_defaults_absent = true;
+        self
+    }
+
     /// The tool: arguments read into `A` by this spec's policy, then `handler`.
     pub fn handler<A, F, Fut>(self, handler: F) -> Tool
+    where
+        A: DeserializeOwned + Send + 'static,
+        F: Fn(A, CallContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ToolResult> + Send + 'static,
+    {
+        let schema = self
+            .schema
+            .clone()
+            .unwrap_or_else(|| Value::Object(Map::new()));
+        self.serve(schema, handler)
+    }
+
+    fn serve<A, F, Fut>(self, schema: Value, handler: F) -> Tool
     where
         A: DeserializeOwned + Send + 'static,
         F: Fn(A, CallContext) -> Fut + Send + Sync + 'static,
@@ -113,14 +181,19 @@ impl ToolSpec {
             group,
             name,
             description,
-            schema,
             bad_arguments,
             error_prefix,
+            sdk_defaults_absent,
+            ..
         } = self;
         let reading = Arc::new(ArgumentReading {
             name,
+            sdk_defaults_absent: sdk_defaults_absent.then(|| schema.clone()),
             rule: match bad_arguments {
-                BadArguments::ZodIssues => ReadingRule::AgainstSchema(schema.clone()),
+                BadArguments::ZodIssues => {
+                    ReadingRule::AgainstSchema(schema.clone(), Listing::Named)
+                }
+                BadArguments::ZodError => ReadingRule::AgainstSchema(schema.clone(), Listing::Bare),
                 BadArguments::Unprocessable => ReadingRule::Unprocessable,
                 BadArguments::Reported => ReadingRule::Reported,
             },
@@ -147,8 +220,49 @@ impl ToolSpec {
     }
 }
 
+impl<A> Declared<A>
+where
+    A: DeserializeOwned + JsonSchema + Send + 'static,
+{
+    /// How the tool's upstream wrote its schema ([`SchemaDialect::Plain`] unless said).
+    pub fn dialect(mut self, dialect: SchemaDialect) -> Declared<A> {
+        self.spec.dialect = dialect;
+        self
+    }
+
+    pub fn bad_arguments(mut self, policy: BadArguments) -> Declared<A> {
+        self.spec = self.spec.bad_arguments(policy);
+        self
+    }
+
+    /// See [`ToolSpec::error_prefix`].
+    pub fn error_prefix(mut self, prefix: &'static str) -> Declared<A> {
+        self.spec = self.spec.error_prefix(prefix);
+        self
+    }
+
+    /// See [`ToolSpec::sdk_defaults_mean_absent`].
+    pub fn sdk_defaults_mean_absent(mut self) -> Declared<A> {
+        self.spec = self.spec.sdk_defaults_mean_absent();
+        self
+    }
+
+    /// The tool: arguments checked against `A`'s schema and read into `A` by the policy, then
+    /// `handler`.
+    pub fn handler<F, Fut>(self, handler: F) -> Tool
+    where
+        F: Fn(A, CallContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ToolResult> + Send + 'static,
+    {
+        let schema = input_schema::<A>(self.spec.dialect);
+        self.spec.serve(schema, handler)
+    }
+}
+
 struct ArgumentReading {
     name: &'static str,
+    /// The schema whose optional properties the SDK's defaults leave out, when the tool says so.
+    sdk_defaults_absent: Option<Value>,
     rule: ReadingRule,
 }
 
@@ -156,15 +270,35 @@ struct ArgumentReading {
 enum ReadingRule {
     Unprocessable,
     Reported,
-    AgainstSchema(Value),
+    AgainstSchema(Value, Listing),
+}
+
+/// How the problems zod would list are said.
+enum Listing {
+    /// `Invalid arguments for TOOL: [...]`.
+    Named,
+    /// `[...]`.
+    Bare,
 }
 
 impl ArgumentReading {
-    fn read<A: DeserializeOwned>(&self, arguments: Value) -> Result<A, ToolError> {
+    /// The one validation point of a built-in tool's call.
+    fn read<A: DeserializeOwned>(&self, mut arguments: Value) -> Result<A, ToolError> {
         let name = self.name;
+        if let Some(schema) = &self.sdk_defaults_absent {
+            leave_out_sdk_defaults(schema, &mut arguments);
+        }
         match &self.rule {
-            ReadingRule::AgainstSchema(schema) => {
-                super::zod::parse(name, schema, arguments).map_err(ToolError::Reported)
+            ReadingRule::AgainstSchema(schema, listing) => {
+                let issues = super::zod::issues(schema, &arguments);
+                if let Some(listed) = issues {
+                    return Err(ToolError::Reported(match listing {
+                        Listing::Named => format!("Invalid arguments for {name}: {listed}"),
+                        Listing::Bare => listed,
+                    }));
+                }
+                serde_json::from_value(arguments)
+                    .map_err(|err| ToolError::Reported(invalid_arguments(name, &err)))
             }
             ReadingRule::Unprocessable => serde_json::from_value(arguments).map_err(|err| {
                 ApiError::Unprocessable(format!("invalid arguments for {name}: {err}")).into()
@@ -173,6 +307,33 @@ impl ArgumentReading {
                 .map_err(|err| ToolError::Reported(invalid_arguments(name, &err))),
         }
     }
+}
+
+/// See [`ToolSpec::sdk_defaults_mean_absent`]: drops the optional properties sent as `null`, and the
+/// optional string properties sent as `""`.
+fn leave_out_sdk_defaults(schema: &Value, arguments: &mut Value) {
+    let (Some(properties), Value::Object(given)) = (
+        schema.get("properties").and_then(Value::as_object),
+        arguments,
+    ) else {
+        return;
+    };
+    let required = schema.get("required").and_then(Value::as_array);
+    let is_required = |name: &str| required.is_some_and(|names| names.iter().any(|n| n == name));
+    given.retain(|name, value| {
+        let default = match value {
+            Value::Null => true,
+            Value::String(text) => {
+                text.is_empty()
+                    && properties
+                        .get(name)
+                        .and_then(|property| property.get("type"))
+                        .is_some_and(|kind| kind == "string")
+            }
+            _ => false,
+        };
+        !default || is_required(name)
+    });
 }
 
 /// What a tool whose bad arguments are [`BadArguments::Reported`] answers for arguments serde could
@@ -271,6 +432,68 @@ mod tests {
         assert!(found.contains("extra"), "{found}");
         let schema = json!({"properties": {"path": {}, "textGone": {}}});
         assert_eq!(disagreement(&schema, fields), None);
+    }
+
+    /// Arguments as the browser tools declare them.
+    #[derive(Deserialize, JsonSchema)]
+    #[allow(dead_code)]
+    struct Shot {
+        /// The index
+        index: f64,
+        filename: Option<String>,
+        raw: Option<bool>,
+    }
+
+    async fn answer(tool: &Tool, arguments: Value) -> (bool, String) {
+        let result = tool.call(arguments, CallContext::default()).await;
+        let Ok(result) = result else {
+            panic!("an HTTP error: {result:?}");
+        };
+        let content = serde_json::to_value(&result.content).unwrap_or_default();
+        let text = content[0]["text"].as_str().unwrap_or_default().to_owned();
+        (result.is_error, text)
+    }
+
+    #[tokio::test]
+    async fn a_declared_tool_advertises_its_struct_and_answers_as_zod() {
+        let tool = ToolSpec::declare::<Shot>("test", "shot", "Takes one")
+            .sdk_defaults_mean_absent()
+            .bad_arguments(BadArguments::ZodError)
+            .handler(|shot, _| async move {
+                let said = format!("{:?} {:?}", shot.filename, shot.raw);
+                Ok(CallToolResult::new(
+                    vec![ContentItem::plain_text(said)],
+                    false,
+                ))
+            });
+        assert_eq!(
+            tool.input_schema,
+            json!({"type": "object", "properties": {
+                "index": {"type": "number", "description": "The index"},
+                "filename": {"type": "string"},
+                "raw": {"type": "boolean"},
+            }, "required": ["index"]})
+        );
+        // The SDK's defaults: "" and null for what it was not given.
+        let (failed, text) = answer(&tool, json!({"index": 1, "filename": "", "raw": null})).await;
+        assert_eq!((failed, text.as_str()), (false, "None None"));
+        // A wrong type is a problem zod lists, not an argument left out.
+        let (failed, text) = answer(&tool, json!({"index": "1", "raw": "yes"})).await;
+        assert!(failed);
+        let issues: Value = serde_json::from_str(&text).unwrap_or_default();
+        assert_eq!(
+            issues,
+            json!([
+                {"code": "invalid_type", "expected": "number", "received": "string",
+                 "path": ["index"], "message": "Expected number, received string"},
+                {"code": "invalid_type", "expected": "boolean", "received": "string",
+                 "path": ["raw"], "message": "Expected boolean, received string"},
+            ])
+        );
+        assert!(text.starts_with("[\n  {\n    \"code\""), "{text}");
+        // A required argument is required even when the SDK sends null for it.
+        let (failed, text) = answer(&tool, json!({"index": null})).await;
+        assert!(failed && text.contains("\"received\": \"null\""), "{text}");
     }
 
     #[tokio::test]

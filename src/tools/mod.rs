@@ -5,12 +5,14 @@ pub mod admission;
 mod context;
 mod declare;
 mod result;
+mod schema;
 mod zod;
 
 pub use context::{CallContext, PROGRESS_CAPACITY, ProgressSink};
 #[cfg(test)]
 use declare::disagreement;
 pub use declare::{BadArguments, ToolError, ToolResult, ToolSpec, invalid_arguments};
+pub use schema::SchemaDialect;
 
 pub use result::{CallToolResult, ContentItem};
 

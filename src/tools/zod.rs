@@ -1,6 +1,6 @@
-//! Argument checking against a tool's JSON schema, reporting problems as the reference server does: its
-//! zod validation's issue list (`invalid_type`, `expected`, `received`, `path`, `message`), so a caller
-//! sees the same `Invalid arguments for read_file: [...]` text.
+//! Argument checking against a tool's JSON schema, reporting problems as the Node servers boxd replaces
+//! do: their zod validation's issue list (`invalid_type`, `expected`, `received`, `path`, `message`),
+//! so a caller sees the same text.
 
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -14,19 +14,15 @@ struct Issue {
     message: String,
 }
 
-/// Checks `arguments` against `schema` (objects, arrays, strings, booleans, numbers) and deserialises them.
-pub fn parse<T: serde::de::DeserializeOwned>(
-    tool: &str,
-    schema: &Value,
-    arguments: Value,
-) -> Result<T, String> {
+/// The problems of `arguments` against `schema` (objects, arrays, strings, booleans, numbers), listed as
+/// zod's `ZodError` prints them (its issues as JSON, two-space indented); `None` when there are none.
+pub fn issues(schema: &Value, arguments: &Value) -> Option<String> {
     let mut issues = Vec::new();
-    check(schema, Some(&arguments), &mut Vec::new(), true, &mut issues);
-    if !issues.is_empty() {
-        let listing = serde_json::to_string_pretty(&issues).unwrap_or_default();
-        return Err(format!("Invalid arguments for {tool}: {listing}"));
+    check(schema, Some(arguments), &mut Vec::new(), true, &mut issues);
+    if issues.is_empty() {
+        return None;
     }
-    serde_json::from_value(arguments).map_err(|err| format!("Invalid arguments for {tool}: {err}"))
+    Some(serde_json::to_string_pretty(&issues).unwrap_or_default())
 }
 
 fn check(
@@ -121,12 +117,6 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    #[derive(Debug, serde::Deserialize)]
-    struct Edit {
-        #[serde(rename = "oldText")]
-        _old: String,
-    }
-
     #[test]
     fn issues_are_listed_in_schema_order_with_zod_wording() {
         let schema = json!({"type": "object", "properties": {
@@ -135,13 +125,8 @@ mod tests {
                 "properties": {"oldText": {"type": "string"}}, "required": ["oldText"]}},
             "dryRun": {"type": "boolean", "default": false}
         }, "required": ["path", "edits"]});
-        let err =
-            parse::<Edit>("edit_file", &schema, json!({"edits": [{}], "dryRun": "x"})).unwrap_err();
-        let listing: Value = serde_json::from_str(
-            err.strip_prefix("Invalid arguments for edit_file: ")
-                .unwrap(),
-        )
-        .unwrap();
+        let listed = issues(&schema, &json!({"edits": [{}], "dryRun": "x"})).unwrap_or_default();
+        let listing: Value = serde_json::from_str(&listed).unwrap_or_default();
         assert_eq!(
             listing,
             json!([

@@ -436,6 +436,69 @@ REFERENCE = pathlib.Path(os.environ.get(
     / "mcp" / "cli.js"))
 
 
+def reference_missing():
+    """Why the reference @playwright/mcp cannot run here (a failure in CI, where `make test` installs it)."""
+    missing = None
+    if not REFERENCE.exists():
+        missing = f"the reference @playwright/mcp 0.0.25 is not installed at {REFERENCE} (run scripts/setup.sh)"
+    elif shutil.which("node") is None:
+        missing = "node is not installed, the reference @playwright/mcp cannot run"
+    if missing:
+        if os.environ.get("CI"):
+            pytest.fail(missing)
+        pytest.skip(missing)
+
+
+# Calls whose arguments do not fit the tool's schema. `browser_handle_dialog` and `browser_file_upload`
+# are left out: with no dialog or file chooser open, upstream refuses them for that before it reads
+# their arguments. So are `null`s for optional arguments, which boxd takes as not given (the SDK sends
+# them) and upstream refuses.
+BAD_ARGUMENTS = [
+    ("browser_navigate", {}),
+    ("browser_navigate", {"url": 5}),
+    ("browser_navigate", {"url": None}),
+    ("browser_click", {}),
+    ("browser_click", {"element": "Submit"}),
+    ("browser_click", {"element": 1, "ref": ["e2"]}),
+    ("browser_hover", {"ref": "e2"}),
+    ("browser_type", {"element": "Name", "ref": "e2"}),
+    ("browser_type", {"element": "Name", "ref": "e2", "text": "x", "submit": "yes"}),
+    ("browser_type", {"element": "Name", "ref": "e2", "text": 42, "slowly": 1}),
+    ("browser_select_option", {"element": "Pick", "ref": "e3", "values": "b"}),
+    ("browser_select_option", {"element": "Pick", "ref": "e3", "values": ["a", 2, None]}),
+    ("browser_press_key", {"key": 13}),
+    ("browser_drag", {"startElement": "a", "endRef": 4}),
+    ("browser_resize", {"width": "800", "height": 600}),
+    ("browser_resize", {}),
+    ("browser_tab_select", {"index": "2"}),
+    ("browser_tab_select", {}),
+    ("browser_tab_close", {"index": "last"}),
+    ("browser_tab_new", {"url": 7}),
+    ("browser_wait_for", {"time": "5"}),
+    ("browser_take_screenshot", {"raw": "no", "filename": 3}),
+    ("browser_pdf_save", {"filename": False}),
+]
+
+
+def test_bad_arguments_are_answered_as_the_reference_playwright_mcp_answers(boxd, tmp_path):
+    reference_missing()
+    (tmp_path / "host").mkdir()
+    host = Boxd(tmp_path / "host", "--tools", "mcp")
+    try:
+        with host.client() as client:
+            client.add_mcp_servers({"mcpServers": {"playwright": {
+                "command": "node", "args": [str(REFERENCE), "--headless"],
+                "env": {"PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD": "1"}}}})
+            reference = [client.call_tool(name, arguments) for name, arguments in BAD_ARGUMENTS]
+    finally:
+        host.stop()
+    with boxd.client() as client:
+        ours = [client.call_tool(name, arguments) for name, arguments in BAD_ARGUMENTS]
+    for (name, arguments), theirs, mine in zip(BAD_ARGUMENTS, reference, ours):
+        assert theirs["isError"] is True and "invalid_type" in text(theirs), (name, arguments, theirs)
+        assert (mine["isError"], text(mine)) == (True, text(theirs)), (name, arguments)
+
+
 def page_state(answer):
     """What a snapshot says about the page, whatever its YAML shape: field values (inline after the ref, or as a
     child's text), the selected option of each select, and the paragraphs' texts."""
@@ -485,15 +548,7 @@ def scripted_session(call, site):
 
 def test_same_page_outcomes_as_the_reference_playwright_mcp(browser, boxd, site, tmp_path):
     # `make test` installs both (scripts/setup.sh): in CI a missing reference is a failure, not a skip.
-    missing = None
-    if not REFERENCE.exists():
-        missing = f"the reference @playwright/mcp 0.0.25 is not installed at {REFERENCE} (run scripts/setup.sh)"
-    elif shutil.which("node") is None:
-        missing = "node is not installed, the reference @playwright/mcp cannot run"
-    if missing:
-        if os.environ.get("CI"):
-            pytest.fail(missing)
-        pytest.skip(missing)
+    reference_missing()
     config = tmp_path / "playwright-mcp.json"
     config.write_text(json.dumps({"browser": {"browserName": "chromium", "isolated": True, "launchOptions": {
         "executablePath": shutil.which("chromium"), "headless": True, "chromiumSandbox": False}}}))
@@ -516,6 +571,10 @@ def test_same_page_outcomes_as_the_reference_playwright_mcp(browser, boxd, site,
     describe = lambda tool: tool["json_schema"]["function"]["description"]
     assert {name: describe(tool) for name, tool in our_tools.items()} == \
         {name: describe(reference_tools[name]) for name in our_tools}
+    # Their input schemas, key for key (boxd derives each from the tool's argument struct).
+    parameters = lambda tool: tool["json_schema"]["function"]["parameters"]
+    assert {name: parameters(tool) for name, tool in our_tools.items()} == \
+        {name: parameters(reference_tools[name]) for name in our_tools}
     ours = scripted_session(browser.call_tool, site)
 
     assert reference == ours

@@ -6,11 +6,11 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use futures_util::future::BoxFuture;
+use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::json;
 
 use super::super::session::{Capture, Image, Running};
-use super::{Answer, Browser, BrowserTool, Declared, NoArguments, PageCall, Policy, given, schema};
+use super::{Answer, Browser, BrowserTool, Declared, NoArguments, PageCall, Policy};
 use crate::tools::{ContentItem, ToolError};
 
 pub(super) fn declarations() -> Vec<Declared> {
@@ -18,7 +18,6 @@ pub(super) fn declarations() -> Vec<Declared> {
         BrowserTool::on_page(
             "browser_snapshot",
             "Capture accessibility snapshot of the current page, this is better than screenshot",
-            super::no_arguments(),
             Policy::ACTION,
             snapshot,
         )
@@ -26,15 +25,6 @@ pub(super) fn declarations() -> Vec<Declared> {
         BrowserTool::on_page(
             "browser_take_screenshot",
             "Take a screenshot of the current page. You can't perform actions based on the screenshot, use browser_snapshot for actions.",
-            schema(
-                json!({
-                    "raw": {"type": "boolean", "description": "Whether to return without compression (in PNG format). Default is false, which returns a JPEG image."},
-                    "filename": {"type": "string", "description": "File name to save the screenshot to. Defaults to `page-{timestamp}.{png|jpeg}` if not specified."},
-                    "element": {"type": "string", "description": "Human-readable element description used to obtain permission to screenshot the element. If not provided, the screenshot will be taken of viewport. If element is provided, ref must be provided too."},
-                    "ref": {"type": "string", "description": "Exact target element reference from the page snapshot. If not provided, the screenshot will be taken of viewport. If ref is provided, element must be provided too."}
-                }),
-                &[],
-            ),
             Policy::ACTION,
             take_screenshot,
         )
@@ -42,10 +32,6 @@ pub(super) fn declarations() -> Vec<Declared> {
         BrowserTool::on_page(
             "browser_pdf_save",
             "Save page as PDF",
-            schema(
-                json!({"filename": {"type": "string", "description": "File name to save the pdf to. Defaults to `page-{timestamp}.pdf` if not specified."}}),
-                &[],
-            ),
             Policy::ACTION,
             pdf_save,
         )
@@ -53,7 +39,6 @@ pub(super) fn declarations() -> Vec<Declared> {
         BrowserTool::on_page(
             "browser_console_messages",
             "Returns all console messages",
-            super::no_arguments(),
             Policy::ANY_PAGE,
             console_messages,
         )
@@ -61,7 +46,6 @@ pub(super) fn declarations() -> Vec<Declared> {
         BrowserTool::on_page(
             "browser_network_requests",
             "Returns all network requests since loading the page",
-            super::no_arguments(),
             Policy::ANY_PAGE,
             network_requests,
         )
@@ -74,15 +58,24 @@ fn snapshot(_: PageCall<'_>, _: NoArguments) -> BoxFuture<'_, Result<Answer, Too
     Box::pin(async move { Ok(Answer::page(String::new())) })
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 struct ScreenshotArguments {
-    #[serde(default, deserialize_with = "given::flag")]
+    #[schemars(
+        description = "Whether to return without compression (in PNG format). Default is false, which returns a JPEG image."
+    )]
     raw: Option<bool>,
-    #[serde(default, deserialize_with = "given::text")]
+    #[schemars(
+        description = "File name to save the screenshot to. Defaults to `page-{timestamp}.{png|jpeg}` if not specified."
+    )]
     filename: Option<String>,
-    #[serde(default, deserialize_with = "given::text")]
+    #[schemars(
+        description = "Human-readable element description used to obtain permission to screenshot the element. If not provided, the screenshot will be taken of viewport. If element is provided, ref must be provided too."
+    )]
     element: Option<String>,
-    #[serde(rename = "ref", default, deserialize_with = "given::text")]
+    #[serde(rename = "ref")]
+    #[schemars(
+        description = "Exact target element reference from the page snapshot. If not provided, the screenshot will be taken of viewport. If ref is provided, element must be provided too."
+    )]
     reference: Option<String>,
 }
 
@@ -125,9 +118,11 @@ async fn start_screenshot(
     running.start_screenshot(raw, clip)
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 struct PdfArguments {
-    #[serde(default, deserialize_with = "given::text")]
+    #[schemars(
+        description = "File name to save the pdf to. Defaults to `page-{timestamp}.pdf` if not specified."
+    )]
     filename: Option<String>,
 }
 

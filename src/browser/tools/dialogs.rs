@@ -1,10 +1,10 @@
 //! Answering the dialogs a page opens (alert, confirm, prompt, beforeunload).
 
 use futures_util::future::BoxFuture;
+use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::json;
 
-use super::{Answer, BrowserTool, Declared, PageCall, Policy, given, schema};
+use super::{Answer, BrowserTool, Declared, PageCall, Policy};
 use crate::tools::ToolError;
 
 pub(super) fn declarations() -> Vec<Declared> {
@@ -12,11 +12,6 @@ pub(super) fn declarations() -> Vec<Declared> {
         BrowserTool::on_page(
             "browser_handle_dialog",
             "Handle a dialog",
-            schema(
-                json!({"accept": {"type": "boolean", "description": "Whether to accept the dialog."},
-                       "promptText": {"type": "string", "description": "The text of the prompt in case of a prompt dialog."}}),
-                &["accept"],
-            ),
             Policy::MODAL,
             handle_dialog,
         )
@@ -24,11 +19,12 @@ pub(super) fn declarations() -> Vec<Declared> {
     ]
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 struct HandleDialogArguments {
-    #[serde(default, deserialize_with = "given::flag")]
-    accept: Option<bool>,
-    #[serde(rename = "promptText", default, deserialize_with = "given::text")]
+    /// Whether to accept the dialog.
+    accept: bool,
+    /// The text of the prompt in case of a prompt dialog.
+    #[serde(rename = "promptText")]
     prompt_text: Option<String>,
 }
 
@@ -49,11 +45,7 @@ fn handle_dialog(
             }
             return Err(ToolError::Reported(refusal));
         };
-        let accept = arguments.accept.ok_or_else(|| {
-            ToolError::Reported(
-                "accept is required: true to accept the dialog, false to dismiss it".into(),
-            )
-        })?;
+        let accept = arguments.accept;
         let before = running.marks()?;
         running
             .answer_dialog(accept, arguments.prompt_text.as_deref())

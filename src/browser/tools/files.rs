@@ -5,15 +5,15 @@
 use std::path::Path;
 
 use futures_util::future::BoxFuture;
+use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::json;
 use tokio::time::Instant;
 
 use super::super::events::{Download, DownloadState};
 use super::super::launch::stage_uploads;
 use super::super::session::{Running, SETTLE_CAP};
 use super::capture::safe_name;
-use super::{Answer, Browser, BrowserTool, Declared, PageCall, Policy, given, schema};
+use super::{Answer, Browser, BrowserTool, Declared, PageCall, Policy};
 use crate::tools::ToolError;
 
 /// Files `browser_file_upload` takes at once.
@@ -26,11 +26,6 @@ pub(super) fn declarations() -> Vec<Declared> {
         BrowserTool::on_page(
             "browser_file_upload",
             "Upload one or multiple files",
-            schema(
-                json!({"paths": {"type": "array", "items": {"type": "string"},
-                       "description": "The absolute paths to the files to upload. Can be a single file or multiple files."}}),
-                &["paths"],
-            ),
             Policy::MODAL,
             file_upload,
         )
@@ -38,10 +33,12 @@ pub(super) fn declarations() -> Vec<Declared> {
     ]
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 struct UploadArguments {
-    #[serde(default, deserialize_with = "given::strings")]
-    paths: Option<Vec<String>>,
+    #[schemars(
+        description = "The absolute paths to the files to upload. Can be a single file or multiple files."
+    )]
+    paths: Vec<String>,
 }
 
 fn file_upload(
@@ -201,9 +198,7 @@ impl Browser {
                     .into(),
             ));
         };
-        let paths: Vec<String> = args
-            .paths
-            .ok_or_else(|| ToolError::Reported("paths must be a list of file paths".into()))?;
+        let paths = args.paths;
         if paths.len() > MAX_UPLOADS {
             return Err(ToolError::Reported(format!(
                 "at most {MAX_UPLOADS} files at once"

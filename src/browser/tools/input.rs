@@ -3,16 +3,14 @@
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use super::super::keys;
 use super::super::session::Running;
-use super::{
-    Answer, BrowserTool, Declared, PageCall, Policy, described, element_schema, given, required,
-    schema,
-};
+use super::{Answer, BrowserTool, Declared, ELEMENT, PageCall, Policy, REF, described};
 use crate::tools::ToolError;
 
 /// Characters `browser_type` takes at most (one protocol event each when typing slowly).
@@ -23,7 +21,6 @@ pub(super) fn declarations() -> Vec<Declared> {
         BrowserTool::on_page(
             "browser_click",
             "Perform click on a web page",
-            element_schema(json!({}), &[]),
             Policy::ACTION,
             click,
         )
@@ -31,7 +28,6 @@ pub(super) fn declarations() -> Vec<Declared> {
         BrowserTool::on_page(
             "browser_hover",
             "Hover over element on page",
-            element_schema(json!({}), &[]),
             Policy::ACTION,
             hover,
         )
@@ -39,14 +35,6 @@ pub(super) fn declarations() -> Vec<Declared> {
         BrowserTool::on_page(
             "browser_type",
             "Type text into editable element",
-            element_schema(
-                json!({
-                    "text": {"type": "string", "description": "Text to type into the element"},
-                    "submit": {"type": "boolean", "description": "Whether to submit entered text (press Enter after)"},
-                    "slowly": {"type": "boolean", "description": "Whether to type one character at a time. Useful for triggering key handlers in the page. By default entire text is filled in at once."}
-                }),
-                &["text"],
-            ),
             Policy::ACTION,
             typing,
         )
@@ -54,10 +42,6 @@ pub(super) fn declarations() -> Vec<Declared> {
         BrowserTool::on_page(
             "browser_select_option",
             "Select an option in a dropdown",
-            element_schema(
-                json!({"values": {"type": "array", "items": {"type": "string"}, "description": "Array of values to select in the dropdown. This can be a single value or multiple values."}}),
-                &["values"],
-            ),
             Policy::ACTION,
             selecting,
         )
@@ -65,10 +49,6 @@ pub(super) fn declarations() -> Vec<Declared> {
         BrowserTool::on_page(
             "browser_press_key",
             "Press a key on the keyboard",
-            schema(
-                json!({"key": {"type": "string", "description": "Name of the key to press or a character to generate, such as `ArrowLeft` or `a`"}}),
-                &["key"],
-            ),
             Policy::ACTION,
             press_key,
         )
@@ -76,15 +56,6 @@ pub(super) fn declarations() -> Vec<Declared> {
         BrowserTool::on_page(
             "browser_drag",
             "Perform drag and drop between two elements",
-            schema(
-                json!({
-                    "startElement": {"type": "string", "description": "Human-readable source element description used to obtain the permission to interact with the element"},
-                    "startRef": {"type": "string", "description": "Exact source element reference from the page snapshot"},
-                    "endElement": {"type": "string", "description": "Human-readable target element description used to obtain the permission to interact with the element"},
-                    "endRef": {"type": "string", "description": "Exact target element reference from the page snapshot"}
-                }),
-                &["startElement", "startRef", "endElement", "endRef"],
-            ),
             Policy::ACTION,
             dragging,
         )
@@ -93,18 +64,19 @@ pub(super) fn declarations() -> Vec<Declared> {
 }
 
 /// An element of the page: its description and its ref from a snapshot.
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 struct ElementArguments {
-    #[serde(default, deserialize_with = "given::text")]
-    element: Option<String>,
-    #[serde(rename = "ref", default, deserialize_with = "given::text")]
-    reference: Option<String>,
+    #[schemars(description = ELEMENT)]
+    element: String,
+    #[serde(rename = "ref")]
+    #[schemars(description = REF)]
+    reference: String,
 }
 
 fn click(call: PageCall<'_>, args: ElementArguments) -> BoxFuture<'_, Result<Answer, ToolError>> {
     Box::pin(async move {
         let running = call.page;
-        let reference = required(&args.reference, "ref")?;
+        let reference = args.reference.as_str();
         let element = running.element(reference).await?;
         let point = running.center(element.node(), reference).await?;
         let before = running.marks()?;
@@ -118,7 +90,7 @@ fn click(call: PageCall<'_>, args: ElementArguments) -> BoxFuture<'_, Result<Ans
         running.settle(before).await?;
         Ok(Answer::page(format!(
             "Clicked {}",
-            described(args.element.as_deref(), reference)
+            described(&args.element, reference)
         )))
     })
 }
@@ -126,7 +98,7 @@ fn click(call: PageCall<'_>, args: ElementArguments) -> BoxFuture<'_, Result<Ans
 fn hover(call: PageCall<'_>, args: ElementArguments) -> BoxFuture<'_, Result<Answer, ToolError>> {
     Box::pin(async move {
         let running = call.page;
-        let reference = required(&args.reference, "ref")?;
+        let reference = args.reference.as_str();
         let element = running.element(reference).await?;
         let point = running.center(element.node(), reference).await?;
         let before = running.marks()?;
@@ -134,15 +106,17 @@ fn hover(call: PageCall<'_>, args: ElementArguments) -> BoxFuture<'_, Result<Ans
         running.settle(before).await?;
         Ok(Answer::page(format!(
             "Hovered over {}",
-            described(args.element.as_deref(), reference)
+            described(&args.element, reference)
         )))
     })
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 struct PressKeyArguments {
-    #[serde(default, deserialize_with = "given::text")]
-    key: Option<String>,
+    #[schemars(
+        description = "Name of the key to press or a character to generate, such as `ArrowLeft` or `a`"
+    )]
+    key: String,
 }
 
 fn press_key(
@@ -151,7 +125,7 @@ fn press_key(
 ) -> BoxFuture<'_, Result<Answer, ToolError>> {
     Box::pin(async move {
         let running = call.page;
-        let key = required(&args.key, "key")?;
+        let key = args.key.as_str();
         let events = keys::press(key).map_err(ToolError::Reported)?;
         let before = running.marks()?;
         running.racing(running.keys(events)).await?;
@@ -160,18 +134,21 @@ fn press_key(
     })
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 struct TypeArguments {
-    #[serde(default, deserialize_with = "given::text")]
-    element: Option<String>,
-    #[serde(rename = "ref", default, deserialize_with = "given::text")]
-    reference: Option<String>,
-    /// May be empty: typing nothing clears the field.
-    #[serde(default, deserialize_with = "given::string")]
-    text: Option<String>,
-    #[serde(default, deserialize_with = "given::flag")]
+    #[schemars(description = ELEMENT)]
+    element: String,
+    #[serde(rename = "ref")]
+    #[schemars(description = REF)]
+    reference: String,
+    /// Text to type into the element
+    // May be empty: typing nothing clears the field.
+    text: String,
+    /// Whether to submit entered text (press Enter after)
     submit: Option<bool>,
-    #[serde(default, deserialize_with = "given::flag")]
+    #[schemars(
+        description = "Whether to type one character at a time. Useful for triggering key handlers in the page. By default entire text is filled in at once."
+    )]
     slowly: Option<bool>,
 }
 
@@ -182,14 +159,17 @@ fn typing(
     Box::pin(async move { Ok(Answer::page(type_text(call.page, arguments).await?)) })
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 struct SelectArguments {
-    #[serde(default, deserialize_with = "given::text")]
-    element: Option<String>,
-    #[serde(rename = "ref", default, deserialize_with = "given::text")]
-    reference: Option<String>,
-    #[serde(default, deserialize_with = "given::strings")]
-    values: Option<Vec<String>>,
+    #[schemars(description = ELEMENT)]
+    element: String,
+    #[serde(rename = "ref")]
+    #[schemars(description = REF)]
+    reference: String,
+    #[schemars(
+        description = "Array of values to select in the dropdown. This can be a single value or multiple values."
+    )]
+    values: Vec<String>,
 }
 
 fn selecting(
@@ -199,16 +179,24 @@ fn selecting(
     Box::pin(async move { Ok(Answer::page(select_option(call.page, arguments).await?)) })
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 struct DragArguments {
-    #[serde(rename = "startElement", default, deserialize_with = "given::text")]
-    start_element: Option<String>,
-    #[serde(rename = "startRef", default, deserialize_with = "given::text")]
-    start_ref: Option<String>,
-    #[serde(rename = "endElement", default, deserialize_with = "given::text")]
-    end_element: Option<String>,
-    #[serde(rename = "endRef", default, deserialize_with = "given::text")]
-    end_ref: Option<String>,
+    #[serde(rename = "startElement")]
+    #[schemars(
+        description = "Human-readable source element description used to obtain the permission to interact with the element"
+    )]
+    start_element: String,
+    /// Exact source element reference from the page snapshot
+    #[serde(rename = "startRef")]
+    start_ref: String,
+    #[serde(rename = "endElement")]
+    #[schemars(
+        description = "Human-readable target element description used to obtain the permission to interact with the element"
+    )]
+    end_element: String,
+    /// Exact target element reference from the page snapshot
+    #[serde(rename = "endRef")]
+    end_ref: String,
 }
 
 fn dragging(
@@ -232,11 +220,8 @@ const FOCUS_FOR_TYPING: &str = "function(replace) {
 }";
 
 async fn type_text(running: &mut Running, args: TypeArguments) -> Result<String, ToolError> {
-    let reference = required(&args.reference, "ref")?;
-    let typed = args
-        .text
-        .as_deref()
-        .ok_or_else(|| ToolError::Reported("text is required: the text to type".into()))?;
+    let reference = args.reference.as_str();
+    let typed = args.text.as_str();
     if typed.chars().count() > MAX_TYPED {
         return Err(ToolError::Reported(format!(
             "text is longer than {MAX_TYPED} characters"
@@ -279,7 +264,7 @@ async fn type_text(running: &mut Running, args: TypeArguments) -> Result<String,
     Ok(format!(
         "Typed {} into {}{}",
         serde_json::to_string(typed).unwrap_or_default(),
-        described(args.element.as_deref(), reference),
+        described(&args.element, reference),
         if submit { " and pressed Enter" } else { "" }
     ))
 }
@@ -302,12 +287,8 @@ const SELECT_OPTIONS: &str = "function(values) {
 }";
 
 async fn select_option(running: &mut Running, args: SelectArguments) -> Result<String, ToolError> {
-    let reference = required(&args.reference, "ref")?;
-    let values: Vec<&str> = args
-        .values
-        .as_ref()
-        .map(|list| list.iter().map(String::as_str).collect())
-        .ok_or_else(|| ToolError::Reported("values must be a list of option values".into()))?;
+    let reference = args.reference.as_str();
+    let values: Vec<&str> = args.values.iter().map(String::as_str).collect();
     let element = running.element(reference).await?;
     let before = running.marks()?;
     let outcome = running
@@ -323,13 +304,13 @@ async fn select_option(running: &mut Running, args: SelectArguments) -> Result<S
     Ok(format!(
         "Selected {} in {}",
         outcome.get("selected").unwrap_or(&json!(values)),
-        described(args.element.as_deref(), reference)
+        described(&args.element, reference)
     ))
 }
 
 async fn drag(running: &mut Running, args: DragArguments) -> Result<String, ToolError> {
-    let start_ref = required(&args.start_ref, "startRef")?;
-    let end_ref = required(&args.end_ref, "endRef")?;
+    let start_ref = args.start_ref.as_str();
+    let end_ref = args.end_ref.as_str();
     let start_element = running.element(start_ref).await?;
     let end_element = running.element(end_ref).await?;
     let start = running.center(start_element.node(), start_ref).await?;
@@ -375,7 +356,7 @@ async fn drag(running: &mut Running, args: DragArguments) -> Result<String, Tool
     running.settle(before).await?;
     Ok(format!(
         "Dragged {} to {}",
-        described(args.start_element.as_deref(), start_ref),
-        described(args.end_element.as_deref(), end_ref)
+        described(&args.start_element, start_ref),
+        described(&args.end_element, end_ref)
     ))
 }

@@ -1,5 +1,6 @@
-//! The tools (upstream's 23), each declared once in the file of its capability: its upstream schema, its argument
-//! struct, its policy (what state of the page it may run in) and what it does. Every call holds the
+//! The tools (upstream's 23), each declared once in the file of its capability: its argument struct
+//! (whose schema, upstream's, is what the tool advertises), its policy (what state of the page it may
+//! run in) and what it does. Every call holds the
 //! browser session for its duration (one browser, one current tab, as upstream), every wait in it is
 //! bounded, and the policies are applied here, for all tools alike.
 
@@ -14,8 +15,8 @@ mod wait;
 use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
+use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
-use serde_json::{Value, json};
 
 use super::GROUP;
 use super::events::DownloadLimits;
@@ -24,7 +25,7 @@ use super::session::{Capture, Running, Session};
 use crate::core::confine::AllowedDirs;
 use crate::core::confine::Workspace;
 use crate::tools::{
-    BadArguments, CallToolResult, ContentItem, Tool, ToolError, ToolResult, ToolSpec,
+    BadArguments, CallToolResult, ContentItem, SchemaDialect, Tool, ToolError, ToolResult, ToolSpec,
 };
 
 /// Said of a tab whose renderer exited.
@@ -132,25 +133,22 @@ enum Act<A> {
 struct BrowserTool<A> {
     name: &'static str,
     description: &'static str,
-    schema: Value,
     act: Act<A>,
     /// The viewport the call asks for, set before the page is opened so that a browser or tab it
     /// starts has it.
     viewport: Option<RequestedViewport<A>>,
 }
 
-impl<A: DeserializeOwned + Send + 'static> BrowserTool<A> {
+impl<A: DeserializeOwned + JsonSchema + Send + 'static> BrowserTool<A> {
     fn on_page(
         name: &'static str,
         description: &'static str,
-        schema: Value,
         policy: Policy,
         act: PageAct<A>,
     ) -> BrowserTool<A> {
         BrowserTool {
             name,
             description,
-            schema,
             act: Act::Page(policy, act),
             viewport: None,
         }
@@ -159,13 +157,11 @@ impl<A: DeserializeOwned + Send + 'static> BrowserTool<A> {
     fn on_session(
         name: &'static str,
         description: &'static str,
-        schema: Value,
         act: SessionAct<A>,
     ) -> BrowserTool<A> {
         BrowserTool {
             name,
             description,
-            schema,
             act: Act::Session(act),
             viewport: None,
         }
@@ -196,14 +192,18 @@ struct Declared {
     serve: Serve,
 }
 
-fn serve<A: DeserializeOwned + Send + 'static>(
+/// Arguments are checked as Playwright MCP's one `inputSchema.parse` checks them (a bad one is
+/// answered with zod's problem list), after the SDK's defaults are left out.
+fn serve<A: DeserializeOwned + JsonSchema + Send + 'static>(
     browser: &Arc<Browser>,
     tool: Arc<BrowserTool<A>>,
 ) -> Tool {
     let browser = Arc::clone(browser);
-    ToolSpec::new(GROUP, tool.name, tool.description, tool.schema.clone())
-        .bad_arguments(BadArguments::Reported)
-        .handler(move |arguments: A, _| {
+    ToolSpec::declare::<A>(GROUP, tool.name, tool.description)
+        .dialect(SchemaDialect::ZodToJsonSchema)
+        .sdk_defaults_mean_absent()
+        .bad_arguments(BadArguments::ZodError)
+        .handler(move |arguments, _| {
             let browser = Arc::clone(&browser);
             let tool = Arc::clone(&tool);
             async move { browser.call(&tool, arguments).await }
@@ -266,8 +266,7 @@ impl Browser {
         let notice = session.take_notice();
         let (mut items, failed) = match outcome {
             Ok(items) => (items, false),
-            Err(ToolError::Reported(reason)) => (vec![text(reason)], true),
-            Err(err @ ToolError::Http(_)) => return Err(err),
+            Err(err) => (vec![text(err.into_report()?)], true),
         };
         if let Some(notice) = notice
             && let Some(ContentItem::Text { text, .. }) = items.last_mut()
@@ -402,109 +401,23 @@ fn text(text: impl Into<String>) -> ContentItem {
 }
 
 /// The arguments of a tool that takes none.
-#[derive(serde::Deserialize)]
+#[derive(serde::Deserialize, JsonSchema)]
 struct NoArguments {}
 
-/// How arguments are read: as the tools read them before they were typed, so that every answer to a
-/// bad one stays the same. A value of another type counts as not given (the tool then says what it
-/// needs), and so do `null` and `""` (the Python client sends its defaults).
-mod given {
-    use serde::{Deserialize, Deserializer};
-    use serde_json::Value;
-
-    /// A string, not empty.
-    pub fn text<'de, D: Deserializer<'de>>(arguments: D) -> Result<Option<String>, D::Error> {
-        Ok(match Value::deserialize(arguments)? {
-            Value::String(text) if !text.is_empty() => Some(text),
-            _ => None,
-        })
-    }
-
-    /// A string, empty or not.
-    pub fn string<'de, D: Deserializer<'de>>(arguments: D) -> Result<Option<String>, D::Error> {
-        Ok(match Value::deserialize(arguments)? {
-            Value::String(text) => Some(text),
-            _ => None,
-        })
-    }
-
-    pub fn number<'de, D: Deserializer<'de>>(arguments: D) -> Result<Option<f64>, D::Error> {
-        Ok(Value::deserialize(arguments)?.as_f64())
-    }
-
-    /// `None` when absent or `null`; `Some(None)` when given but not a number (refused, unlike
-    /// absent).
-    pub fn number_if_given<'de, D: Deserializer<'de>>(
-        arguments: D,
-    ) -> Result<Option<Option<f64>>, D::Error> {
-        Ok(match Value::deserialize(arguments)? {
-            Value::Null => None,
-            given => Some(given.as_f64()),
-        })
-    }
-
-    pub fn flag<'de, D: Deserializer<'de>>(arguments: D) -> Result<Option<bool>, D::Error> {
-        Ok(Value::deserialize(arguments)?.as_bool())
-    }
-
-    /// The strings of a list (other items skipped).
-    pub fn strings<'de, D: Deserializer<'de>>(
-        arguments: D,
-    ) -> Result<Option<Vec<String>>, D::Error> {
-        Ok(match Value::deserialize(arguments)? {
-            Value::Array(items) => Some(
-                items
-                    .into_iter()
-                    .filter_map(|item| match item {
-                        Value::String(text) => Some(text),
-                        _ => None,
-                    })
-                    .collect(),
-            ),
-            _ => None,
-        })
-    }
-}
-
-/// A required string argument (see [`given::text`]).
-fn required<'a>(value: &'a Option<String>, key: &str) -> Result<&'a str, ToolError> {
-    value
-        .as_deref()
-        .ok_or_else(|| ToolError::Reported(format!("{key} is required")))
-}
-
 /// An element as the answer names it: its description, and the ref.
-fn described(element: Option<&str>, reference: &str) -> String {
-    match element {
-        Some(element) => format!("{element} ({reference})"),
-        None => reference.to_owned(),
+fn described(element: &str, reference: &str) -> String {
+    if element.is_empty() {
+        reference.to_owned()
+    } else {
+        format!("{element} ({reference})")
     }
 }
 
-fn schema(properties: Value, required: &[&str]) -> Value {
-    json!({"type": "object", "properties": properties, "required": required})
-}
-
-fn no_arguments() -> Value {
-    schema(json!({}), &[])
-}
-
+/// Said of an element argument, as upstream says it.
 const ELEMENT: &str =
     "Human-readable element description used to obtain permission to interact with the element";
+/// Said of a ref argument, as upstream says it.
 const REF: &str = "Exact target element reference from the page snapshot";
-
-fn element_schema(extra: Value, required: &[&str]) -> Value {
-    let mut properties = json!({
-        "element": {"type": "string", "description": ELEMENT},
-        "ref": {"type": "string", "description": REF},
-    });
-    if let (Some(properties), Some(extra)) = (properties.as_object_mut(), extra.as_object()) {
-        properties.extend(extra.clone());
-    }
-    let mut all = vec!["element", "ref"];
-    all.extend(required);
-    schema(properties, &all)
-}
 
 #[cfg(test)]
 mod tests {
@@ -517,25 +430,5 @@ mod tests {
             .map(|declared| declared.name)
             .collect();
         assert_eq!(declarations().len(), names.len());
-    }
-
-    #[test]
-    fn arguments_of_another_type_are_not_given() {
-        #[derive(serde::Deserialize)]
-        struct Sample {
-            #[serde(default, deserialize_with = "given::text")]
-            url: Option<String>,
-            #[serde(default, deserialize_with = "given::number_if_given")]
-            index: Option<Option<f64>>,
-            #[serde(default, deserialize_with = "given::strings")]
-            paths: Option<Vec<String>>,
-        }
-        let read = |arguments: Value| serde_json::from_value::<Sample>(arguments).ok();
-        let sample = read(json!({"url": 5, "index": "2", "paths": ["a", 3, "b"]}));
-        assert!(sample.as_ref().is_some_and(|sample| sample.url.is_none()
-            && sample.index == Some(None)
-            && sample.paths == Some(vec!["a".into(), "b".into()])));
-        let sample = read(json!({"url": "", "index": null}));
-        assert!(sample.is_some_and(|sample| sample.url.is_none() && sample.index.is_none()));
     }
 }

@@ -3,14 +3,12 @@
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
+use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::json;
 use tokio::time::Instant;
 
 use super::super::session::{Running, SETTLE_CAP};
-use super::{
-    Answer, BrowserTool, Declared, NoArguments, PageCall, Policy, given, required, schema,
-};
+use super::{Answer, BrowserTool, Declared, NoArguments, PageCall, Policy};
 use crate::tools::ToolError;
 
 pub(super) fn declarations() -> Vec<Declared> {
@@ -18,10 +16,6 @@ pub(super) fn declarations() -> Vec<Declared> {
         BrowserTool::on_page(
             "browser_navigate",
             "Navigate to a URL",
-            schema(
-                json!({"url": {"type": "string", "description": "The URL to navigate to"}}),
-                &["url"],
-            ),
             Policy::NAVIGATION,
             navigate_to,
         )
@@ -29,7 +23,6 @@ pub(super) fn declarations() -> Vec<Declared> {
         BrowserTool::on_page(
             "browser_navigate_back",
             "Go back to the previous page",
-            super::no_arguments(),
             Policy::NAVIGATION,
             back,
         )
@@ -37,7 +30,6 @@ pub(super) fn declarations() -> Vec<Declared> {
         BrowserTool::on_page(
             "browser_navigate_forward",
             "Go forward to the next page",
-            super::no_arguments(),
             Policy::NAVIGATION,
             forward,
         )
@@ -45,10 +37,10 @@ pub(super) fn declarations() -> Vec<Declared> {
     ]
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 struct NavigateArguments {
-    #[serde(default, deserialize_with = "given::text")]
-    url: Option<String>,
+    /// The URL to navigate to
+    url: String,
 }
 
 fn navigate_to(
@@ -56,7 +48,7 @@ fn navigate_to(
     arguments: NavigateArguments,
 ) -> BoxFuture<'_, Result<Answer, ToolError>> {
     Box::pin(async move {
-        let url = required(&arguments.url, "url")?;
+        let url = arguments.url.as_str();
         Ok(Answer::page(match navigate(call.page, url).await? {
             Navigated::Yes => format!("Navigated to {url}"),
             Navigated::HeldByDialog => held_by_dialog(url),

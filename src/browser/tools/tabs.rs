@@ -4,12 +4,12 @@
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
+use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::json;
 
 use super::super::session::{NO_PAGE, Running, Session};
 use super::navigate::{Navigated, held_by_dialog, navigate};
-use super::{Answer, BrowserTool, Declared, NoArguments, PageCall, Policy, given, schema};
+use super::{Answer, BrowserTool, Declared, NoArguments, PageCall, Policy};
 use crate::tools::ToolError;
 
 /// Largest viewport `browser_resize` accepts, per side.
@@ -35,16 +35,10 @@ fn sees_size(width: u32, height: u32) -> String {
 
 pub(super) fn declarations() -> Vec<Declared> {
     vec![
-        BrowserTool::on_session("browser_close", "Close the page", super::no_arguments(), close)
-            .declared(),
+        BrowserTool::on_session("browser_close", "Close the page", close).declared(),
         BrowserTool::on_page(
             "browser_resize",
             "Resize the browser window",
-            schema(
-                json!({"width": {"type": "number", "description": "Width of the browser window"},
-                       "height": {"type": "number", "description": "Height of the browser window"}}),
-                &["width", "height"],
-            ),
             Policy::ACTION,
             resize,
         )
@@ -53,7 +47,6 @@ pub(super) fn declarations() -> Vec<Declared> {
         BrowserTool::on_page(
             "browser_tab_list",
             "List browser tabs",
-            super::no_arguments(),
             Policy::ANY_PAGE,
             tab_list,
         )
@@ -61,10 +54,6 @@ pub(super) fn declarations() -> Vec<Declared> {
         BrowserTool::on_page(
             "browser_tab_new",
             "Open a new tab",
-            schema(
-                json!({"url": {"type": "string", "description": "The URL to navigate to in the new tab. If not provided, the new tab will be blank."}}),
-                &[],
-            ),
             Policy::ANY_PAGE,
             tab_new,
         )
@@ -72,10 +61,6 @@ pub(super) fn declarations() -> Vec<Declared> {
         BrowserTool::on_page(
             "browser_tab_select",
             "Select a tab by index",
-            schema(
-                json!({"index": {"type": "number", "description": "The index of the tab to select"}}),
-                &["index"],
-            ),
             Policy::ANY_PAGE,
             tab_select,
         )
@@ -83,10 +68,6 @@ pub(super) fn declarations() -> Vec<Declared> {
         BrowserTool::on_page(
             "browser_tab_close",
             "Close a tab",
-            schema(
-                json!({"index": {"type": "number", "description": "The index of the tab to close. Closes current tab if not provided."}}),
-                &[],
-            ),
             Policy::ANY_PAGE,
             tab_close,
         )
@@ -106,20 +87,16 @@ fn close(session: &mut Session, _: NoArguments) -> BoxFuture<'_, Result<String, 
     })
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 struct ResizeArguments {
-    #[serde(default, deserialize_with = "given::number")]
-    width: Option<f64>,
-    #[serde(default, deserialize_with = "given::number")]
-    height: Option<f64>,
+    /// Width of the browser window
+    width: f64,
+    /// Height of the browser window
+    height: f64,
 }
 
 fn requested_viewport(arguments: &ResizeArguments) -> Result<(u32, u32), ToolError> {
-    let required = |side: Option<f64>, key: &str| {
-        side.ok_or_else(|| ToolError::Reported(format!("{key} is required: a number of pixels")))
-    };
-    let width = required(arguments.width, "width")?;
-    let height = required(arguments.height, "height")?;
+    let (width, height) = (arguments.width, arguments.height);
     if !(1.0..=MAX_SIDE).contains(&width) || !(1.0..=MAX_SIDE).contains(&height) {
         return Err(ToolError::Reported(format!(
             "width and height must be between 1 and {MAX_SIDE} pixels"
@@ -155,9 +132,11 @@ fn tab_list(call: PageCall<'_>, _: NoArguments) -> BoxFuture<'_, Result<Answer, 
     Box::pin(async move { Ok(Answer::Text(call.page.tab_list().await?)) })
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 struct TabNewArguments {
-    #[serde(default, deserialize_with = "given::text")]
+    #[schemars(
+        description = "The URL to navigate to in the new tab. If not provided, the new tab will be blank."
+    )]
     url: Option<String>,
 }
 
@@ -178,10 +157,10 @@ fn tab_new(
     })
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 struct TabSelectArguments {
-    #[serde(default, deserialize_with = "given::number")]
-    index: Option<f64>,
+    /// The index of the tab to select
+    index: f64,
 }
 
 fn tab_select(
@@ -195,11 +174,10 @@ fn tab_select(
     })
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 struct TabCloseArguments {
-    /// Absent: the current tab.
-    #[serde(default, deserialize_with = "given::number_if_given")]
-    index: Option<Option<f64>>,
+    #[schemars(description = "The index of the tab to close. Closes current tab if not provided.")]
+    index: Option<f64>,
 }
 
 fn tab_close(
@@ -224,14 +202,13 @@ fn tab_close(
 }
 
 /// The 0-based index of the open tab numbered `index` (from 1, as the tab list numbers them).
-fn tab_index(running: &Running, index: Option<f64>) -> Result<usize, ToolError> {
+fn tab_index(running: &Running, index: f64) -> Result<usize, ToolError> {
     let count = running.tab_count();
     let bad = || {
         ToolError::Reported(format!(
             "index must be the number of an open tab, from 1 to {count} (see browser_tab_list)"
         ))
     };
-    let index = index.ok_or_else(bad)?;
     if index.fract() != 0.0 || index < 1.0 || index > count as f64 {
         return Err(bad());
     }

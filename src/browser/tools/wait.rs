@@ -3,11 +3,12 @@
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
 
 use super::super::session::Running;
-use super::{Answer, BrowserTool, Declared, PageCall, Policy, given, schema};
+use super::{Answer, BrowserTool, Declared, PageCall, Policy};
 use crate::tools::ToolError;
 
 /// `browser_wait_for`'s `time` is capped here, as upstream caps it.
@@ -20,14 +21,6 @@ pub(super) fn declarations() -> Vec<Declared> {
         BrowserTool::on_page(
             "browser_wait_for",
             "Wait for text to appear or disappear or a specified time to pass",
-            schema(
-                json!({
-                    "time": {"type": "number", "description": "The time to wait in seconds"},
-                    "text": {"type": "string", "description": "The text to wait for"},
-                    "textGone": {"type": "string", "description": "The text to wait for to disappear"}
-                }),
-                &[],
-            ),
             Policy::ACTION,
             waiting,
         )
@@ -35,13 +28,14 @@ pub(super) fn declarations() -> Vec<Declared> {
     ]
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 struct WaitArguments {
-    #[serde(default, deserialize_with = "given::number")]
+    /// The time to wait in seconds
     time: Option<f64>,
-    #[serde(default, deserialize_with = "given::text")]
+    /// The text to wait for
     text: Option<String>,
-    #[serde(rename = "textGone", default, deserialize_with = "given::text")]
+    /// The text to wait for to disappear
+    #[serde(rename = "textGone")]
     text_gone: Option<String>,
 }
 

@@ -1,0 +1,205 @@
+//! A built-in tool's input schema, derived from its argument struct: the struct is the one
+//! declaration of a tool's arguments (serde reads calls with it, schemars describes it), and this
+//! module writes the description in the dialect of the server the tool replaces, so what boxd
+//! advertises is upstream's text (held to it key by key by the test over `tests/upstream-schemas`).
+
+use schemars::JsonSchema;
+use schemars::generate::SchemaSettings;
+use serde_json::{Map, Value};
+
+/// How the server a tool replaces wrote its input schemas.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SchemaDialect {
+    /// `{type, properties, required}` and no more: Python servers and the hand-written schemas of
+    /// the Node servers (computer-use-mcp's, the filesystem server's `list_allowed_directories`).
+    #[default]
+    Plain,
+    /// What zod-to-json-schema writes (the reference filesystem server, Playwright MCP): every object
+    /// closed with `additionalProperties: false`, no empty `required`, and draft-07's `$schema` at the
+    /// top.
+    ZodToJsonSchema,
+}
+
+const DRAFT_07: &str = "http://json-schema.org/draft-07/schema#";
+
+/// The keys of a schema object, in the order upstream's writers put them; others follow.
+const KEY_ORDER: [&str; 9] = [
+    "type",
+    "items",
+    "properties",
+    "required",
+    "additionalProperties",
+    "enum",
+    "default",
+    "description",
+    "$schema",
+];
+
+/// `A`'s input schema as `dialect` writes it.
+pub fn input_schema<A: JsonSchema>(dialect: SchemaDialect) -> Value {
+    let settings = SchemaSettings::draft07().with(|settings| {
+        settings.inline_subschemas = true;
+        settings.meta_schema = None;
+    });
+    let mut schema = settings
+        .into_generator()
+        .into_root_schema_for::<A>()
+        .to_value();
+    if let Value::Object(root) = &mut schema {
+        // The tool's description is its own; the struct's doc comment is for Rust readers.
+        root.remove("title");
+        root.remove("description");
+        root.entry("properties")
+            .or_insert_with(|| Value::Object(Map::new()));
+        // zod-to-json-schema leaves out a `required` with nothing in it; hand-written schemas say it.
+        if dialect == SchemaDialect::Plain {
+            root.entry("required")
+                .or_insert_with(|| Value::Array(Vec::new()));
+        }
+    }
+    tidy(&mut schema, dialect);
+    if dialect == SchemaDialect::ZodToJsonSchema
+        && let Value::Object(root) = &mut schema
+    {
+        root.insert("$schema".into(), Value::from(DRAFT_07));
+    }
+    ordered(schema)
+}
+
+/// Rust's types said in JSON Schema's words only: an `Option` is a property that may be left out
+/// (not one that may be `null`), and integer widths (`format`, an unsigned `minimum`) are Rust's,
+/// not the tool's.
+fn tidy(schema: &mut Value, dialect: SchemaDialect) {
+    let Value::Object(object) = schema else {
+        return;
+    };
+    object.remove("title");
+    if let Some(Value::String(format)) = object.remove("format")
+        && format.starts_with("uint")
+        && object.get("minimum") == Some(&Value::from(0))
+    {
+        object.remove("minimum");
+    }
+    if let Some(Value::Array(types)) = object.get_mut("type") {
+        types.retain(|kind| kind != "null");
+        if let [single] = types.as_slice() {
+            let single = single.clone();
+            object.insert("type".into(), single);
+        }
+    }
+    if let Some(Value::Array(values)) = object.get_mut("enum") {
+        values.retain(|value| !value.is_null());
+    }
+    if dialect == SchemaDialect::ZodToJsonSchema
+        && object.get("type") == Some(&Value::from("object"))
+    {
+        object.insert("additionalProperties".into(), Value::Bool(false));
+    }
+    if let Some(Value::Object(properties)) = object.get_mut("properties") {
+        for property in properties.values_mut() {
+            tidy(property, dialect);
+        }
+    }
+    if let Some(items) = object.get_mut("items") {
+        tidy(items, dialect);
+    }
+}
+
+/// The same schema with each object's keys in [`KEY_ORDER`], so the listing reads as upstream's.
+fn ordered(schema: Value) -> Value {
+    match schema {
+        Value::Object(mut object) => {
+            let mut sorted = Map::new();
+            for key in KEY_ORDER {
+                if let Some(value) = object.remove(key) {
+                    sorted.insert(key.to_owned(), value);
+                }
+            }
+            sorted.extend(object);
+            let properties = sorted.get_mut("properties").map(std::mem::take);
+            if let Some(Value::Object(properties)) = properties {
+                let properties = properties
+                    .into_iter()
+                    .map(|(name, property)| (name, ordered(property)))
+                    .collect();
+                sorted.insert("properties".into(), Value::Object(properties));
+            }
+            if let Some(items) = sorted.get_mut("items") {
+                *items = ordered(std::mem::take(items));
+            }
+            Value::Object(sorted)
+        }
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::Deserialize;
+    use serde_json::json;
+
+    /// A struct's doc comment: not the tool's.
+    #[derive(Deserialize, JsonSchema)]
+    #[allow(dead_code)]
+    struct Edit {
+        path: String,
+        edits: Vec<Pair>,
+        /// Preview changes using git-style diff format
+        #[serde(default, rename = "dryRun")]
+        dry_run: bool,
+        #[schemars(description = "The index")]
+        index: Option<f64>,
+        count: Option<u32>,
+    }
+
+    #[derive(Deserialize, JsonSchema)]
+    #[allow(dead_code)]
+    struct Pair {
+        #[serde(rename = "oldText")]
+        old_text: String,
+    }
+
+    #[test]
+    fn a_struct_reads_as_zod_to_json_schema_writes_it() {
+        let schema = input_schema::<Edit>(SchemaDialect::ZodToJsonSchema);
+        let expected = json!({
+            "type": "object",
+            "properties": {
+                "path": {"type": "string"},
+                "edits": {"type": "array", "items": {
+                    "type": "object",
+                    "properties": {"oldText": {"type": "string"}},
+                    "required": ["oldText"],
+                    "additionalProperties": false,
+                }},
+                "dryRun": {"type": "boolean", "default": false, "description": "Preview changes using git-style diff format"},
+                "index": {"type": "number", "description": "The index"},
+                "count": {"type": "integer"},
+            },
+            "required": ["path", "edits"],
+            "additionalProperties": false,
+            "$schema": DRAFT_07,
+        });
+        assert_eq!(schema, expected);
+        let text = serde_json::to_string(&schema).unwrap_or_default();
+        assert!(
+            text.starts_with(r#"{"type":"object","properties":{"path""#),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_struct_without_fields_lists_properties_and_required_as_each_dialect_does() {
+        #[derive(Deserialize, JsonSchema)]
+        struct Nothing {}
+        assert_eq!(
+            input_schema::<Nothing>(SchemaDialect::Plain),
+            json!({"type": "object", "properties": {}, "required": []})
+        );
+        assert_eq!(
+            input_schema::<Nothing>(SchemaDialect::ZodToJsonSchema),
+            json!({"type": "object", "properties": {}, "additionalProperties": false, "$schema": DRAFT_07})
+        );
+    }
+}
