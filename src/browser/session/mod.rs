@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use super::cdp::{Cdp, CdpError};
 use super::events::TabEvents;
-use super::frames::{ActiveCall, FramePump, Pacer};
 use super::launch::{self, Isolation, Options, Process};
+use super::pacing::{ActiveCall, FramePump, Pacer};
 use crate::core::health::Health;
 use crate::tools::ToolError;
 

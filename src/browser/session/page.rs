@@ -8,7 +8,7 @@
 //!   connection's reader, unanswered: neither may wait for a tool call (latency).
 //! - `launch.rs` asks `Target.getTargets` (is the browser up?) and `Browser.setDownloadBehavior`
 //!   while the browser starts, before any page type exists.
-//! - the frame pump (`frames.rs`) sends `HeadlessExperimental.beginFrame` on its own clock, per tab.
+//! - the frame pump (`pacing.rs`) sends `HeadlessExperimental.beginFrame` on its own clock, per tab.
 
 use std::sync::Arc;
 
@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 
 use super::super::cdp::CdpError;
 use super::super::events::Events;
-use super::super::frames::FramePump;
+use super::super::pacing::FramePump;
 use super::element::bounds;
 use super::refs::Located;
 use super::{CALL, Running, SLOW_CALL};

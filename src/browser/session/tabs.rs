@@ -5,7 +5,7 @@ use serde_json::{Value, json};
 
 use super::super::cdp::Cdp;
 use super::super::events;
-use super::super::frames::{FramePump, Pacer};
+use super::super::pacing::{FramePump, Pacer};
 use super::refs::Refs;
 use super::settle::WATCH_MUTATIONS;
 use super::{CALL, Running, Tab, page};
