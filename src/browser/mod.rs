@@ -7,9 +7,9 @@
 mod cdp;
 mod events;
 mod family;
-mod frames;
 mod keys;
 mod launch;
+mod pacing;
 mod session;
 mod snapshot;
 mod tools;

@@ -1,6 +1,14 @@
 //! What the tools ask of the browser and its current tab, each named for what it does. Tools never
 //! name a protocol method: the session and this file alone speak the protocol, so a change of how
 //! Chromium is asked for something is made here, once.
+//!
+//! A few calls are made outside the page type, each for a reason:
+//! - `cdp.rs` sets up an out-of-process frame's session as it attaches (`Target.setAutoAttach`,
+//!   `Page.enable`, ...) and cancels a download past its bounds (`Browser.cancelDownload`) from the
+//!   connection's reader, unanswered: neither may wait for a tool call (latency).
+//! - `launch.rs` asks `Target.getTargets` (is the browser up?) and `Browser.setDownloadBehavior`
+//!   while the browser starts, before any page type exists.
+//! - the frame pump (`pacing.rs`) sends `HeadlessExperimental.beginFrame` on its own clock, per tab.
 
 use std::sync::Arc;
 
@@ -9,8 +17,10 @@ use serde_json::{Value, json};
 
 use super::super::cdp::CdpError;
 use super::super::events::Events;
-use super::super::frames::FramePump;
-use super::{CALL, Located, Running, SLOW_CALL, bounds};
+use super::super::pacing::FramePump;
+use super::element::bounds;
+use super::refs::Located;
+use super::{CALL, Running, SLOW_CALL};
 use crate::tools::ToolError;
 
 /// A page region to capture, in CSS pixels of the whole page (not of the viewport).
@@ -245,6 +255,31 @@ impl Running {
                 CALL,
             )
             .await?;
+        Ok(())
+    }
+
+    async fn mouse(&self, kind: &str, (x, y): (f64, f64), buttons: i64) -> Result<(), ToolError> {
+        let session = &self.tab()?.session;
+        let mut event = json!({"type": kind, "x": x, "y": y, "buttons": buttons});
+        if kind != "mouseMoved" || buttons != 0 {
+            event["button"] = json!("left");
+        }
+        if kind != "mouseMoved" {
+            event["clickCount"] = json!(1);
+        }
+        self.cdp()
+            .call(Some(session), "Input.dispatchMouseEvent", event, CALL)
+            .await?;
+        Ok(())
+    }
+
+    pub async fn keys(&self, events: Vec<Value>) -> Result<(), ToolError> {
+        let session = &self.tab()?.session;
+        for event in events {
+            self.cdp()
+                .call(Some(session), "Input.dispatchKeyEvent", event, CALL)
+                .await?;
+        }
         Ok(())
     }
 

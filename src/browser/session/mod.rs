@@ -1,0 +1,251 @@
+//! The one browser and its tabs, as the tools see them: launched on the first call, relaunched on the
+//! next call after it died (and the answer says so), tabs reconciled with the browser's own list on
+//! every call (a page may open or close tabs by itself), refs kept per tab.
+//!
+//! The page type, [`Running`], is spread over files by job: the tabs ([`tabs`]), the ref table
+//! ([`refs`]), a snapshot's fetching ([`tree`]), elements and their geometry ([`element`]), waiting for
+//! the page to settle ([`settle`]), and the verbs the tools call ([`page`]).
+
+use std::time::Duration;
+
+use super::cdp::{Cdp, CdpError};
+use super::events::TabEvents;
+use super::launch::{self, Isolation, Options, Process};
+use super::pacing::{ActiveCall, FramePump, Pacer};
+use crate::core::health::Health;
+use crate::tools::ToolError;
+
+mod element;
+mod page;
+mod refs;
+mod settle;
+mod tabs;
+mod tree;
+
+pub use page::{Capture, Image};
+use refs::Refs;
+use settle::Marks;
+pub use settle::SETTLE_CAP;
+use tree::SnapshotParts;
+pub use tree::{MAX_DOM_BYTES, MAX_FRAME_BYTES, MAX_FRAMES, MAX_TREE_BYTES};
+
+/// An ordinary protocol call's bound.
+pub const CALL: Duration = Duration::from_secs(10);
+/// Bound of the work of the page itself: a navigation's commit, a screenshot or PDF of a big page.
+pub const SLOW_CALL: Duration = Duration::from_secs(30);
+
+pub const NO_PAGE: &str =
+    "No open pages available. Use the \"browser_navigate\" tool to navigate to a page first.";
+
+/// What the model reads when the browser fails a call: what became of the browser and what to do.
+impl From<CdpError> for ToolError {
+    fn from(err: CdpError) -> Self {
+        ToolError::Reported(match err {
+            CdpError::Closed => {
+                "The browser exited during this call; the next call starts a new one.".to_owned()
+            }
+            CdpError::Timeout(..) => {
+                format!("{err}. The page may be busy or stuck; try again, or navigate elsewhere.")
+            }
+            CdpError::Protocol(message) => format!("The browser refused the action: {message}"),
+            CdpError::TooLarge { .. } => format!(
+                "{err}: it was not kept. The browser and its tabs are unharmed; ask for less (a \
+                 narrower page, an element instead of the whole page)."
+            ),
+        })
+    }
+}
+
+pub struct Tab {
+    target: String,
+    session: String,
+    refs: Refs,
+    /// Sends the tab's frames when boxd paces them (the headless shell).
+    frames: Option<FramePump>,
+}
+
+pub struct Running {
+    process: Process,
+    tabs: Vec<Tab>,
+    current: usize,
+    pacer: Pacer,
+    /// Targets this session closed that the browser still lists: `Target.closeTarget` answers before
+    /// the target is gone, and attaching to a closing one waits out every setup call.
+    closing: Vec<String>,
+    /// The answer's location and snapshot, asked for together with the settle check after a load and
+    /// kept when that check found the page settled at once (see [`Running::settle_loaded`]); only the
+    /// answer of the same call uses it.
+    ahead: Option<Ahead>,
+}
+
+pub struct Ahead {
+    session: String,
+    marks: Marks,
+    location: (String, String),
+    parts: SnapshotParts,
+}
+
+pub struct Session {
+    running: Option<Running>,
+    /// Said once, in the next answer: the browser had died and was started again.
+    notice: Option<String>,
+    options: Options,
+    /// Tool activity, which sets the pace of the tabs' frames.
+    pacer: Pacer,
+    /// The family's health, told when the browser falls back to `--no-sandbox`.
+    health: Option<Health>,
+}
+
+impl Session {
+    pub fn new(options: Options) -> Session {
+        Session {
+            running: None,
+            notice: None,
+            options,
+            pacer: Pacer::default(),
+            health: None,
+        }
+    }
+
+    pub fn set_isolation(&mut self, isolation: Isolation, health: Health) {
+        self.options.isolation = isolation;
+        self.health = Some(health);
+    }
+
+    /// Starts the browser; if its sandbox is refused (the probe passed but Chromium found otherwise),
+    /// starts it again with `--no-sandbox`, for good, and says so in the log and `/readyz`.
+    async fn launch(&mut self) -> Result<Process, ToolError> {
+        match launch::launch(&self.options).await {
+            Ok(process) => Ok(process),
+            Err(failure) if failure.sandbox_refused => {
+                self.options.isolation.no_sandbox = Some(format!(
+                    "Chromium's sandbox did not start ({})",
+                    failure.message
+                ));
+                let detail = self.options.isolation.describe();
+                tracing::warn!("{detail}");
+                if let Some(health) = &self.health {
+                    health.ready_with(detail);
+                }
+                launch::launch(&self.options)
+                    .await
+                    .map_err(|failure| ToolError::Reported(failure.message))
+            }
+            Err(failure) => Err(ToolError::Reported(failure.message)),
+        }
+    }
+
+    /// The running browser with its tabs reconciled, launched (again) if needed. A browser found dead
+    /// (before the call or by its first request) is started again once, and the answer says so.
+    pub async fn browser(&mut self) -> Result<&mut Running, ToolError> {
+        let viewport = self.options.viewport;
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            if let Some(running) = self.running.as_mut()
+                && running.process.cdp.is_closed()
+            {
+                let words = running.process.last_words().await;
+                running.process.close().await;
+                self.running = None;
+                self.notice = Some(format!(
+                    "The browser had exited{words}; a new one was started: earlier tabs, refs and \
+                     page state are gone."
+                ));
+            }
+            if self.running.is_none() {
+                let process = self.launch().await?;
+                self.running = Some(Running {
+                    process,
+                    tabs: Vec::new(),
+                    current: 0,
+                    pacer: self.pacer.clone(),
+                    closing: Vec::new(),
+                    ahead: None,
+                });
+            }
+            let Some(running) = self.running.as_mut() else {
+                return Err(ToolError::Reported("the browser is not running".into()));
+            };
+            match running.sync_tabs(viewport).await {
+                Err(_) if attempts == 1 && running.process.cdp.is_closed() => continue,
+                Err(failure) => return Err(failure),
+                Ok(()) => break,
+            }
+        }
+        self.running
+            .as_mut()
+            .ok_or_else(|| ToolError::Reported("the browser is not running".into()))
+    }
+
+    /// The browser with a current tab (a new blank one if every tab was closed).
+    pub async fn page(&mut self) -> Result<&mut Running, ToolError> {
+        let viewport = self.options.viewport;
+        let running = self.browser().await?;
+        if running.tabs.is_empty() {
+            running.new_tab(viewport).await?;
+        }
+        Ok(running)
+    }
+
+    /// Marks a tool call as running for its duration (the tabs' frames come at a call's pace).
+    pub fn call_started(&self) -> ActiveCall {
+        self.pacer.call()
+    }
+
+    /// What the next answer says first (the browser had died and was started again), once.
+    pub fn take_notice(&mut self) -> Option<String> {
+        self.notice.take()
+    }
+
+    /// The viewport tabs get (new ones, and the browser's window when it starts).
+    pub fn viewport(&self) -> (u32, u32) {
+        self.options.viewport
+    }
+
+    pub fn set_viewport(&mut self, viewport: (u32, u32)) {
+        self.options.viewport = viewport;
+    }
+
+    /// Closes the browser (a no-op when none runs).
+    pub async fn close(&mut self) -> bool {
+        match self.running.take() {
+            Some(mut running) => {
+                running.process.close().await;
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+impl Running {
+    /// Where uploads are copied for a browser under its own user, and that user (see
+    /// [`launch::stage_uploads`]); `None` when it reads the files where they are.
+    pub fn upload_staging(&self) -> Option<(std::path::PathBuf, crate::core::child::Identity)> {
+        self.process.upload_staging()
+    }
+}
+
+impl Running {
+    fn cdp(&self) -> &Cdp {
+        &self.process.cdp
+    }
+
+    fn tab(&self) -> Result<&Tab, ToolError> {
+        self.tabs
+            .get(self.current)
+            .ok_or_else(|| ToolError::Reported(NO_PAGE.into()))
+    }
+
+    fn tab_mut(&mut self) -> Result<&mut Tab, ToolError> {
+        self.tabs
+            .get_mut(self.current)
+            .ok_or_else(|| ToolError::Reported(NO_PAGE.into()))
+    }
+
+    pub fn events<T>(&self, read: impl FnOnce(&mut TabEvents) -> T) -> Result<T, ToolError> {
+        let session = &self.tab()?.session;
+        Ok(self.cdp().events.with(session, read))
+    }
+}

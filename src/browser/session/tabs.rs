@@ -1,0 +1,237 @@
+//! The browser's tabs: its page targets reconciled with boxd's list, new and closed tabs, the list
+//! upstream shows, the current page's location, and the set-up of a tab boxd attaches to.
+
+use serde_json::{Value, json};
+
+use super::super::cdp::Cdp;
+use super::super::events;
+use super::super::pacing::{FramePump, Pacer};
+use super::refs::Refs;
+use super::settle::WATCH_MUTATIONS;
+use super::{CALL, Running, Tab, page};
+use crate::tools::ToolError;
+
+impl Running {
+    /// The browser's page targets, in its order: (target id, url, title).
+    async fn targets(&self) -> Result<Vec<(String, String, String)>, ToolError> {
+        let answer = self
+            .cdp()
+            .call(None, "Target.getTargets", json!({}), CALL)
+            .await?;
+        Ok(answer["targetInfos"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+            .iter()
+            .filter(|info| info["type"] == "page")
+            .map(|info| {
+                let field = |name: &str| info[name].as_str().unwrap_or_default().to_owned();
+                (field("targetId"), field("url"), field("title"))
+            })
+            .collect())
+    }
+
+    pub(super) async fn sync_tabs(&mut self, viewport: (u32, u32)) -> Result<(), ToolError> {
+        let targets = self.targets().await?;
+        self.closing
+            .retain(|closing| targets.iter().any(|(id, ..)| id == closing));
+        let current = self.tabs.get(self.current).map(|tab| tab.target.clone());
+        let events = std::sync::Arc::clone(&self.cdp().events);
+        self.tabs.retain(|tab| {
+            let open = targets.iter().any(|(id, ..)| *id == tab.target);
+            if !open {
+                events.forget(&tab.session);
+            }
+            open
+        });
+        for (target, ..) in &targets {
+            if !self.tabs.iter().any(|tab| tab.target == *target) && !self.closing.contains(target)
+            {
+                let tab = attach(
+                    self.cdp(),
+                    target,
+                    viewport,
+                    &self.pacer,
+                    self.process.frame_control,
+                )
+                .await?;
+                self.tabs.push(tab);
+            }
+        }
+        self.current = match current.and_then(|id| self.tabs.iter().position(|t| t.target == id)) {
+            Some(index) => index,
+            None => self.current.min(self.tabs.len().saturating_sub(1)),
+        };
+        Ok(())
+    }
+
+    pub async fn new_tab(&mut self, viewport: (u32, u32)) -> Result<(), ToolError> {
+        let created = self
+            .cdp()
+            .call(
+                None,
+                "Target.createTarget",
+                json!({"url": "about:blank",
+                       "enableBeginFrameControl": self.process.frame_control}),
+                CALL,
+            )
+            .await?;
+        let target = created["targetId"].as_str().unwrap_or_default().to_owned();
+        let tab = attach(
+            self.cdp(),
+            &target,
+            viewport,
+            &self.pacer,
+            self.process.frame_control,
+        )
+        .await?;
+        self.tabs.push(tab);
+        self.current = self.tabs.len() - 1;
+        Ok(())
+    }
+
+    pub async fn close_tab(&mut self, index: usize) -> Result<(), ToolError> {
+        let Some(tab) = self.tabs.get(index) else {
+            return Err(ToolError::Reported("no such tab".into()));
+        };
+        self.cdp()
+            .call(
+                None,
+                "Target.closeTarget",
+                json!({"targetId": tab.target}),
+                CALL,
+            )
+            .await?;
+        let tab = self.tabs.remove(index);
+        self.cdp().events.forget(&tab.session);
+        self.closing.push(tab.target);
+        if self.current > index || self.current >= self.tabs.len() {
+            self.current = self.current.saturating_sub(1);
+        }
+        Ok(())
+    }
+
+    /// `### Open tabs` as upstream lists them (1-based, the current one marked).
+    pub async fn tab_list(&self) -> Result<String, ToolError> {
+        if self.tabs.is_empty() {
+            return Ok("### No tabs open".into());
+        }
+        let targets = self.targets().await?;
+        let mut lines = vec!["### Open tabs".to_owned()];
+        for (index, tab) in self.tabs.iter().enumerate() {
+            let (url, mut title) = targets
+                .iter()
+                .find(|(id, ..)| *id == tab.target)
+                .map(|(_, url, title)| (url.as_str(), title.as_str()))
+                .unwrap_or_default();
+            // The browser shows the address as the title of a page without one; upstream shows none.
+            if title == url || url.split_once("://").is_some_and(|(_, rest)| rest == title) {
+                title = "";
+            }
+            let current = if index == self.current {
+                " (current)"
+            } else {
+                ""
+            };
+            lines.push(format!("- {}:{current} [{title}] ({url})", index + 1));
+        }
+        Ok(lines.join("\n"))
+    }
+
+    /// The current page's URL and title (from the browser's side while a dialog blocks the page or
+    /// its renderer is gone).
+    pub async fn location(&self) -> Result<(String, String), ToolError> {
+        let tab = self.tab()?;
+        let blocked = self.events(|events| events.dialog.is_some() || events.crashed)?;
+        if !blocked
+            && let Ok(answer) = self
+                .cdp()
+                .call(
+                    Some(&tab.session),
+                    "Runtime.evaluate",
+                    json!({"expression": "[location.href, document.title]", "returnByValue": true}),
+                    CALL,
+                )
+                .await
+            && let Some([url, title]) = answer
+                .pointer("/result/value")
+                .and_then(Value::as_array)
+                .map(Vec::as_slice)
+        {
+            return Ok((
+                url.as_str().unwrap_or_default().to_owned(),
+                title.as_str().unwrap_or_default().to_owned(),
+            ));
+        }
+        let info = self
+            .cdp()
+            .call(
+                None,
+                "Target.getTargetInfo",
+                json!({"targetId": tab.target}),
+                CALL,
+            )
+            .await?;
+        let field = |name: &str| {
+            info.pointer(&format!("/targetInfo/{name}"))
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned()
+        };
+        Ok((field("url"), field("title")))
+    }
+}
+
+async fn attach(
+    cdp: &Cdp,
+    target: &str,
+    viewport: (u32, u32),
+    pacer: &Pacer,
+    frame_control: bool,
+) -> Result<Tab, ToolError> {
+    let attached = cdp
+        .call(
+            None,
+            "Target.attachToTarget",
+            json!({"targetId": target, "flatten": true}),
+            CALL,
+        )
+        .await?;
+    let session = attached["sessionId"]
+        .as_str()
+        .ok_or_else(|| ToolError::Reported("the browser did not attach to the tab".into()))?
+        .to_owned();
+    // A page target's id is its main frame's.
+    cdp.events.with(&session, |events| {
+        events.main_frame = Some(target.to_owned())
+    });
+    let setup = [
+        (
+            "Page.addScriptToEvaluateOnNewDocument",
+            json!({"source": WATCH_MUTATIONS}),
+        ),
+        ("Page.enable", json!({})),
+        ("Runtime.enable", json!({})),
+        // Frames in other processes come as sessions of their own (not waited for here).
+        ("Target.setAutoAttach", events::auto_attach()),
+        ("Network.enable", json!({})),
+        (
+            "Page.setInterceptFileChooserDialog",
+            json!({"enabled": true}),
+        ),
+        (page::EMULATE_VIEWPORT, page::viewport_metrics(viewport)),
+    ];
+    futures_util::future::try_join_all(
+        setup
+            .into_iter()
+            .map(|(method, params)| cdp.call(Some(&session), method, params, CALL)),
+    )
+    .await?;
+    let frames = frame_control.then(|| FramePump::start(cdp, &session, pacer));
+    Ok(Tab {
+        target: target.to_owned(),
+        session,
+        refs: Refs::default(),
+        frames,
+    })
+}
