@@ -17,7 +17,12 @@ use super::tenancy::{Confinement, Lease, Users};
 use crate::core::child::{self, ChildGroup, Grouping, OwnedGroup, StderrTail};
 use crate::core::error::ApiError;
 
-const WORKER_SOURCE: &str = include_str!("worker.py");
+const WORKER_SOURCE: &str = concat!(
+    include_str!("worker/protocol.py"),
+    include_str!("worker/bfcl.py"),
+    include_str!("worker/appworld.py"),
+    include_str!("worker/main.py"),
+);
 
 /// The longest answer line read from a worker; a longer one is a broken worker, not a state.
 pub const ANSWER_MAX: usize = 32 * 1024 * 1024;

@@ -15,10 +15,12 @@ import time
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-WORKER = ROOT / "src" / "training" / "worker.py"
+WORKER = ROOT / "src" / "training" / "worker"
+# The files boxd joins into the worker's source, in its order (src/training/worker.rs).
+WORKER_FILES = [WORKER / name for name in ("protocol.py", "bfcl.py", "appworld.py", "main.py")]
 PREPARE = ROOT / "src" / "training" / "prepare_bfcl.py"
 STUB = pathlib.Path(__file__).resolve().parent / "training_stub"
-SOURCE = WORKER.read_text()
+SOURCE = "".join(path.read_text() for path in WORKER_FILES)
 ADDITIONAL_FUNCTIONS = "I have updated some more functions you can choose from. What about now?"
 
 
