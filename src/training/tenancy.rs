@@ -8,7 +8,7 @@
 //! rest hold without `CAP_SYS_ADMIN` (the Docker and Kubernetes default):
 //!
 //! - one instance cannot open another's files, signal or trace its processes, or read `/proc/<pid>/fd`
-//!   of them (different uid; the workers are also non-dumpable, see `worker.py`);
+//!   of them (different uid; the workers are also non-dumpable, see `worker/protocol.py`);
 //! - everything an instance started can be killed, even what left its process group (`setsid`): a
 //!   process running as that uid calls `kill(-1, SIGKILL)`, which reaches every process of the uid (the
 //!   caller excepted) and nothing else ([`kill_everything_of`]); released uids are reaped before they are

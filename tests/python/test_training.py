@@ -465,7 +465,7 @@ def readable_packages():
     import tempfile
     if "path" in _READABLE:
         return _READABLE["path"]
-    from test_training_worker import WORKER_FILES
+    from test_training_worker import worker_files
     site = pathlib.Path(os.path.realpath(sysconfig.get_paths()["purelib"]))
     with tempfile.TemporaryDirectory() as scratch:
         data = pathlib.Path(scratch)
@@ -474,8 +474,8 @@ def readable_packages():
             capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr
         probe = subprocess.run(
-            [sys.executable, "-c", IMPORTS_PROBE, *map(str, WORKER_FILES)], capture_output=True,
-            text=True, timeout=120, cwd=scratch, env={**os.environ, **bfcl_env(data)})
+            [sys.executable, "-c", IMPORTS_PROBE, *map(str, worker_files("bfcl"))],
+            capture_output=True, text=True, timeout=120, cwd=scratch, env={**os.environ, **bfcl_env(data)})
     assert probe.returncode == 0, probe.stderr
     names = json.loads(probe.stdout.strip().splitlines()[-1])
     copy = pathlib.Path(tempfile.mkdtemp(prefix="boxd-training-site-"))

@@ -1,5 +1,27 @@
-# ------------------------------------------------------------------------------------------------
-# AppWorld
+r"""The AppWorld environment of the training worker, joined after protocol.py (see its docstring).
+
+AppWorld (appworld 0.1.3.post1, data under APPWORLD_ROOT/data)
+--------------------------------------------------------------
+- profile: the task ids of a dataset (train, dev, test_normal, test_challenge; "val" means dev when
+  there is no val dataset).
+- create: AppWorld(task_id, experiment_name from the instance id); state = [system prompt, the
+  task's instruction]; params.simple (bare code is run, its output answered as is), params.prompt
+  false (a shorter prompt).
+- step: the code of the first ```python block in content (with simple: else the content itself),
+  or tool_calls named `appworld` with {"code": ...}; each runs in world.execute; is_terminated once
+  the task is completed (then reward = evaluate with the step's params).
+- evaluate: appworld's evaluate_task on the experiment's saved state; sparse: 1.0 when no test
+  fails, else 0.0; dense: the ratio of passed tests.
+- get_info: the tool and the task's apps with their descriptions.
+"""
+
+import re
+
+APPWORLD_VERSION = "0.1.3.post1"
+APPWORLD_DATA_HINT = (
+    "build the image with `make image-appworld APPWORLD_DATA=images/appworld/data/<dir, "
+    "data-0.1.0.bundle or archive>` (see images/README.md)"
+)
 
 CODE_BLOCK = re.compile(r"```python\n(.*?)```", re.DOTALL)
 OPEN_CODE_BLOCK = re.compile(r".*?```python\n(.*)", re.DOTALL)
@@ -281,6 +303,18 @@ class AppWorldEnv:
         return info
 
 
+def _die_with_parent():
+    """prctl(PR_SET_PDEATHSIG, SIGKILL): a world process does not outlive its worker."""
+    try:
+        import ctypes
+        import signal
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(1, int(signal.SIGKILL), 0, 0, 0) == 0  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return False
+
+
 WORLD_ANSWER_MAX = 32 * 1024 * 1024  # bytes of one answer line from a world process
 STALE_MAX = 64  # answers to no request skipped before one call's answer
 
@@ -398,3 +432,4 @@ class WorldProcess:
         self.socket.close()
 
 
+ENVIRONMENT = AppWorldEnv

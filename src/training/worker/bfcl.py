@@ -1,5 +1,43 @@
-# ------------------------------------------------------------------------------------------------
-# BFCL
+r"""The BFCL environment of the training worker, joined after protocol.py (see its docstring).
+
+BFCL (bfcl-eval 2025.8.25, multi-turn categories)
+-------------------------------------------------
+Data: BFCL_DATA_PATH, a JSON-lines file written by prepare_bfcl.py (a task a line: id, question,
+initial_config, involved_classes, function, missed_function, ground_truth), and
+BFCL_SPLID_ID_PATH, {"train": [ids], "val": [ids]}. A task id is an id (multi_turn_base_0) or a
+line number (all digits).
+- create: system = a Qwen-style tool prompt (one compact JSON doc per function inside
+  <tools></tools>), user = the first question; info = {instance_id, task_id, test_id,
+  tools_count, questions_count}.
+- step: only messages.content is read. Each `<tool_call>{"name": ..., "arguments": ...}</tool_call>`
+  block is a call; they run in order on bfcl-eval's simulated classes, and the answer is one user
+  message concatenating, for call i, `<tool_call>\n{"name": "F_i", "content": R}\n</tool_call>\n`.
+  A policy's output never runs as code: a call runs only when its name is one of the task's
+  functions (a miss_func task's held-out ones included, as bfcl-eval allows), its argument names
+  are parameters of that function and its values are JSON values; the call string bfcl evaluates
+  is rebuilt from those checked parts (`name(key=repr(value), ...)`). Anything else answers an
+  error for that call and is not scored. A message without a call ends the turn: the next
+  question, or "[CONVERSATION_COMPLETED]" with is_terminated and reward = the sparse score (a step
+  after that is refused). A miss_func held-out turn reveals its functions with bfcl's prompt for
+  prompting models: "<tools>\n{docs}\n</tools>\n" + bfcl's DEFAULT_USER_PROMPT_FOR_ADDITIONAL_
+  FUNCTION_FC ("I have updated some more functions you can choose from. What about now?");
+  get_info names them from then on.
+- evaluate: bfcl's multi_turn_checker (state and response checks against the executed ground
+  truth) on one call list per turn (empty turns kept; 0 until every question was asked), on a copy
+  of the task and under a fresh model name, so evaluating never disturbs the episode. Sparse: the
+  accuracy; dense: {valid, accuracy, total_count, correct_count, test_category, test_id,
+  model_name, input_tokens, output_tokens, turn_count, completed}.
+"""
+
+import copy
+import keyword
+import re
+
+BFCL_VERSION = "2025.8.25"
+# The head of a prepared task line: its id, then its classes (see prepare_bfcl.py's field order).
+TASK_HEAD = re.compile(r'\{"id": ("(?:[^"\\]|\\.)*"), "involved_classes": (\[[^\]]*\])')
+BFCL_DEFAULT_DATA = "/agentscope_runtime/training_box/bfcl/multi_turn/multi_turn_processed.jsonl"
+BFCL_DEFAULT_SPLITS = "/agentscope_runtime/training_box/bfcl/multi_turn/multi_turn_split_ids.json"
 
 TOOL_CALL_OPEN, TOOL_CALL_CLOSE = "<tool_call>", "</tool_call>"
 # Bounds of one step, so that a policy's output cannot make a worker work or grow without end.
@@ -24,6 +62,8 @@ def tool_call_blocks(content):
         if inner.startswith("{") and inner.endswith("}"):
             blocks.append(inner)
         position = end + len(TOOL_CALL_CLOSE)
+
+
 COMPLETED = "[CONVERSATION_COMPLETED]"
 VALUE_DEPTH_MAX = 32
 STEP_MODEL = "boxd"  # names this worker's bfcl instances (one process, one episode)
@@ -499,3 +539,4 @@ class Bfcl:
         return "Available tools:\n" + "\n".join(f"- {name}" for name in self.declared)
 
 
+ENVIRONMENT = Bfcl

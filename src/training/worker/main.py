@@ -1,7 +1,5 @@
-# ------------------------------------------------------------------------------------------------
-# The loop
-
-ENVIRONMENTS = {"bfcl": Bfcl, "appworld": AppWorldEnv}
+"""The training worker's loop, joined last, after protocol.py and the environment's file (which
+names its class ENVIRONMENT): the greeting, then one answer line per request line."""
 
 
 class Worker:
@@ -72,12 +70,12 @@ def main():
     name = None
     if "--env" in args and args.index("--env") + 1 < len(args):
         name = args[args.index("--env") + 1]
-    if name not in ENVIRONMENTS:
-        send({"ready": False,
-              "error": f"unknown environment {name!r}: --env bfcl or --env appworld"})
+    if name != ENVIRONMENT.name:
+        send({"ready": False, "error": f"unknown environment {name!r}: this worker serves "
+                                       f"--env {ENVIRONMENT.name}"})
         return 0
     try:
-        env = ENVIRONMENTS[name]()
+        env = ENVIRONMENT()
     except NotReady as exc:
         send({"ready": False, "error": one_line(exc)})
         return 0

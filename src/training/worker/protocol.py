@@ -1,11 +1,14 @@
 r"""boxd's training-environment worker: one process serves one instance of BFCL or AppWorld.
 
-boxd embeds this file and runs it as `PYTHON -u -c <this source> --env bfcl|appworld`, one process
-per instance (bfcl-eval keeps an episode's simulated state in module globals, so a process is the
-isolation), with a scratch directory as cwd and boxd's environment: BFCL_DATA_PATH and
+boxd embeds the worker's source and runs it as `PYTHON -u -c <source> --env bfcl|appworld`, one
+process per instance (bfcl-eval keeps an episode's simulated state in module globals, so a process
+is the isolation), with a scratch directory as cwd and boxd's environment: BFCL_DATA_PATH and
 BFCL_SPLID_ID_PATH as agentscope-runtime's manager injects them, APPWORLD_ROOT as the appworld
-library reads it. The file stands alone (no sibling imports) and imports only the library of the
-env asked.
+library reads it. The source is three files joined, for the environment asked (worker.rs): this one
+(the protocol and what both environments share), the environment's own (bfcl.py or appworld.py,
+which names its class ENVIRONMENT), then main.py (the loop). A worker so holds only its own
+environment's code and imports only its library; no file imports a sibling, each uses the names of
+the files before it.
 
 Protocol (JSON lines, UTF-8, on stdin/stdout)
 ----------------------------------------------
@@ -18,17 +21,18 @@ Who can write the answers (issue #45)
 ------------------------------------
 The answer lines are boxd's only view of an instance, rewards included, so only this process writes
 them, and the policy's code never runs in it. The worker makes itself non-dumpable first thing
-(PR_SET_DUMPABLE 0): a process of the same uid can then neither open /proc/<worker>/fd/* (the protocol
-pipes) nor read or write its memory, nor trace it. BFCL runs no policy code at all (a call runs only
-when it names a task's function with checked arguments, see below). AppWorld's `execute` does run the
-policy's Python: the world lives in a child process forked at create (the "world process"), which
-drops the protocol descriptors (fd 0 becomes /dev/null; the protocol's copy of stdout is closed; fd 1
-is stderr) and talks to this process over a socket pair. What it answers is taken as data only: a
-step's text and whether the task says it is complete, checked for type and size. The reward is never
-the world process's word: this process computes it with appworld's evaluator from the experiment's
-saved state (the instance's own world, which its code changes by acting in it, as the task intends).
-A world process that dies or breaks its protocol ends this worker (boxd reports the instance gone).
-With a uid per instance (boxd's --training-uids), another instance's code cannot reach either process.
+(PR_SET_DUMPABLE 0): a process of the same uid can then neither open /proc/<worker>/fd/* (the
+protocol pipes) nor read or write its memory, nor trace it. BFCL runs no policy code at all (a call
+runs only when it names a task's function with checked arguments, see bfcl.py). AppWorld's `execute`
+does run the policy's Python: the world lives in a child process forked at create (the "world
+process", appworld.py), which drops the protocol descriptors (fd 0 becomes /dev/null; the protocol's
+copy of stdout is closed; fd 1 is stderr) and talks to this process over a socket pair. What it
+answers is taken as data only: a step's text and whether the task says it is complete, checked for
+type and size. The reward is never the world process's word: this process computes it with
+appworld's evaluator from the experiment's saved state (the instance's own world, which its code
+changes by acting in it, as the task intends). A world process that dies or breaks its protocol ends
+this worker (boxd reports the instance gone). With a uid per instance (boxd's --training-uids),
+another instance's code cannot reach either process.
 
 First line, once the library and the data are loaded:
     {"ready": true, "env": "bfcl", "library": "bfcl-eval 2025.8.25", "tasks": 800}
@@ -52,48 +56,6 @@ create, a second create, a missing or ill-typed message), 500 for a failure insi
 environment (its traceback on stderr). A worker serves at most one instance: `profile` any number
 of times before `create`; after a successful `create` only step / evaluate / get_info. boxd kills
 the worker on release, on a failed create and on a timeout, so the worker never cleans up.
-
-BFCL (bfcl-eval 2025.8.25, multi-turn categories)
--------------------------------------------------
-Data: BFCL_DATA_PATH, a JSON-lines file written by prepare_bfcl.py (a task a line: id, question,
-initial_config, involved_classes, function, missed_function, ground_truth), and
-BFCL_SPLID_ID_PATH, {"train": [ids], "val": [ids]}. A task id is an id (multi_turn_base_0) or a
-line number (all digits).
-- create: system = a Qwen-style tool prompt (one compact JSON doc per function inside
-  <tools></tools>), user = the first question; info = {instance_id, task_id, test_id,
-  tools_count, questions_count}.
-- step: only messages.content is read. Each `<tool_call>{"name": ..., "arguments": ...}</tool_call>`
-  block is a call; they run in order on bfcl-eval's simulated classes, and the answer is one user
-  message concatenating, for call i, `<tool_call>\n{"name": "F_i", "content": R}\n</tool_call>\n`.
-  A policy's output never runs as code: a call runs only when its name is one of the task's
-  functions (a miss_func task's held-out ones included, as bfcl-eval allows), its argument names
-  are parameters of that function and its values are JSON values; the call string bfcl evaluates
-  is rebuilt from those checked parts (`name(key=repr(value), ...)`). Anything else answers an
-  error for that call and is not scored. A message without a call ends the turn: the next
-  question, or "[CONVERSATION_COMPLETED]" with is_terminated and reward = the sparse score (a step
-  after that is refused). A miss_func held-out turn reveals its functions with bfcl's prompt for
-  prompting models: "<tools>\n{docs}\n</tools>\n" + bfcl's DEFAULT_USER_PROMPT_FOR_ADDITIONAL_
-  FUNCTION_FC ("I have updated some more functions you can choose from. What about now?");
-  get_info names them from then on.
-- evaluate: bfcl's multi_turn_checker (state and response checks against the executed ground
-  truth) on one call list per turn (empty turns kept; 0 until every question was asked), on a copy
-  of the task and under a fresh model name, so evaluating never disturbs the episode. Sparse: the
-  accuracy; dense: {valid, accuracy, total_count, correct_count, test_category, test_id,
-  model_name, input_tokens, output_tokens, turn_count, completed}.
-
-AppWorld (appworld 0.1.3.post1, data under APPWORLD_ROOT/data)
---------------------------------------------------------------
-- profile: the task ids of a dataset (train, dev, test_normal, test_challenge; "val" means dev when
-  there is no val dataset).
-- create: AppWorld(task_id, experiment_name from the instance id); state = [system prompt, the
-  task's instruction]; params.simple (bare code is run, its output answered as is), params.prompt
-  false (a shorter prompt).
-- step: the code of the first ```python block in content (with simple: else the content itself),
-  or tool_calls named `appworld` with {"code": ...}; each runs in world.execute; is_terminated once
-  the task is completed (then reward = evaluate with the step's params).
-- evaluate: appworld's evaluate_task on the experiment's saved state; sparse: 1.0 when no test
-  fails, else 0.0; dense: the ratio of passed tests.
-- get_info: the tool and the task's apps with their descriptions.
 """
 
 import os
@@ -116,41 +78,16 @@ def _set_dumpable(value):
         return False
 
 
-def _die_with_parent():
-    """prctl(PR_SET_PDEATHSIG, SIGKILL): a world process does not outlive its worker."""
-    try:
-        import ctypes
-        import signal
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(1, int(signal.SIGKILL), 0, 0, 0) == 0  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        return False
-
-
 _set_dumpable(0)
 # `-c` puts the working directory first on sys.path: nothing in the scratch directory may shadow a
 # library.
 if sys.path and sys.path[0] in ("", "."):
     del sys.path[0]
 
-import copy  # noqa: E402
 import json  # noqa: E402
-import keyword  # noqa: E402
 import math  # noqa: E402
-import re  # noqa: E402
 import traceback  # noqa: E402
 
-BFCL_VERSION = "2025.8.25"
-APPWORLD_VERSION = "0.1.3.post1"
-# The head of a prepared task line: its id, then its classes (see prepare_bfcl.py's field order).
-TASK_HEAD = re.compile(r'\{"id": ("(?:[^"\\]|\\.)*"), "involved_classes": (\[[^\]]*\])')
-BFCL_DEFAULT_DATA = "/agentscope_runtime/training_box/bfcl/multi_turn/multi_turn_processed.jsonl"
-BFCL_DEFAULT_SPLITS = "/agentscope_runtime/training_box/bfcl/multi_turn/multi_turn_split_ids.json"
-APPWORLD_DATA_HINT = (
-    "build the image with `make image-appworld APPWORLD_DATA=images/appworld/data/<dir, "
-    "data-0.1.0.bundle or archive>` (see images/README.md)"
-)
 ERROR_MAX = 2000
 
 
@@ -230,5 +167,3 @@ def message_text(messages, required=True):
             part.get("text", "") for part in content if isinstance(part.get("text", ""), str)
         )
     raise Refused("messages.content must be a string")
-
-
