@@ -8,7 +8,7 @@ use axum::Router;
 
 use super::instances::{Environment, InstanceLimits};
 use super::tenancy::{UidPool, Users};
-use super::worker::Launch;
+use super::worker::{EnvironmentKind, Launch};
 use crate::core::health::Health;
 use crate::family::limits::{Limit, bytes, count, flag_seconds, seconds};
 use crate::family::{BoxFuture, Family, Setup};
@@ -94,9 +94,8 @@ impl Family for Training {
 #[derive(Debug, clap::Args)]
 pub struct TrainingArgs {
     /// The training environment served at `/create`, `/step`, ... (one per sandbox, as upstream).
-    #[arg(long, env = "BOXD_TRAINING_ENV", default_value = "bfcl",
-          value_parser = clap::builder::PossibleValuesParser::new(["bfcl", "appworld"]))]
-    pub training_env: String,
+    #[arg(long, env = "BOXD_TRAINING_ENV", default_value = "bfcl", value_enum)]
+    pub training_env: EnvironmentKind,
     /// The Python interpreter that has the environment's library (`bfcl-eval`, `appworld`).
     #[arg(long, env = "BOXD_TRAINING_PYTHON", default_value = "python3")]
     pub training_python: String,
@@ -168,7 +167,7 @@ pub fn family(_setup: &Setup, args: &TrainingArgs) -> Result<Arc<dyn Family>, St
     };
     let launch = Launch {
         python: crate::core::child::interpreter_path(&args.training_python),
-        environment: args.training_env.clone(),
+        environment: args.training_env,
         directory: scratch_directory()?,
         start_timeout: WORKER_START_TIMEOUT,
         memory_max: args.training_memory_max.max(64).saturating_mul(1024 * 1024),

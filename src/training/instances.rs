@@ -118,8 +118,8 @@ impl Environment {
         }
     }
 
-    pub fn name(&self) -> &str {
-        &self.launch.environment
+    pub fn name(&self) -> &'static str {
+        self.launch.environment.name()
     }
 
     pub fn limits(&self) -> &InstanceLimits {

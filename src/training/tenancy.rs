@@ -8,7 +8,7 @@
 //! rest hold without `CAP_SYS_ADMIN` (the Docker and Kubernetes default):
 //!
 //! - one instance cannot open another's files, signal or trace its processes, or read `/proc/<pid>/fd`
-//!   of them (different uid; the workers are also non-dumpable, see `worker.py`);
+//!   of them (different uid; the workers are also non-dumpable, see `worker/protocol.py`);
 //! - everything an instance started can be killed, even what left its process group (`setsid`): a
 //!   process running as that uid calls `kill(-1, SIGKILL)`, which reaches every process of the uid (the
 //!   caller excepted) and nothing else ([`kill_everything_of`]); released uids are reaped before they are
@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::core::child::Identity;
+use crate::core::child::{self, Identity};
 
 /// The most uids a range may hold: more would be a mistyped range.
 const UIDS_MAX: u32 = 65_536;
@@ -269,9 +269,9 @@ fn make_home(home: &Path, uid: u32) -> std::io::Result<()> {
 /// A process running as `uid` calls `kill(-1, SIGKILL)`: the kernel signals every process that uid may
 /// signal (the same real or saved uid: every process of the instance, a set-uid program it ran included)
 /// except the caller, in one pass; repeated until it finds none, so a process forking meanwhile is caught
-/// by a later pass (`RLIMIT_NPROC` bounds how many there can be). The reaper is a fork that never execs.
+/// by a later pass (`RLIMIT_NPROC` bounds how many there can be). The reaper is a fork that never execs
+/// ([`child::run_forked`]).
 pub fn kill_everything_of(uid: u32) -> bool {
-    use std::os::unix::process::CommandExt;
     let deadline = Instant::now() + REAP_BOUND;
     loop {
         if uids_with_processes(&(uid..=uid)).is_empty() {
@@ -280,33 +280,29 @@ pub fn kill_everything_of(uid: u32) -> bool {
         if Instant::now() >= deadline {
             return false;
         }
-        let mut reaper = std::process::Command::new("/");
-        reaper
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null());
-        // SAFETY: between fork and exec the closure makes only async-signal-safe system calls (setgroups,
-        // setgid, setuid, kill, sched_yield, _exit) on values copied before the fork, and never returns.
-        unsafe {
-            reaper.pre_exec(move || {
+        // SAFETY: the body makes only async-signal-safe system calls (setgroups, setgid, setuid, kill,
+        // sched_yield) on values copied before the fork. Its exit code is not read: what is left of the
+        // uid is, below.
+        let reaper = unsafe {
+            child::run_forked(move || {
                 let groups = [uid];
                 if libc::setgroups(1, groups.as_ptr()) == -1
                     || libc::setgid(uid) == -1
                     || libc::setuid(uid) == -1
                 {
-                    libc::_exit(2);
+                    return Ok(2);
                 }
                 for _ in 0..KILL_ROUNDS {
                     if libc::kill(-1, libc::SIGKILL) == -1 {
                         // ESRCH: nothing of the uid is left to signal.
-                        libc::_exit(0);
+                        return Ok(0);
                     }
                     libc::sched_yield();
                 }
-                libc::_exit(1)
-            });
-        }
-        if let Err(err) = reaper.status() {
+                Ok(1)
+            })
+        };
+        if let Err(err) = reaper {
             tracing::warn!(uid, error = %err, "cannot start the reaper of a training uid");
             std::thread::sleep(Duration::from_millis(20));
             continue;
@@ -361,26 +357,19 @@ pub fn uids_with_processes(range: &RangeInclusive<u32>) -> Vec<u32> {
 }
 
 /// Whether boxd can give a worker a network namespace of its own (`unshare(CLONE_NEWNET)` needs
-/// `CAP_SYS_ADMIN`); the probe is a fork that tries and exits, never execs. Blocking (~1 ms).
+/// `CAP_SYS_ADMIN`); the probe is a fork that tries and exits, never execs ([`child::run_forked`]).
+/// Blocking (~1 ms).
 pub fn probe_network_namespace() -> std::io::Result<()> {
-    use std::os::unix::process::CommandExt;
-    let mut probe = std::process::Command::new("/");
-    probe
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null());
-    // SAFETY: between fork and exec the closure makes only async-signal-safe system calls (unshare,
-    // __errno_location, _exit) and never returns.
-    unsafe {
-        probe.pre_exec(|| {
+    // SAFETY: the body makes only async-signal-safe system calls (unshare, __errno_location).
+    let status = unsafe {
+        child::run_forked(|| {
             if libc::unshare(libc::CLONE_NEWNET) == -1 {
                 let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(1);
-                libc::_exit(errno.clamp(1, 255));
+                return Ok(errno.clamp(1, 255));
             }
-            libc::_exit(0)
-        });
-    }
-    let status = probe.status()?;
+            Ok(0)
+        })
+    }?;
     match status.code() {
         Some(0) => Ok(()),
         Some(errno) => Err(std::io::Error::from_raw_os_error(errno)),

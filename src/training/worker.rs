@@ -1,8 +1,8 @@
-//! One environment worker: a Python process (`worker.py`, embedded) that imports the environment
-//! library once and then serves at most one instance. It speaks JSON lines: a first line saying whether
-//! the library and its data loaded, then one answer line per request line (the protocol is written out
-//! at the top of `worker.py`). One process per instance is the isolation: bfcl-eval keeps an episode's
-//! simulated state in module globals.
+//! One environment worker: a Python process (its source embedded, see [`EnvironmentKind`]) that imports
+//! the environment library once and then serves at most one instance. It speaks JSON lines: a first line
+//! saying whether the library and its data loaded, then one answer line per request line (the protocol
+//! is written out at the top of `worker/protocol.py`). One process per instance is the isolation:
+//! bfcl-eval keeps an episode's simulated state in module globals.
 
 use std::path::PathBuf;
 use std::process::{ExitStatus, Stdio};
@@ -17,7 +17,47 @@ use super::tenancy::{Confinement, Lease, Users};
 use crate::core::child::{self, ChildGroup, Grouping, OwnedGroup, StderrTail};
 use crate::core::error::ApiError;
 
-const WORKER_SOURCE: &str = include_str!("worker.py");
+/// The environment a training sandbox serves (one per sandbox, as upstream), parsed from
+/// `--training-env`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum EnvironmentKind {
+    Bfcl,
+    #[value(name = "appworld")]
+    AppWorld,
+}
+
+impl EnvironmentKind {
+    /// As upstream names it (`env_type`), and the worker's `--env`.
+    pub fn name(self) -> &'static str {
+        match self {
+            EnvironmentKind::Bfcl => "bfcl",
+            EnvironmentKind::AppWorld => "appworld",
+        }
+    }
+
+    /// The worker's source for this environment: the protocol, this environment's code (and not the
+    /// other's), then the loop; `worker/protocol.py` says how the three files fit.
+    fn worker_source(self) -> &'static str {
+        match self {
+            EnvironmentKind::Bfcl => concat!(
+                include_str!("worker/protocol.py"),
+                include_str!("worker/bfcl.py"),
+                include_str!("worker/main.py"),
+            ),
+            EnvironmentKind::AppWorld => concat!(
+                include_str!("worker/protocol.py"),
+                include_str!("worker/appworld.py"),
+                include_str!("worker/main.py"),
+            ),
+        }
+    }
+}
+
+impl std::fmt::Display for EnvironmentKind {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str(self.name())
+    }
+}
 
 /// The longest answer line read from a worker; a longer one is a broken worker, not a state.
 pub const ANSWER_MAX: usize = 32 * 1024 * 1024;
@@ -26,8 +66,7 @@ pub const ANSWER_MAX: usize = 32 * 1024 * 1024;
 #[derive(Debug, Clone)]
 pub struct Launch {
     pub python: String,
-    /// `bfcl` or `appworld`: what `--env` the worker gets.
-    pub environment: String,
+    pub environment: EnvironmentKind,
     /// Where the workers' homes are (with a uid per worker, one directory each under it; else the
     /// workers' shared working directory). AppWorld writes its outputs under a worker's home.
     pub directory: PathBuf,
@@ -132,7 +171,7 @@ impl Worker {
         }
         if own_uid {
             // AppWorld's experiment outputs go under this worker's home, not a directory every
-            // instance shares (see worker.py).
+            // instance shares (see worker/appworld.py).
             command.env("BOXD_TRAINING_OWN_ROOT", "1");
         }
         // SAFETY: `apply` makes only async-signal-safe system calls on data prepared before the fork
@@ -141,7 +180,8 @@ impl Worker {
             command.pre_exec(move || confinement.apply());
         }
         let mut child = command
-            .args(["-u", "-c", WORKER_SOURCE, "--env", &launch.environment])
+            .args(["-u", "-c", launch.environment.worker_source()])
+            .args(["--env", launch.environment.name()])
             .current_dir(&lease.home)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

@@ -434,7 +434,8 @@ def system_python():
 # (evaluate imports the checker's modules lazily), then the top-level names whose files are there.
 IMPORTS_PROBE = r"""
 import json, os, sys, sysconfig
-source = open(sys.argv[1]).read().replace('if __name__ == "__main__":', 'if False:')
+source = "".join(open(path).read() for path in sys.argv[1:])
+source = source.replace('if __name__ == "__main__":', 'if False:')
 space = {"__name__": "probe"}
 exec(compile(source, "worker.py", "exec"), space)
 env = space["Bfcl"]()
@@ -464,7 +465,7 @@ def readable_packages():
     import tempfile
     if "path" in _READABLE:
         return _READABLE["path"]
-    from test_training_worker import WORKER
+    from test_training_worker import worker_files
     site = pathlib.Path(os.path.realpath(sysconfig.get_paths()["purelib"]))
     with tempfile.TemporaryDirectory() as scratch:
         data = pathlib.Path(scratch)
@@ -473,8 +474,8 @@ def readable_packages():
             capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr
         probe = subprocess.run(
-            [sys.executable, "-c", IMPORTS_PROBE, str(WORKER)], capture_output=True, text=True,
-            timeout=120, cwd=scratch, env={**os.environ, **bfcl_env(data)})
+            [sys.executable, "-c", IMPORTS_PROBE, *map(str, worker_files("bfcl"))],
+            capture_output=True, text=True, timeout=120, cwd=scratch, env={**os.environ, **bfcl_env(data)})
     assert probe.returncode == 0, probe.stderr
     names = json.loads(probe.stdout.strip().splitlines()[-1])
     copy = pathlib.Path(tempfile.mkdtemp(prefix="boxd-training-site-"))

@@ -1,7 +1,8 @@
-"""The training worker (src/training/worker.py) driven directly over its stdin/stdout, as boxd
-drives it: `python -u -c <source> --env bfcl|appworld`. BFCL runs on the real bfcl-eval with data
-prepared by src/training/prepare_bfcl.py; AppWorld on the stand-in package of
-tests/python/training_stub (its task data cannot be downloaded here)."""
+"""The training worker (src/training/worker/) driven directly over its stdin/stdout, as boxd
+drives it: `python -u -c <source> --env bfcl|appworld`, the source joined for the environment as
+src/training/worker.rs joins it. BFCL runs on the real bfcl-eval with data prepared by
+src/training/prepare_bfcl.py; AppWorld on the stand-in package of tests/python/training_stub (its
+task data cannot be downloaded here)."""
 import ast
 import json
 import os
@@ -15,19 +16,28 @@ import time
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-WORKER = ROOT / "src" / "training" / "worker.py"
+WORKER = ROOT / "src" / "training" / "worker"
 PREPARE = ROOT / "src" / "training" / "prepare_bfcl.py"
 STUB = pathlib.Path(__file__).resolve().parent / "training_stub"
-SOURCE = WORKER.read_text()
 ADDITIONAL_FUNCTIONS = "I have updated some more functions you can choose from. What about now?"
+
+
+def worker_files(env_name):
+    """The files boxd joins into the source of a worker of `env_name`, in its order (worker.rs)."""
+    return [WORKER / "protocol.py", WORKER / f"{env_name}.py", WORKER / "main.py"]
+
+
+def worker_source(env_name):
+    return "".join(path.read_text() for path in worker_files(env_name))
 
 
 class Worker:
     """One worker process; `ask` sends a request line and returns the answer line, parsed."""
 
-    def __init__(self, env_name, cwd, env=None, python=(sys.executable,)):
+    def __init__(self, env_name, cwd, env=None, python=(sys.executable,), built_for=None):
+        source = worker_source(built_for or env_name)
         self.proc = subprocess.Popen(
-            [*python, "-u", "-c", SOURCE, "--env", env_name],
+            [*python, "-u", "-c", source, "--env", env_name],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             cwd=cwd, env={**os.environ, **(env or {})},
         )
@@ -420,8 +430,16 @@ def test_missing_data_and_library(bfcl, tmp_path):
     assert bare.ready["error"].startswith("the environment library bfcl_eval is not installed in ")
     assert bare.ready["error"].endswith(": pip install --no-deps bfcl-eval==2025.8.25")
     assert bare.close() == 0
-    unknown = Worker("nope", tmp_path)
-    assert unknown.ready["ready"] is False and unknown.close() == 0
+    unknown = Worker("nope", tmp_path, built_for="bfcl")
+    assert unknown.ready == {"ready": False,
+                             "error": "unknown environment 'nope': this worker serves --env bfcl"}
+    assert unknown.close() == 0
+
+
+def test_a_worker_holds_only_its_own_environment():
+    bfcl, appworld = worker_source("bfcl"), worker_source("appworld")
+    assert "class Bfcl" in bfcl and "class AppWorldEnv" not in bfcl
+    assert "class AppWorldEnv" in appworld and "class Bfcl" not in appworld
 
 
 # ------------------------------------------------------------------------------------------------

@@ -154,20 +154,15 @@ pub fn boxd_is_root() -> bool {
 /// inside it, PID and network namespaces: what Chromium's namespace sandbox does first. Refused by a
 /// kernel that disallows unprivileged user namespaces, by Docker's default seccomp profile for a process
 /// without `CAP_SYS_ADMIN`, or by an AppArmor policy that strips the new namespace of its capabilities
-/// (the second step then fails). The probe is a fork that never execs: it switches user as
-/// [`command_as`](super::command_as) does, tries, and exits. Blocking (a fork and a wait, ~1 ms).
+/// (the second step then fails). The probe is a fork that never execs
+/// ([`run_forked`](super::run_forked)): it switches user as [`command_as`](super::command_as) does,
+/// tries, and exits. Blocking (~1 ms).
 pub fn probe_user_namespaces(identity: Option<&Identity>) -> std::io::Result<()> {
-    use std::os::unix::process::CommandExt;
     let switch = identity.map(Switch::of);
-    let mut probe = std::process::Command::new("/");
-    probe
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null());
-    // SAFETY: between fork and exec the closure makes only async-signal-safe system calls (setgroups,
-    // setgid, setuid, unshare, _exit) on data prepared before the fork.
-    unsafe {
-        probe.pre_exec(move || {
+    // SAFETY: the body makes only async-signal-safe system calls (setgroups, setgid, setuid, unshare)
+    // on data prepared before the fork.
+    let status = unsafe {
+        super::run_forked(move || {
             if let Some(switch) = &switch {
                 switch.apply()?;
             }
@@ -176,11 +171,9 @@ pub fn probe_user_namespaces(identity: Option<&Identity>) -> std::io::Result<()>
             {
                 return Err(std::io::Error::last_os_error());
             }
-            // Never exec "/": the parent sees a clean exit.
-            libc::_exit(0)
-        });
-    }
-    let status = probe.status()?;
+            Ok(0)
+        })
+    }?;
     if status.success() {
         Ok(())
     } else {

@@ -3,6 +3,7 @@
 //! groups are signalled and stopped, their stderr, and what a previous (or a killed) boxd left behind.
 
 mod environment;
+mod fork;
 mod group;
 mod identity;
 mod leftovers;
@@ -14,6 +15,7 @@ mod stderr;
 pub use environment::{
     runtime_environment, runtime_environment_set, set_runtime_environment, withhold_from_children,
 };
+pub use fork::run_forked;
 pub use group::OwnedGroup;
 pub use identity::{Identity, boxd_is_root, probe_user_namespaces};
 pub use leftovers::{carries_any_marker, instance_key, mark_children, stop_leftovers};
