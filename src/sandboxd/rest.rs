@@ -2,7 +2,7 @@
 //! its own listener: `/v1/files/{path}` (GET a file's bytes or a directory's listing, HEAD, PUT, DELETE),
 //! `/v1/health`, `/v1/metadata`. No token: the SDK sends none to it, so it listens on the container's
 //! loopback unless told otherwise (README, "Kubernetes agent-sandbox clients"). Errors are
-//! `{"code", "message"}` with the status of `core::error`.
+//! `{"code", "message"}` with the status every route gives the error (`api::response`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -69,13 +69,32 @@ impl IntoResponse for RestError {
         }
         (
             status,
-            Json(json!({"code": self.0.code(), "message": self.0.to_string()})),
+            Json(json!({"code": code_of(&self.0), "message": self.0.to_string()})),
         )
             .into_response()
     }
 }
 
 type RestResult<T> = Result<T, RestError>;
+
+/// The error's name in the `{"code", "message"}` bodies: gRPC's canonical code names, and `CONFLICT` for
+/// a 409 as sandboxd says it.
+fn code_of(err: &ApiError) -> &'static str {
+    match err {
+        ApiError::BadRequest(_) | ApiError::Unprocessable(_) => "INVALID_ARGUMENT",
+        ApiError::Forbidden(_) => "PERMISSION_DENIED",
+        ApiError::NotFound(_) => "NOT_FOUND",
+        ApiError::Conflict(_) => "CONFLICT",
+        ApiError::RangeNotSatisfiable(_) => "OUT_OF_RANGE",
+        ApiError::PayloadTooLarge(_)
+        | ApiError::InsufficientStorage(_)
+        | ApiError::TooManyRequests(_)
+        | ApiError::Busy { .. } => "RESOURCE_EXHAUSTED",
+        ApiError::BadGateway(_) | ApiError::Unavailable { .. } => "UNAVAILABLE",
+        ApiError::GatewayTimeout(_) => "DEADLINE_EXCEEDED",
+        ApiError::Internal(_) => "INTERNAL",
+    }
+}
 
 pub fn router(rest: Arc<Rest>) -> Router {
     Router::new()
