@@ -24,7 +24,7 @@ use crate::api::extract::{ApiJson, ApiMultipart};
 use crate::core::confine::Workspace;
 use crate::core::error::{ApiError, ApiResult};
 use crate::core::staging;
-use crate::tools::admission::Admission;
+use crate::core::admission::Admission;
 
 /// What a command killed at its timeout exits with, as `timeout(1)` and the SDK report it.
 const TIMED_OUT_EXIT_CODE: i32 = 124;
