@@ -9,8 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use axum::extract::rejection::PathRejection;
-use axum::extract::{DefaultBodyLimit, FromRequest, Multipart, Path, Query, Request, State};
+use axum::extract::{DefaultBodyLimit, FromRequest, Multipart, Query, Request, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -18,7 +17,7 @@ use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use super::files::{self, Found, Listed, blocking};
+use super::files::{self, FilePath, Found, Listed, blocking};
 use crate::core::confine::Workspace;
 use crate::core::error::ApiError;
 use crate::core::staging;
@@ -111,12 +110,6 @@ pub fn router(rest: Arc<Rest>) -> Router {
         .with_state(rest)
 }
 
-fn path_of(path: Result<Path<String>, PathRejection>) -> RestResult<String> {
-    path.map(|Path(path)| path)
-        .map_err(|rejection| ApiError::BadRequest(format!("bad path: {}", rejection.body_text())))
-        .map_err(RestError)
-}
-
 #[derive(Serialize)]
 struct FileEntry {
     name: String,
@@ -146,9 +139,10 @@ async fn read_root(State(rest): State<Arc<Rest>>) -> RestResult<Response> {
 
 async fn read(
     State(rest): State<Arc<Rest>>,
-    path: Result<Path<String>, PathRejection>,
+    path: Result<FilePath, ApiError>,
 ) -> RestResult<Response> {
-    serve_entry(rest, path_of(path)?).await
+    let FilePath(input) = path?;
+    serve_entry(rest, input).await
 }
 
 /// GET (and HEAD, which axum answers from GET without the body): a file's bytes, or the listing of a
@@ -194,12 +188,12 @@ async fn write_root(request: Request) -> Response {
 
 async fn write(
     State(rest): State<Arc<Rest>>,
-    path: Result<Path<String>, PathRejection>,
+    path: Result<FilePath, ApiError>,
     query: Result<Query<WriteQuery>, axum::extract::rejection::QueryRejection>,
     request: Request,
 ) -> Response {
     let prepared = async {
-        let input = path_of(path).map_err(|RestError(err)| err)?;
+        let FilePath(input) = path?;
         let Query(query) =
             query.map_err(|rejection| ApiError::BadRequest(format!("bad query: {rejection}")))?;
         let mode = parse_mode(query.mode.as_deref())?;
@@ -313,10 +307,11 @@ async fn remove_root(
 
 async fn remove(
     State(rest): State<Arc<Rest>>,
-    path: Result<Path<String>, PathRejection>,
+    path: Result<FilePath, ApiError>,
     query: Result<Query<RemoveQuery>, axum::extract::rejection::QueryRejection>,
 ) -> RestResult<StatusCode> {
-    remove_entry(rest, path_of(path)?, query).await
+    let FilePath(input) = path?;
+    remove_entry(rest, input, query).await
 }
 
 /// DELETE: a file or an empty directory, a whole tree with `recursive=true`; the root itself is only
