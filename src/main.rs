@@ -299,7 +299,7 @@ async fn serve(
             auth::Auth::fixed(&token)
         }
         (None, None, None) => {
-            let token = auth::generate();
+            let token = core::secret::generate();
             eprintln!("boxd: SECRET_TOKEN is not set; generated token: {token}");
             auth::Auth::fixed(&token)
         }

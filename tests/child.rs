@@ -1,6 +1,6 @@
-//! What every child of boxd gets from the one place children are started (src/child): it dies with
-//! boxd, even when boxd is SIGKILLed, and so does what it started, at once; the OOM killer takes it
-//! before boxd.
+//! What every child of boxd gets from the one place children are started (src/core/child/): it
+//! dies with boxd, even when boxd is SIGKILLed, and so does what it started, at once; the OOM killer
+//! takes it before boxd.
 
 use crate::common;
 

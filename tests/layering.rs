@@ -1,16 +1,49 @@
 //! Keeps the layers of `src/` pointing one way. Reads every `crate::` path of every source file (the
-//! `use` lines and paths written inline), takes each top-level module's edges, and fails on an import
-//! from one family into another, on an edge against the layer order, and on any cycle between modules.
-//! The families are those of the family list in `src/main.rs`, so a new family is covered by its line.
+//! `use` lines and paths written inline), takes each top-level module's edges, and fails on a module
+//! that has no rank, on an edge against the rank order (a family into another family included), on any
+//! cycle between modules, on `launch` importing anything of the crate, and on `core` naming the HTTP
+//! stack. The families are those of the family list in `src/main.rs`, so a new family is covered by its
+//! line.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-/// The layers under the families, lowest first: a module may import only from its own layer's
-/// modules listed before it or from a lower layer. Families sit above `family`; everything not listed
-/// here and not a family (`main`'s own helpers: `cli`, `limits`, `http`, `launch`) assembles the app and
-/// may import anything, but nothing below it may import them.
-const LAYERS: &[&[&str]] = &[&["core"], &["api", "tools"], &["family"]];
+/// Stands, in [`LAYERS`], for every family of `src/main.rs`'s family list.
+const THE_FAMILIES: &str = "the families";
+
+/// Every top-level module of `src/`, lowest layer first: a module may import only from a lower layer,
+/// never from its own (`api` and `tools` do not import each other, nor one family another, nor any two
+/// of `http`, `mcp_server` and `init`: `boxd init` supervises `boxd serve` and needs nothing of the app
+/// it serves). `main` is the crate's root (`src/main.rs`).
+const LAYERS: &[&[&str]] = &[
+    &["core"],
+    &["api", "tools"],
+    &["family"],
+    &[THE_FAMILIES],
+    &["http", "mcp_server", "init"],
+    &["cli"],
+    &["limits"],
+    &["main"],
+];
+
+/// Modules that import nothing of the crate, so any layer may use them as it uses a library (each could
+/// be a crate of its own): `launch`, the host-side launcher over the Docker Engine API.
+const STANDALONE: &[&str] = &["launch"];
+
+/// Items of the crate's root (`src/main.rs`) that modules below it read, which makes them edges to
+/// `main` against the order: the family list (`--tools`' values, every family's rows of `boxd limits`)
+/// and two of `boxd limits`' bounds. Known, to move out of `main.rs` into a module of their own; any
+/// other read of the root fails.
+const ROOT_READS_FROM_BELOW: &[(&str, &str)] = &[
+    ("cli", "family_names"),
+    ("limits", "FAMILIES"),
+    ("limits", "MAX_BLOCKING_THREADS"),
+    ("limits", "SHUTDOWN_GRACE"),
+];
+
+/// The crates of the HTTP stack, which `core` must not name: its errors are plain data that `api` turns
+/// into answers.
+const HTTP_STACK: &[&str] = &["axum", "hyper", "hyper_util", "http", "tower", "tower_http"];
 
 fn source_files(dir: &Path, found: &mut Vec<PathBuf>) {
     let Ok(entries) = std::fs::read_dir(dir) else {
@@ -86,8 +119,9 @@ fn code_only(text: &str) -> String {
     code
 }
 
-/// Every module named right after `crate::` in `code`, including inside `use crate::{a::x, b}`.
-fn crate_paths(code: &str) -> BTreeSet<String> {
+/// Every name right after `crate::` in `code`, including inside `use crate::{a::x, B}`: a module of the
+/// crate or an item of its root.
+fn crate_names(code: &str) -> BTreeSet<String> {
     let mut found = BTreeSet::new();
     let mut rest = code;
     while let Some(at) = rest.find("crate::") {
@@ -98,15 +132,23 @@ fn crate_paths(code: &str) -> BTreeSet<String> {
         }
         if let Some(group) = rest.strip_prefix('{') {
             for item in top_level_items(group) {
-                if let Some(name) = module_name(item) {
+                if let Some(name) = identifier(item) {
                     found.insert(name);
                 }
             }
-        } else if let Some(name) = module_name(rest) {
+        } else if let Some(name) = identifier(rest) {
             found.insert(name);
         }
     }
     found
+}
+
+/// Every module named right after `crate::` in `code` (a lowercase name: `Type`s are not).
+fn crate_paths(code: &str) -> BTreeSet<String> {
+    crate_names(code)
+        .into_iter()
+        .filter_map(|name| module_name(&name))
+        .collect()
 }
 
 /// The module path of a file (`src/browser/tools/mod.rs` → `browser::tools`, `src/main.rs` → none).
@@ -175,15 +217,20 @@ fn top_level_items(group: &str) -> Vec<&str> {
     items
 }
 
-/// The lowercase identifier `text` starts with (a module; `Type`s and `self` are not).
-fn module_name(text: &str) -> Option<String> {
+/// The identifier `text` starts with, but `self`.
+fn identifier(text: &str) -> Option<String> {
     let name: String = text
         .trim_start()
         .chars()
         .take_while(|c| c.is_alphanumeric() || *c == '_')
         .collect();
     let first = name.chars().next()?;
-    (first.is_lowercase() && name != "self").then_some(name)
+    (!first.is_ascii_digit() && name != "self").then_some(name)
+}
+
+/// The lowercase identifier `text` starts with (a module; `Type`s and `self` are not).
+fn module_name(text: &str) -> Option<String> {
+    identifier(text).filter(|name| name.starts_with(|c: char| c.is_lowercase()))
 }
 
 /// The families of `src/main.rs`'s family list: its `family!(module, ...)` lines, and entries written
@@ -206,33 +253,75 @@ fn families(main: &str) -> BTreeSet<String> {
     by_macro.chain(written_out).collect()
 }
 
-fn edges() -> (BTreeMap<String, BTreeSet<String>>, BTreeSet<String>) {
+/// What the scan of `src/` finds.
+struct Graph {
+    /// Each top-level module's edges to the others (`main` for a read of the root's items).
+    edges: BTreeMap<String, BTreeSet<String>>,
+    /// Each top-level module's reads of the root's items (`FAMILIES`, `family_names`).
+    root_reads: BTreeMap<String, BTreeSet<String>>,
+    families: BTreeSet<String>,
+    /// Every top-level module of `src/`, `main` included.
+    modules: BTreeSet<String>,
+}
+
+fn graph() -> Graph {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut files = Vec::new();
     source_files(&src, &mut files);
     let modules: BTreeSet<String> = files.iter().filter_map(|file| owner(&src, file)).collect();
     let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut root_reads: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for file in &files {
         let (Some(from), Ok(text)) = (owner(&src, file), std::fs::read_to_string(file)) else {
             continue;
         };
         let code = code_only(&text);
         let targets = edges.entry(from.clone()).or_default();
-        let reached = crate_paths(&code)
-            .into_iter()
-            .chain(super_paths(&code, &module_path(&src, file)));
-        for to in reached {
-            if to != from && modules.contains(&to) {
+        for to in crate_names(&code) {
+            if modules.contains(&to) {
                 targets.insert(to);
+            } else if from != "main" {
+                root_reads
+                    .entry(from.clone())
+                    .or_default()
+                    .insert(to.clone());
+                if !ROOT_READS_FROM_BELOW.contains(&(from.as_str(), to.as_str())) {
+                    targets.insert("main".to_owned());
+                }
             }
         }
+        // A `super::` chain is read by the file's depth, not by its inline modules' (a `mod tests`
+        // adds one), so only the top-level modules it names count, not what else it reaches.
+        targets.extend(
+            super_paths(&code, &module_path(&src, file))
+                .into_iter()
+                .filter(|to| modules.contains(to)),
+        );
+        targets.remove(&from);
     }
     let main = std::fs::read_to_string(src.join("main.rs")).unwrap_or_default();
-    (edges, families(&main))
+    Graph {
+        edges,
+        root_reads,
+        families: families(&main),
+        modules,
+    }
 }
 
-fn layer_of(module: &str) -> Option<usize> {
-    LAYERS.iter().position(|layer| layer.contains(&module))
+fn edges() -> (BTreeMap<String, BTreeSet<String>>, BTreeSet<String>) {
+    let graph = graph();
+    (graph.edges, graph.families)
+}
+
+/// `module`'s layer in [`LAYERS`] (a family's is [`THE_FAMILIES`]'s); none for a standalone module or
+/// one with no rank.
+fn rank(module: &str, families: &BTreeSet<String>) -> Option<usize> {
+    let name = if families.contains(module) {
+        THE_FAMILIES
+    } else {
+        module
+    };
+    LAYERS.iter().position(|layer| layer.contains(&name))
 }
 
 #[test]
@@ -262,32 +351,183 @@ fn no_family_imports_another() {
 }
 
 #[test]
+fn every_module_has_a_rank() {
+    let graph = graph();
+    let unranked: Vec<&String> = graph
+        .modules
+        .iter()
+        .filter(|module| {
+            rank(module, &graph.families).is_none() && !STANDALONE.contains(&module.as_str())
+        })
+        .collect();
+    assert!(
+        unranked.is_empty(),
+        "modules with no place in LAYERS (tests/layering.rs; draw them in docs/architecture.md too): \
+         {unranked:?}"
+    );
+}
+
+#[test]
 fn layers_point_down() {
-    let (edges, families) = edges();
-    let family_layer = LAYERS.len();
-    let rank = |module: &str| -> Option<usize> {
-        layer_of(module).or_else(|| families.contains(module).then_some(family_layer))
-    };
+    let Graph {
+        edges,
+        root_reads,
+        families,
+        ..
+    } = graph();
     let mut upward = Vec::new();
     for (from, targets) in &edges {
-        let Some(from_rank) = rank(from) else {
+        let Some(from_rank) = rank(from, &families) else {
             continue;
         };
         for to in targets {
-            match rank(to) {
+            match rank(to, &families) {
                 Some(to_rank) if to_rank < from_rank => {}
-                // Inside one layer only `api` and `tools` sit together; neither imports the other.
-                Some(to_rank) if to_rank == from_rank && to_rank != family_layer => {
+                Some(to_rank) if to_rank == from_rank => {
                     upward.push(format!("{from} -> {to} (same layer)"));
                 }
-                Some(to_rank) if to_rank == from_rank => {}
-                _ => upward.push(format!("{from} -> {to}")),
+                Some(_) if to == "main" => upward.push(format!(
+                    "{from} -> main (reads crate::{:?})",
+                    root_reads.get(from).cloned().unwrap_or_default()
+                )),
+                Some(_) => upward.push(format!("{from} -> {to}")),
+                None if STANDALONE.contains(&to.as_str()) => {}
+                None => upward.push(format!("{from} -> {to} (no rank)")),
             }
         }
     }
     assert!(
         upward.is_empty(),
         "imports against the layer order: {upward:?}"
+    );
+}
+
+#[test]
+fn the_known_reads_of_the_root_are_still_there() {
+    let graph = graph();
+    for (from, item) in ROOT_READS_FROM_BELOW {
+        assert!(
+            graph
+                .root_reads
+                .get(*from)
+                .is_some_and(|items| items.contains(*item)),
+            "{from} no longer reads crate::{item}: take it off ROOT_READS_FROM_BELOW"
+        );
+    }
+}
+
+#[test]
+fn standalone_modules_import_nothing_of_the_crate() {
+    let graph = graph();
+    for module in STANDALONE {
+        let edges = graph.edges.get(*module).cloned().unwrap_or_default();
+        let root_reads = graph.root_reads.get(*module).cloned().unwrap_or_default();
+        assert!(
+            edges.is_empty() && root_reads.is_empty(),
+            "{module} imports from the crate ({edges:?}, root items {root_reads:?}); it must stand \
+             alone"
+        );
+    }
+}
+
+/// `code` without its unit-test modules (`#[cfg(test)] mod NAME { ... }`).
+fn without_test_modules(code: &str) -> String {
+    let mut kept = String::with_capacity(code.len());
+    let mut rest = code;
+    while let Some(at) = rest.find("#[cfg(test)]") {
+        kept.push_str(&rest[..at]);
+        let after = &rest[at + "#[cfg(test)]".len()..];
+        let is_module = after
+            .trim_start()
+            .strip_prefix("mod ")
+            .map(str::trim_start)
+            .and_then(|header| {
+                let name = identifier(header)?;
+                header[name.len()..]
+                    .trim_start()
+                    .starts_with('{')
+                    .then_some(())
+            })
+            .is_some();
+        if !is_module {
+            kept.push_str("#[cfg(test)]");
+            rest = after;
+            continue;
+        }
+        let Some(open) = after.find('{') else {
+            return kept;
+        };
+        let mut depth = 0usize;
+        let mut end = after.len();
+        for (offset, c) in after[open..].char_indices() {
+            match c {
+                '{' => depth += 1,
+                '}' => {
+                    depth = depth.saturating_sub(1);
+                    if depth == 0 {
+                        end = open + offset + 1;
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        rest = &after[end..];
+    }
+    kept.push_str(rest);
+    kept
+}
+
+/// The crates of [`HTTP_STACK`] that `code` names as the root of a path (`axum::...`, `use hyper;`).
+fn http_stack_named(code: &str) -> BTreeSet<&'static str> {
+    let mut named = BTreeSet::new();
+    for (at, _) in code.char_indices() {
+        let before = code[..at].chars().next_back();
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
+            continue;
+        }
+        for name in HTTP_STACK {
+            let Some(after) = code[at..].strip_prefix(name) else {
+                continue;
+            };
+            if after.starts_with("::") || after.trim_start().starts_with(';') {
+                named.insert(*name);
+            }
+        }
+    }
+    named
+}
+
+/// `core` is plain data and mechanism: its errors become HTTP answers in `api` (`api::response`), and
+/// sandboxd's names for them are sandboxd's. Its unit tests may still compare with a status.
+#[test]
+fn core_names_no_http_stack() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    source_files(&src.join("core"), &mut files);
+    assert!(files.len() > 10, "src/core has no sources: {files:?}");
+    let mut found = Vec::new();
+    for file in &files {
+        let text = std::fs::read_to_string(file).unwrap_or_default();
+        let named = http_stack_named(&without_test_modules(&code_only(&text)));
+        if !named.is_empty() {
+            found.push(format!("{}: {named:?}", file.display()));
+        }
+    }
+    assert!(found.is_empty(), "core names the HTTP stack: {found:?}");
+}
+
+#[test]
+fn the_http_stack_is_seen_outside_tests_only() {
+    let code = code_only(
+        "use axum::Json;\nlet s = \"hyper::x\"; // tower::y\nfn f() { crate::core::http_like(); }\n\
+         #[cfg(test)]\nmod tests { fn t() { hyper::ext::x(); { } } }\nuse hyper_util;",
+    );
+    assert_eq!(
+        http_stack_named(&without_test_modules(&code))
+            .into_iter()
+            .collect::<Vec<_>>(),
+        vec!["axum", "hyper_util"]
     );
 }
 
@@ -404,7 +644,8 @@ fn super_chains_that_leave_the_family_are_edges() {
 }
 
 /// docs/architecture.md's drawing of the layers goes top-down: each layer of [`LAYERS`] starts a line
-/// of it, lower layers further down.
+/// of it (the families' line, by naming one of them), lower layers further down; a standalone module has
+/// a line of its own.
 #[test]
 fn the_documented_layers_are_drawn_in_their_order() {
     let page = architecture_page();
@@ -414,6 +655,7 @@ fn the_documented_layers_are_drawn_in_their_order() {
         .and_then(|(_, rest)| rest.split_once("```"))
         .map(|(block, _)| block)
         .unwrap_or_default();
+    let (_, families) = edges();
     // A layer's line names its modules in its first column, before the gap to its description.
     let line_of = |module: &str| {
         block.lines().position(|line| {
@@ -423,7 +665,9 @@ fn the_documented_layers_are_drawn_in_their_order() {
                     .next()
                     .unwrap_or_default()
                     .split([' ', ','])
-                    .any(|word| word == module)
+                    .any(|word| {
+                        word == module || (module == THE_FAMILIES && families.contains(word))
+                    })
         })
     };
     let mut below = usize::MAX;
@@ -443,5 +687,11 @@ fn the_documented_layers_are_drawn_in_their_order() {
             highest = highest.min(line);
         }
         below = highest;
+    }
+    for module in STANDALONE {
+        assert!(
+            line_of(module).is_some(),
+            "docs/architecture.md's layer drawing has no line for {module}"
+        );
     }
 }

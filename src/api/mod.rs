@@ -1,9 +1,10 @@
-//! What families use to serve HTTP, apart from the router that assembles the app: extractors that
-//! answer malformed requests in JSON, event streams (SSE or NDJSON), and the answers to a request whose
-//! body was left unread.
+//! What families use to serve HTTP, apart from the router that assembles the app: how an `ApiError`
+//! becomes an answer (`response`), extractors that answer malformed requests in JSON, event streams (SSE
+//! or NDJSON), and the answers to a request whose body was left unread.
 
 pub mod events;
 pub mod extract;
+pub mod response;
 
 use axum::body::Body;
 use axum::response::{IntoResponse, Response};

@@ -1,9 +1,6 @@
-//! The one error type of the HTTP API and the one place it becomes a status code.
-
-use axum::Json;
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
-use serde_json::json;
+//! The one error type of the HTTP API, as plain data: what went wrong and the words a client reads.
+//! How it becomes an answer (its status, the `{"detail"}` body, `Retry-After`, the reason phrase) is
+//! `api::response`'s; how sandboxd's APIs name it, `sandboxd`'s. Nothing here knows HTTP.
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -55,44 +52,7 @@ pub enum ApiError {
 }
 
 impl ApiError {
-    pub fn status(&self) -> StatusCode {
-        match self {
-            ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
-            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
-            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
-            ApiError::Conflict(_) => StatusCode::CONFLICT,
-            ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
-            ApiError::RangeNotSatisfiable(_) => StatusCode::RANGE_NOT_SATISFIABLE,
-            ApiError::Unprocessable(_) => StatusCode::UNPROCESSABLE_ENTITY,
-            ApiError::InsufficientStorage(_) => StatusCode::INSUFFICIENT_STORAGE,
-            ApiError::TooManyRequests(_) | ApiError::Busy { .. } => StatusCode::TOO_MANY_REQUESTS,
-            ApiError::BadGateway(_) => StatusCode::BAD_GATEWAY,
-            ApiError::GatewayTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
-            ApiError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
-            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
-        }
-    }
-
-    /// The error's name in the `{"code", "message"}` bodies of the sandboxd REST API (the Kubernetes
-    /// agent-sandbox runtime): gRPC's canonical code names, and `CONFLICT` for a 409 as sandboxd says it.
-    pub fn code(&self) -> &'static str {
-        match self {
-            ApiError::BadRequest(_) | ApiError::Unprocessable(_) => "INVALID_ARGUMENT",
-            ApiError::Forbidden(_) => "PERMISSION_DENIED",
-            ApiError::NotFound(_) => "NOT_FOUND",
-            ApiError::Conflict(_) => "CONFLICT",
-            ApiError::RangeNotSatisfiable(_) => "OUT_OF_RANGE",
-            ApiError::PayloadTooLarge(_)
-            | ApiError::InsufficientStorage(_)
-            | ApiError::TooManyRequests(_)
-            | ApiError::Busy { .. } => "RESOURCE_EXHAUSTED",
-            ApiError::BadGateway(_) | ApiError::Unavailable { .. } => "UNAVAILABLE",
-            ApiError::GatewayTimeout(_) => "DEADLINE_EXCEEDED",
-            ApiError::Internal(_) => "INTERNAL",
-        }
-    }
-
-    /// Maps a filesystem error on `what` (a path as the user gave it) to the status a client can act on.
+    /// Maps a filesystem error on `what` (a path as the user gave it) to the kind a client can act on.
     pub fn from_io(err: &std::io::Error, what: &str) -> ApiError {
         use std::io::ErrorKind as K;
         let message = format!("{what}: {err}");
@@ -121,60 +81,4 @@ impl From<tokio::task::JoinError> for ApiError {
     }
 }
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let status = self.status();
-        if status.is_server_error() {
-            tracing::error!(status = status.as_u16(), detail = %self, "request failed");
-        }
-        let retry_after = match &self {
-            ApiError::Unavailable {
-                retry_after_seconds,
-                ..
-            }
-            | ApiError::Busy {
-                retry_after_seconds,
-                ..
-            } => Some(*retry_after_seconds),
-            _ => None,
-        };
-        let mut response = (status, Json(json!({ "detail": self.to_string() }))).into_response();
-        if let Some(reason) = reason_phrase(&self.to_string()) {
-            response.extensions_mut().insert(reason);
-        }
-        if let Some(seconds) = retry_after {
-            response
-                .headers_mut()
-                .insert(axum::http::header::RETRY_AFTER, seconds.into());
-        }
-        response
-    }
-}
-
 pub type ApiResult<T> = Result<T, ApiError>;
-
-/// The message also travels as the HTTP/1 reason phrase (`HTTP/1.1 503 the ipython tools are failed:
-/// ...`), because the Python client reports an error status as `raise_for_status()` words it, with
-/// the reason phrase and without the body: that way a model reading the error still learns why.
-fn reason_phrase(detail: &str) -> Option<hyper::ext::ReasonPhrase> {
-    const MAX_REASON: usize = 300;
-    let mut reason: String = detail
-        .chars()
-        .map(|c| {
-            if c.is_ascii_graphic() || c == ' ' {
-                c
-            } else {
-                ' '
-            }
-        })
-        .take(MAX_REASON)
-        .collect();
-    if detail.chars().count() > MAX_REASON {
-        reason.push_str("...");
-    }
-    let reason = reason.trim();
-    if reason.is_empty() {
-        return None;
-    }
-    hyper::ext::ReasonPhrase::try_from(reason.to_owned()).ok()
-}

@@ -1,7 +1,10 @@
-//! What every family stands on and no family owns: errors and their statuses, health, ownership of a
-//! shared resource, deadlines, child supervision, the table of live processes, path confinement,
-//! staged writes, UTF-8 boundaries, memory, the claim, connections' peers. Nothing here imports anything above it.
+//! What every family stands on and no family owns: the error type (plain data: `api` turns it into an
+//! answer), health, ownership of a shared resource, a concurrency cap (admission), deadlines, child
+//! supervision, the table of live processes, path confinement, staged writes, UTF-8 boundaries, memory,
+//! the claim, connections' peers, fresh secrets. Nothing here imports anything above it, nor the HTTP
+//! framework (`tests/layering.rs` checks both).
 
+pub mod admission;
 pub mod child;
 pub mod claim;
 pub mod confine;
@@ -14,6 +17,7 @@ pub mod live;
 pub mod memory;
 pub mod owner;
 pub mod peer;
+pub mod secret;
 pub mod staging;
 pub mod ticket;
 pub mod utf8;

@@ -218,8 +218,8 @@ pub const MAX_CONCURRENT_COMMANDS: usize = 128;
 pub const COMMAND_ADMISSION_WAIT: Duration = Duration::from_millis(500);
 
 /// The one gate of one-shot commands (see [`MAX_CONCURRENT_COMMANDS`]).
-pub fn command_admission() -> crate::tools::admission::Admission {
-    crate::tools::admission::Admission::new(
+pub fn command_admission() -> crate::core::admission::Admission {
+    crate::core::admission::Admission::new(
         "one-shot commands",
         MAX_CONCURRENT_COMMANDS,
         COMMAND_ADMISSION_WAIT,
@@ -240,7 +240,7 @@ pub struct Setup<'a> {
     /// Whether the session is claimed (pool mode); what serves without the token waits for it.
     pub claim: &'a crate::core::claim::Claim,
     /// The gate every one-shot command passes, whichever family runs it.
-    pub commands: &'a crate::tools::admission::Admission,
+    pub commands: &'a crate::core::admission::Admission,
 }
 
 impl Setup<'_> {

@@ -21,7 +21,7 @@ use axum::{Json, Router};
 use git2::{DiffOptions, ErrorCode, IndexAddOption, Oid, Repository, Signature, Sort};
 use serde::{Deserialize, Serialize};
 
-use crate::api::extract::{ApiJson, ApiQuery};
+use crate::api::extract::{ApiJsonObject, ApiQuery};
 use crate::core::error::{ApiError, ApiResult};
 
 /// `git_logs` without `limit` returns this many commits (upstream returned all, each with its full diff).
@@ -604,31 +604,10 @@ struct CommitRequest {
     commit_message: Option<String>,
 }
 
-/// The request body as `T`, which must be a JSON object: serde would otherwise read `[]` as a struct whose
-/// fields all have defaults and answer 200 to a body of the wrong shape.
-fn object_body<T: serde::de::DeserializeOwned>(body: serde_json::Value) -> ApiResult<T> {
-    if !body.is_object() {
-        return Err(ApiError::Unprocessable(format!(
-            "invalid JSON body: expected an object, got {}",
-            match body {
-                serde_json::Value::Null => "null",
-                serde_json::Value::Bool(_) => "a boolean",
-                serde_json::Value::Number(_) => "a number",
-                serde_json::Value::String(_) => "a string",
-                serde_json::Value::Array(_) => "an array",
-                serde_json::Value::Object(_) => "an object",
-            }
-        )));
-    }
-    serde_json::from_value(body)
-        .map_err(|err| ApiError::Unprocessable(format!("invalid JSON body: {err}")))
-}
-
 async fn commit_changes(
     State(git): State<Arc<GitWatcher>>,
-    ApiJson(body): ApiJson<serde_json::Value>,
+    ApiJsonObject(request): ApiJsonObject<CommitRequest>,
 ) -> ApiResult<Json<CommitOutcome>> {
-    let request: CommitRequest = object_body(body)?;
     let message = request
         .commit_message
         .unwrap_or_else(|| "Automated commit".to_owned());
@@ -652,9 +631,8 @@ struct DiffRequest {
 
 async fn generate_diff(
     State(git): State<Arc<GitWatcher>>,
-    ApiJson(body): ApiJson<serde_json::Value>,
+    ApiJsonObject(request): ApiJsonObject<DiffRequest>,
 ) -> ApiResult<Json<DiffAnswer>> {
-    let request: DiffRequest = object_body(body)?;
     let given = |commit: Option<String>| commit.filter(|commit| !commit.trim().is_empty());
     let diffs = match (given(request.commit_a), given(request.commit_b)) {
         (None, None) => tokio::task::spawn_blocking(move || git.diff_worktree()).await??,

@@ -238,17 +238,6 @@ pub async fn require_bearer(State(auth): State<Auth>, request: Request, next: Ne
     }
 }
 
-/// A fresh random token for a server started without `SECRET_TOKEN`.
-pub fn generate() -> String {
-    let mut bytes = [0u8; 24];
-    if let Err(err) = getrandom::fill(&mut bytes) {
-        // Without an OS random source nothing here is safe to serve.
-        eprintln!("boxd: cannot read random bytes for a token: {err}");
-        std::process::exit(1);
-    }
-    hex::encode(bytes)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

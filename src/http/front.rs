@@ -154,7 +154,7 @@ impl Passes {
     }
 
     fn issue(&self) -> String {
-        let pass = super::auth::generate();
+        let pass = crate::core::secret::generate();
         let now = Instant::now();
         let mut entries = self
             .entries

@@ -103,7 +103,7 @@ pub fn main(args: InitArgs) -> ExitCode {
             );
         }
     } else if !secrets.contains_key(secrets::TOKEN) {
-        let token = crate::http::auth::generate();
+        let token = crate::core::secret::generate();
         // Printed once, to the container's log: the only place the operator can read it from.
         eprintln!(
             "boxd init: {} is not set; generated token: {token}",

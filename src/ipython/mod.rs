@@ -20,10 +20,10 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::core::admission::BUSY_RETRY_AFTER_SECONDS;
 use crate::core::child::{self, Backoff, ChildGroup, Grouping, StderrTail};
 use crate::core::error::ApiError;
 use crate::core::health::Health;
-use crate::tools::admission::BUSY_RETRY_AFTER_SECONDS;
 use crate::tools::{
     BadArguments, CallContext, CallToolResult, ContentItem, GENERIC_GROUP, ProgressSink, Tool,
     ToolResult, ToolSpec, timeout_argument,

@@ -14,13 +14,13 @@ use super::admission::{self, AdmittedListener, AllowedHosts};
 use super::grpc::Processes;
 use super::pb::process_service_server::ProcessServiceServer;
 use super::rest::{Rest, metadata_env};
+use crate::core::admission::Admission;
 use crate::core::claim::Claim;
 use crate::core::confine::Workspace;
 use crate::core::health::Health;
 use crate::core::live::ProcessManager;
 use crate::family::limits::{Limit, bytes, flag_seconds};
 use crate::family::{BoxFuture, Family, Setup};
-use crate::tools::admission::Admission;
 
 struct Sandboxd {
     exec_timeout: Duration,

@@ -6,17 +6,40 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use axum::body::Body;
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
 use axum::http::{StatusCode, header};
 use axum::response::Response;
 use tokio_util::io::ReaderStream;
 
 use super::paths::workspace_path;
+use crate::api::extract::ApiPath;
 use crate::core::confine::{Anchor, Workspace, WorkspacePath};
 use crate::core::entry::OpenError;
 use crate::core::error::{ApiError, ApiResult};
 use crate::core::staging::is_staging_name;
 
 const READ_CHUNK: usize = 256 * 1024;
+
+/// The `{*path}` of a files route (both APIs), as the client sent it: [`ApiPath`], with both APIs'
+/// wording for one that does not decode (a bad percent escape, invalid UTF-8): 400 `bad path: ...`.
+/// The legacy routes take it as it is; sandboxd's REST routes take `Result<FilePath, ApiError>` and
+/// answer the error with their own `{"code", "message"}` body (after reading the upload's body away).
+pub struct FilePath(pub String);
+
+impl<S> FromRequestParts<S> for FilePath
+where
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        ApiPath::<String>::from_request_parts(parts, state)
+            .await
+            .map(|ApiPath(path)| FilePath(path))
+            .map_err(|err| ApiError::BadRequest(format!("bad path: {err}")))
+    }
+}
 
 pub async fn blocking<T, F>(work: F) -> ApiResult<T>
 where

@@ -23,11 +23,11 @@ use super::pb::{
     WriteStdinRequest, WriteStdinResponse, start_response::Event, write_stdin_request::Payload,
 };
 use super::run::run_to_end;
+use crate::core::admission::Admission;
 use crate::core::confine::Workspace;
 use crate::core::error::ApiError;
 use crate::core::live::stdin::{self, Patience};
 use crate::core::live::{Launch, LiveProcess, ProcessManager, StreamName, TerminalSize};
-use crate::tools::admission::Admission;
 
 /// Output read from the table per stream event.
 const EVENT_BYTES: usize = 64 * 1024;

@@ -11,20 +11,19 @@ use std::time::Duration;
 
 use axum::Json;
 use axum::Router;
-use axum::extract::rejection::PathRejection;
-use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::extract::{DefaultBodyLimit, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::files::{self, Found, blocking};
+use super::files::{self, FilePath, Found, blocking};
 use super::run::run_to_end;
 use crate::api::extract::{ApiJson, ApiMultipart};
+use crate::core::admission::Admission;
 use crate::core::confine::Workspace;
 use crate::core::error::{ApiError, ApiResult};
 use crate::core::staging;
-use crate::tools::admission::Admission;
 
 /// What a command killed at its timeout exits with, as `timeout(1)` and the SDK report it.
 const TIMED_OUT_EXIT_CODE: i32 = 124;
@@ -57,11 +56,6 @@ pub fn routes(workspace: Arc<Workspace>, default_timeout: Duration, commands: Ad
             default_timeout,
             commands,
         })
-}
-
-fn path_of(path: Result<Path<String>, PathRejection>) -> ApiResult<String> {
-    path.map(|Path(path)| path)
-        .map_err(|rejection| ApiError::BadRequest(format!("bad path: {}", rejection.body_text())))
 }
 
 #[derive(Deserialize)]
@@ -152,9 +146,8 @@ async fn upload(
 /// `GET /download/{path}`: a file's bytes; anything else is 404.
 async fn download(
     State(workspace): State<Arc<Workspace>>,
-    path: Result<Path<String>, PathRejection>,
+    FilePath(input): FilePath,
 ) -> ApiResult<Response> {
-    let input = path_of(path)?;
     match found(&workspace, &input).await? {
         Found::File(file, size) => files::file_response(file, size),
         Found::Dir(_) => Err(ApiError::NotFound(format!("not a file: {input}"))),
@@ -167,9 +160,9 @@ async fn list_root(State(workspace): State<Arc<Workspace>>) -> ApiResult<Json<Ve
 
 async fn list(
     State(workspace): State<Arc<Workspace>>,
-    path: Result<Path<String>, PathRejection>,
+    FilePath(input): FilePath,
 ) -> ApiResult<Json<Vec<Value>>> {
-    listing(&workspace, &path_of(path)?).await
+    listing(&workspace, &input).await
 }
 
 /// `GET /list/{path}`: `[{"name", "size", "type": "file"|"directory", "mod_time"}]` (seconds since the
@@ -208,9 +201,8 @@ async fn found(workspace: &Arc<Workspace>, input: &str) -> ApiResult<Found> {
 /// `GET /exists/{path}`: `{"path", "exists"}`; a path leading outside is 403, as everywhere.
 async fn exists(
     State(workspace): State<Arc<Workspace>>,
-    path: Result<Path<String>, PathRejection>,
+    FilePath(input): FilePath,
 ) -> ApiResult<Json<Value>> {
-    let input = path_of(path)?;
     let held = files::locate_entry(&workspace, &input).await?;
     let exists = blocking(move || Ok(held.exists())).await?;
     Ok(Json(json!({"path": input, "exists": exists})))

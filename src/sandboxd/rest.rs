@@ -2,15 +2,14 @@
 //! its own listener: `/v1/files/{path}` (GET a file's bytes or a directory's listing, HEAD, PUT, DELETE),
 //! `/v1/health`, `/v1/metadata`. No token: the SDK sends none to it, so it listens on the container's
 //! loopback unless told otherwise (README, "Kubernetes agent-sandbox clients"). Errors are
-//! `{"code", "message"}` with the status of `core::error`.
+//! `{"code", "message"}` with the status every route gives the error (`api::response`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use axum::extract::rejection::PathRejection;
-use axum::extract::{DefaultBodyLimit, FromRequest, Multipart, Path, Query, Request, State};
+use axum::extract::{DefaultBodyLimit, FromRequest, Multipart, Query, Request, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -18,7 +17,7 @@ use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use super::files::{self, Found, Listed, blocking};
+use super::files::{self, FilePath, Found, Listed, blocking};
 use crate::core::confine::Workspace;
 use crate::core::error::ApiError;
 use crate::core::staging;
@@ -69,13 +68,32 @@ impl IntoResponse for RestError {
         }
         (
             status,
-            Json(json!({"code": self.0.code(), "message": self.0.to_string()})),
+            Json(json!({"code": code_of(&self.0), "message": self.0.to_string()})),
         )
             .into_response()
     }
 }
 
 type RestResult<T> = Result<T, RestError>;
+
+/// The error's name in the `{"code", "message"}` bodies: gRPC's canonical code names, and `CONFLICT` for
+/// a 409 as sandboxd says it.
+fn code_of(err: &ApiError) -> &'static str {
+    match err {
+        ApiError::BadRequest(_) | ApiError::Unprocessable(_) => "INVALID_ARGUMENT",
+        ApiError::Forbidden(_) => "PERMISSION_DENIED",
+        ApiError::NotFound(_) => "NOT_FOUND",
+        ApiError::Conflict(_) => "CONFLICT",
+        ApiError::RangeNotSatisfiable(_) => "OUT_OF_RANGE",
+        ApiError::PayloadTooLarge(_)
+        | ApiError::InsufficientStorage(_)
+        | ApiError::TooManyRequests(_)
+        | ApiError::Busy { .. } => "RESOURCE_EXHAUSTED",
+        ApiError::BadGateway(_) | ApiError::Unavailable { .. } => "UNAVAILABLE",
+        ApiError::GatewayTimeout(_) => "DEADLINE_EXCEEDED",
+        ApiError::Internal(_) => "INTERNAL",
+    }
+}
 
 pub fn router(rest: Arc<Rest>) -> Router {
     Router::new()
@@ -90,12 +108,6 @@ pub fn router(rest: Arc<Rest>) -> Router {
         // Uploads stream to disk (multipart ones too): no body limit.
         .layer(DefaultBodyLimit::disable())
         .with_state(rest)
-}
-
-fn path_of(path: Result<Path<String>, PathRejection>) -> RestResult<String> {
-    path.map(|Path(path)| path)
-        .map_err(|rejection| ApiError::BadRequest(format!("bad path: {}", rejection.body_text())))
-        .map_err(RestError)
 }
 
 #[derive(Serialize)]
@@ -127,9 +139,10 @@ async fn read_root(State(rest): State<Arc<Rest>>) -> RestResult<Response> {
 
 async fn read(
     State(rest): State<Arc<Rest>>,
-    path: Result<Path<String>, PathRejection>,
+    path: Result<FilePath, ApiError>,
 ) -> RestResult<Response> {
-    serve_entry(rest, path_of(path)?).await
+    let FilePath(input) = path?;
+    serve_entry(rest, input).await
 }
 
 /// GET (and HEAD, which axum answers from GET without the body): a file's bytes, or the listing of a
@@ -175,12 +188,12 @@ async fn write_root(request: Request) -> Response {
 
 async fn write(
     State(rest): State<Arc<Rest>>,
-    path: Result<Path<String>, PathRejection>,
+    path: Result<FilePath, ApiError>,
     query: Result<Query<WriteQuery>, axum::extract::rejection::QueryRejection>,
     request: Request,
 ) -> Response {
     let prepared = async {
-        let input = path_of(path).map_err(|RestError(err)| err)?;
+        let FilePath(input) = path?;
         let Query(query) =
             query.map_err(|rejection| ApiError::BadRequest(format!("bad query: {rejection}")))?;
         let mode = parse_mode(query.mode.as_deref())?;
@@ -294,10 +307,11 @@ async fn remove_root(
 
 async fn remove(
     State(rest): State<Arc<Rest>>,
-    path: Result<Path<String>, PathRejection>,
+    path: Result<FilePath, ApiError>,
     query: Result<Query<RemoveQuery>, axum::extract::rejection::QueryRejection>,
 ) -> RestResult<StatusCode> {
-    remove_entry(rest, path_of(path)?, query).await
+    let FilePath(input) = path?;
+    remove_entry(rest, input, query).await
 }
 
 /// DELETE: a file or an empty directory, a whole tree with `recursive=true`; the root itself is only

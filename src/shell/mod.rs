@@ -16,11 +16,11 @@ use serde_json::json;
 use tokio::io::AsyncReadExt;
 use tokio::time::{Instant, sleep_until};
 
+use crate::core::admission::Admission;
 use crate::core::child::{self, ChildGroup, Grouping};
 use crate::core::deadline::Deadline;
 use crate::core::error::ApiError;
 use crate::core::utf8::Utf8Boundary;
-use crate::tools::admission::Admission;
 use crate::tools::{
     BadArguments, CallContext, CallToolResult, ContentItem, GENERIC_GROUP, ProgressSink, Tool,
     ToolResult, ToolSpec, timeout_argument,

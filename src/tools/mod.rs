@@ -1,7 +1,6 @@
 //! The single tool registry. A tool is written once (name, JSON schema, call) and served from here by the
 //! HTTP tool routes, `/mcp/list_tools`, `/mcp/call_tool` and the MCP server alike.
 
-pub mod admission;
 mod context;
 mod declare;
 mod result;

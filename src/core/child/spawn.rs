@@ -1,8 +1,9 @@
-//! How boxd starts a child, and what it owns afterwards: every spawn site (shell commands, the kernel,
-//! live processes, hosted MCP servers, and next Xvfb, Chromium and adb) builds its command with
-//! [`command`] (shell commands, the hot path, spawn with [`spawn_piped`](super::spawn_piped), which
-//! keeps the same rules at a third of the cost) and holds the result in a [`ChildGroup`], so no site
-//! can forget a rule:
+//! How boxd starts a child, and what it owns afterwards: every spawn site builds its command with
+//! [`command`] (the kernel, live processes, hosted MCP servers, the training workers, the browser's
+//! nested X server and `xauth`) or [`command_as`] (Chromium, as another user); shell commands and
+//! sandboxd's one-shot commands, the hot path, spawn with [`spawn_piped`](super::spawn_piped), which
+//! keeps the same rules at a third of the cost. Each holds the result in a [`ChildGroup`], so no site
+//! can forget a rule (Xvfb and an image's other services are `boxd init`'s; adb is never spawned):
 //!
 //! - the environment is boxd's own without its secrets (withheld at start, see `environment`) plus what
 //!   a claim's `POST /init` gave (pool mode) plus what the enabled families contribute (`DISPLAY`, ...)

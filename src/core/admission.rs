@@ -62,8 +62,12 @@ mod tests {
         let refused = admission.enter().await.map(|_| ());
         assert!(started.elapsed() >= Duration::from_millis(50));
         match refused {
-            Err(err @ ApiError::Busy { .. }) => {
-                assert_eq!(err.status(), axum::http::StatusCode::TOO_MANY_REQUESTS);
+            Err(
+                err @ ApiError::Busy {
+                    retry_after_seconds: BUSY_RETRY_AFTER_SECONDS,
+                    ..
+                },
+            ) => {
                 assert!(err.to_string().contains("1 jobs are running"), "{err}");
             }
             other => panic!("expected busy, got {other:?}"),
