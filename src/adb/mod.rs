@@ -9,7 +9,9 @@ mod device;
 mod family;
 mod guard;
 mod key;
+mod keycodes;
 mod screen;
+mod typing;
 mod ui;
 mod view;
 mod wire;
@@ -274,7 +276,7 @@ impl Adb {
                     .run(
                         format!(
                             "am start -a android.intent.action.VIEW -d {}",
-                            actions::quote(&url)
+                            typing::quote(&url)
                         ),
                         COMMAND_TIMEOUT,
                     )
@@ -308,7 +310,7 @@ impl Adb {
             Action::Resolution => {
                 let output = self.run("wm size".into(), COMMAND_TIMEOUT).await?;
                 let said = String::from_utf8_lossy(&output.stdout);
-                let (width, height) = actions::parse_wm_size(&said).ok_or_else(|| {
+                let (width, height) = screen::parse_wm_size(&said).ok_or_else(|| {
                     ToolError::Reported(format!(
                         "`wm size` printed no screen size: {}",
                         said.trim()
@@ -403,7 +405,7 @@ impl Adb {
         }
         let output = self.run("wm size".into(), COMMAND_TIMEOUT).await?;
         let said = String::from_utf8_lossy(&output.stdout);
-        actions::parse_wm_size(&said).ok_or_else(|| {
+        screen::parse_wm_size(&said).ok_or_else(|| {
             ToolError::Reported(format!("`wm size` printed no screen size: {}", said.trim()))
         })
     }
@@ -552,8 +554,8 @@ impl Adb {
         let timeout = COMMAND_TIMEOUT.saturating_add(
             PER_CHARACTER.saturating_mul(u32::try_from(typed.len()).unwrap_or(u32::MAX)),
         );
-        let Some((position, character)) = actions::first_non_ascii(typed) else {
-            self.inject(&actions::text_steps(typed), timeout).await?;
+        let Some((position, character)) = typing::first_non_ascii(typed) else {
+            self.inject(&typing::text_steps(typed), timeout).await?;
             return Ok(());
         };
         let current = self
