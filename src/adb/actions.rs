@@ -6,23 +6,6 @@ use serde_json::{Number, Value};
 
 use super::keycodes;
 
-pub const ACTIONS: [&str; 14] = [
-    "get_screen_resolution",
-    "tap",
-    "swipe",
-    "input_text",
-    "key_event",
-    "get_screenshot",
-    "list_elements",
-    "long_press",
-    "double_tap",
-    "swipe_direction",
-    "list_apps",
-    "launch_app",
-    "terminate_app",
-    "open_url",
-];
-
 /// upstream's swipe duration when none is given, in milliseconds.
 pub const DEFAULT_SWIPE_MS: u64 = 300;
 pub const MAX_SWIPE_MS: u64 = 60_000;
@@ -128,119 +111,232 @@ impl Direction {
     }
 }
 
-pub fn parse(arguments: &AdbArguments) -> Result<Action, String> {
-    let Some(action) = arguments.action.as_deref() else {
-        return Err(format!("action is required: one of {}", ACTIONS.join(", ")));
-    };
-    let duration_or = |default| duration(arguments.duration.as_ref(), default);
-    match action {
-        "get_screen_resolution" => Ok(Action::Resolution),
-        "get_screenshot" => Ok(Action::Screenshot {
-            max_size: max_size(arguments.max_size.as_ref())?,
-        }),
-        "tap" => {
-            let (x, y) = point(arguments.coordinate.as_ref(), "coordinate", "tap")?;
+/// One action of the `adb` tool: its name as a call spells it, whether upstream (the mobile image's
+/// `adb` tool) has it, what the schema's `action` description says of it (if anything), and how a
+/// call's arguments are read into it (given the name, which its messages repeat). The schema's `action`
+/// enum and description, the parser and its "Valid actions" list are all made from [`ACTIONS`].
+struct ActionSpec {
+    name: &'static str,
+    upstream: bool,
+    about: Option<&'static str>,
+    parse: fn(&AdbArguments, &'static str) -> Result<Action, String>,
+}
+
+/// Every action: upstream's six, then mobile-mcp's and the toolset's.
+const ACTIONS: &[ActionSpec] = &[
+    ActionSpec {
+        name: "get_screen_resolution",
+        upstream: true,
+        about: None,
+        parse: |_, _| Ok(Action::Resolution),
+    },
+    ActionSpec {
+        name: "tap",
+        upstream: true,
+        about: None,
+        parse: |arguments, action| {
+            let (x, y) = point(arguments.coordinate.as_ref(), "coordinate", action)?;
             Ok(Action::Tap { x, y })
-        }
-        "swipe" => {
-            let from = point(arguments.start.as_ref(), "start", "swipe")?;
-            let to = point(arguments.end.as_ref(), "end", "swipe")?;
-            let duration_ms = duration_or(DEFAULT_SWIPE_MS)?;
+        },
+    },
+    ActionSpec {
+        name: "swipe",
+        upstream: true,
+        about: None,
+        parse: |arguments, action| {
+            let from = point(arguments.start.as_ref(), "start", action)?;
+            let to = point(arguments.end.as_ref(), "end", action)?;
+            let duration_ms = duration(arguments.duration.as_ref(), DEFAULT_SWIPE_MS)?;
             Ok(Action::Swipe {
                 from,
                 to,
                 duration_ms,
             })
-        }
-        "list_elements" => Ok(Action::Elements),
-        "long_press" => {
-            let (x, y) = point(arguments.coordinate.as_ref(), "coordinate", "long_press")?;
-            let duration_ms = duration_or(DEFAULT_LONG_PRESS_MS)?;
-            Ok(Action::LongPress { x, y, duration_ms })
-        }
-        "double_tap" => {
-            let (x, y) = point(arguments.coordinate.as_ref(), "coordinate", "double_tap")?;
-            Ok(Action::DoubleTap { x, y })
-        }
-        "swipe_direction" => {
-            let direction = match arguments.direction.as_deref() {
-                Some(name) => match name.trim().to_ascii_lowercase().as_str() {
-                    "up" => Direction::Up,
-                    "down" => Direction::Down,
-                    "left" => Direction::Left,
-                    "right" => Direction::Right,
-                    _ => {
-                        return Err(format!(
-                            "direction must be up, down, left or right, got {name:?}"
-                        ));
-                    }
-                },
-                None => {
-                    return Err(
-                        "direction is required for swipe_direction: up, down, left or right".into(),
-                    );
-                }
-            };
-            let from = match arguments.coordinate.as_ref() {
-                None => None,
-                value => Some(point(value, "coordinate", "swipe_direction")?),
-            };
-            let distance = match &arguments.distance {
-                None => DEFAULT_SWIPE_DISTANCE,
-                Some(value) => value
-                    .as_f64()
-                    .filter(|d| *d > 0.0 && *d <= 1.0)
-                    .ok_or_else(|| {
-                        format!(
-                            "distance must be a fraction of the screen above 0 and at most 1 (0.3 is 30%), got {value}"
-                        )
-                    })?,
-            };
-            let duration_ms = duration_or(DEFAULT_SWIPE_MS)?;
-            Ok(Action::SwipeDirection {
-                direction,
-                from,
-                distance,
-                duration_ms,
-            })
-        }
-        "list_apps" => Ok(Action::ListApps),
-        "launch_app" => Ok(Action::LaunchApp(package(
-            arguments.package.as_deref(),
-            "launch_app",
-        )?)),
-        "terminate_app" => Ok(Action::TerminateApp(package(
-            arguments.package.as_deref(),
-            "terminate_app",
-        )?)),
-        "open_url" => Ok(Action::OpenUrl(url(arguments.url.as_deref())?)),
-        "input_text" => match arguments.text.as_deref() {
-            Some(text) if !text.is_empty() => {
-                let count = text.chars().count();
-                if count > MAX_TEXT_CHARS {
-                    return Err(format!(
-                        "text is {count} characters; input_text types at most {MAX_TEXT_CHARS} per call"
-                    ));
-                }
-                if let Some(bad) = text
-                    .chars()
-                    .find(|c| c.is_control() && !matches!(c, '\n' | '\r' | '\t'))
-                {
-                    return Err(format!(
-                        "text holds the control character U+{:04X}, which no key types",
-                        u32::from(bad)
-                    ));
-                }
-                Ok(Action::Text(text.to_owned()))
-            }
-            Some(_) => Err("text must not be empty for input_text".into()),
-            None => Err("text is required for input_text".into()),
         },
-        "key_event" => keycodes::key(arguments.code.as_ref()),
-        other => Err(format!(
-            "Unknown action: {other}. Valid actions: {}",
-            ACTIONS.join(", ")
+    },
+    ActionSpec {
+        name: "input_text",
+        upstream: true,
+        about: None,
+        parse: |arguments, _| input_text(arguments.text.as_deref()),
+    },
+    ActionSpec {
+        name: "key_event",
+        upstream: true,
+        about: None,
+        parse: |arguments, _| keycodes::key(arguments.code.as_ref()),
+    },
+    ActionSpec {
+        name: "get_screenshot",
+        upstream: true,
+        about: None,
+        parse: |arguments, _| {
+            Ok(Action::Screenshot {
+                max_size: max_size(arguments.max_size.as_ref())?,
+            })
+        },
+    },
+    ActionSpec {
+        name: "list_elements",
+        upstream: false,
+        about: Some(
+            "list_elements lists the screen's UI elements (text, content-desc, resource-id, class, bounds and the center to tap)",
+        ),
+        parse: |_, _| Ok(Action::Elements),
+    },
+    ActionSpec {
+        name: "long_press",
+        upstream: false,
+        about: None,
+        parse: |arguments, action| {
+            let (x, y) = point(arguments.coordinate.as_ref(), "coordinate", action)?;
+            let duration_ms = duration(arguments.duration.as_ref(), DEFAULT_LONG_PRESS_MS)?;
+            Ok(Action::LongPress { x, y, duration_ms })
+        },
+    },
+    ActionSpec {
+        name: "double_tap",
+        upstream: false,
+        about: None,
+        parse: |arguments, action| {
+            let (x, y) = point(arguments.coordinate.as_ref(), "coordinate", action)?;
+            Ok(Action::DoubleTap { x, y })
+        },
+    },
+    ActionSpec {
+        name: "swipe_direction",
+        upstream: false,
+        about: None,
+        parse: swipe_direction,
+    },
+    ActionSpec {
+        name: "list_apps",
+        upstream: false,
+        about: Some("list_apps lists installed third-party apps"),
+        parse: |_, _| Ok(Action::ListApps),
+    },
+    ActionSpec {
+        name: "launch_app",
+        upstream: false,
+        about: Some("launch_app / terminate_app start and stop one by package"),
+        parse: |arguments, action| {
+            Ok(Action::LaunchApp(package(
+                arguments.package.as_deref(),
+                action,
+            )?))
+        },
+    },
+    ActionSpec {
+        name: "terminate_app",
+        upstream: false,
+        about: None,
+        parse: |arguments, action| {
+            Ok(Action::TerminateApp(package(
+                arguments.package.as_deref(),
+                action,
+            )?))
+        },
+    },
+    ActionSpec {
+        name: "open_url",
+        upstream: false,
+        about: Some("open_url opens a web or app link"),
+        parse: |arguments, _| Ok(Action::OpenUrl(url(arguments.url.as_deref())?)),
+    },
+];
+
+/// The names a call may give as `action` (the schema's `enum`): upstream's first, as its schema lists
+/// them, then the others, each in the table's order.
+pub fn names() -> Vec<&'static str> {
+    let (upstream, more): (Vec<&ActionSpec>, Vec<&ActionSpec>) =
+        ACTIONS.iter().partition(|spec| spec.upstream);
+    upstream.iter().chain(&more).map(|spec| spec.name).collect()
+}
+
+/// The schema's description of `action`: what the table says of the actions a name does not explain.
+pub fn description() -> String {
+    let about: Vec<&str> = ACTIONS.iter().filter_map(|spec| spec.about).collect();
+    format!("The action to perform. {}.", about.join("; "))
+}
+
+pub fn parse(arguments: &AdbArguments) -> Result<Action, String> {
+    let Some(action) = arguments.action.as_deref() else {
+        return Err(format!("action is required: one of {}", names().join(", ")));
+    };
+    match ACTIONS.iter().find(|spec| spec.name == action) {
+        Some(spec) => (spec.parse)(arguments, spec.name),
+        None => Err(format!(
+            "Unknown action: {action}. Valid actions: {}",
+            names().join(", ")
         )),
+    }
+}
+
+fn swipe_direction(arguments: &AdbArguments, action: &'static str) -> Result<Action, String> {
+    let direction = match arguments.direction.as_deref() {
+        Some(name) => match name.trim().to_ascii_lowercase().as_str() {
+            "up" => Direction::Up,
+            "down" => Direction::Down,
+            "left" => Direction::Left,
+            "right" => Direction::Right,
+            _ => {
+                return Err(format!(
+                    "direction must be up, down, left or right, got {name:?}"
+                ));
+            }
+        },
+        None => {
+            return Err(
+                "direction is required for swipe_direction: up, down, left or right".into(),
+            );
+        }
+    };
+    let from = match arguments.coordinate.as_ref() {
+        None => None,
+        value => Some(point(value, "coordinate", action)?),
+    };
+    let distance = match &arguments.distance {
+        None => DEFAULT_SWIPE_DISTANCE,
+        Some(value) => value
+            .as_f64()
+            .filter(|d| *d > 0.0 && *d <= 1.0)
+            .ok_or_else(|| {
+                format!(
+                    "distance must be a fraction of the screen above 0 and at most 1 (0.3 is 30%), got {value}"
+                )
+            })?,
+    };
+    let duration_ms = duration(arguments.duration.as_ref(), DEFAULT_SWIPE_MS)?;
+    Ok(Action::SwipeDirection {
+        direction,
+        from,
+        distance,
+        duration_ms,
+    })
+}
+
+fn input_text(text: Option<&str>) -> Result<Action, String> {
+    match text {
+        Some(text) if !text.is_empty() => {
+            let count = text.chars().count();
+            if count > MAX_TEXT_CHARS {
+                return Err(format!(
+                    "text is {count} characters; input_text types at most {MAX_TEXT_CHARS} per call"
+                ));
+            }
+            if let Some(bad) = text
+                .chars()
+                .find(|c| c.is_control() && !matches!(c, '\n' | '\r' | '\t'))
+            {
+                return Err(format!(
+                    "text holds the control character U+{:04X}, which no key types",
+                    u32::from(bad)
+                ));
+            }
+            Ok(Action::Text(text.to_owned()))
+        }
+        Some(_) => Err("text must not be empty for input_text".into()),
+        None => Err("text is required for input_text".into()),
     }
 }
 
@@ -554,6 +650,64 @@ mod tests {
             json!({"action": "long_press", "coordinate": [1, 1], "duration": 60_001}),
         ] {
             assert!(parsed(arguments.clone()).is_err(), "{arguments}");
+        }
+    }
+
+    /// The least a call of each action needs; `{}` for those that need nothing.
+    fn minimal_call(name: &str) -> Value {
+        let mut call = match name {
+            "tap" | "long_press" | "double_tap" => json!({"coordinate": [1, 1]}),
+            "swipe" => json!({"start": [1, 1], "end": [2, 2]}),
+            "input_text" => json!({"text": "a"}),
+            "key_event" => json!({"code": 3}),
+            "swipe_direction" => json!({"direction": "up"}),
+            "launch_app" | "terminate_app" => json!({"package": "com.example"}),
+            "open_url" => json!({"url": "https://example.com"}),
+            _ => json!({}),
+        };
+        call["action"] = json!(name);
+        call
+    }
+
+    #[test]
+    fn every_action_of_the_table_parses_from_a_minimal_call() {
+        for spec in ACTIONS {
+            let call = minimal_call(spec.name);
+            assert!(
+                parsed(call.clone()).is_ok(),
+                "{call}: {:?}",
+                parsed(call.clone())
+            );
+        }
+    }
+
+    #[test]
+    fn the_schema_lists_the_table_s_names_once_each_upstream_s_first() {
+        let schema = super::super::schema();
+        let listed: Vec<&str> = schema["properties"]["action"]["enum"]
+            .as_array()
+            .map(|names| names.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        let mut table: Vec<&str> = ACTIONS.iter().map(|spec| spec.name).collect();
+        let mut sorted = listed.clone();
+        table.sort_unstable();
+        sorted.sort_unstable();
+        assert_eq!(sorted, table);
+        table.dedup();
+        assert_eq!(table.len(), ACTIONS.len(), "a name declared twice");
+        let upstream = |name: &str| {
+            ACTIONS
+                .iter()
+                .any(|spec| spec.name == name && spec.upstream)
+        };
+        assert!(listed[..6].iter().all(|name| upstream(name)), "{listed:?}");
+        assert!(!listed[6..].iter().any(|name| upstream(name)), "{listed:?}");
+        let described = schema["properties"]["action"]["description"].as_str();
+        for spec in ACTIONS {
+            if let Some(about) = spec.about {
+                assert!(about.starts_with(spec.name), "{about}");
+                assert!(described.is_some_and(|text| text.contains(about)));
+            }
         }
     }
 }

@@ -630,8 +630,8 @@ fn schema() -> Value {
         "properties": {
             "action": {
                 "type": "string",
-                "enum": actions::ACTIONS,
-                "description": "The action to perform. list_elements lists the screen's UI elements (text, content-desc, resource-id, class, bounds and the center to tap); list_apps lists installed third-party apps; launch_app / terminate_app start and stop one by package; open_url opens a web or app link."
+                "enum": actions::names(),
+                "description": actions::description()
             },
             "coordinate": point("tap, long_press, double_tap: [x, y] in device pixels, (0, 0) at the top left (in the last screenshot's pixels after one taken with max_size). swipe_direction: where to start (default: the screen's center)."),
             "start": point("swipe: where it starts, [x, y] in device pixels."),

@@ -518,12 +518,10 @@ impl Drop for ReleaseOnDrop {
 }
 
 fn schema() -> Value {
-    let mut actions: Vec<&str> = actions::UPSTREAM_ACTIONS.to_vec();
-    actions.extend(actions::MORE_ACTIONS);
     json!({
         "type": "object",
         "properties": {
-            "action": {"type": "string", "enum": actions, "description": "The action to perform."},
+            "action": {"type": "string", "enum": actions::names(), "description": "The action to perform."},
             "coordinate": {
                 "type": "array", "items": {"type": "number"}, "minItems": 2, "maxItems": 2,
                 "description": "[x, y] in screenshot pixels: where to move, click or scroll."
