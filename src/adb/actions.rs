@@ -1,25 +1,10 @@
 //! The `adb` tool's arguments read into actions, with every check done before anything reaches the
-//! device; and the exact device command each action runs.
+//! device.
 
 use serde::Deserialize;
 use serde_json::{Number, Value};
 
-pub const ACTIONS: [&str; 14] = [
-    "get_screen_resolution",
-    "tap",
-    "swipe",
-    "input_text",
-    "key_event",
-    "get_screenshot",
-    "list_elements",
-    "long_press",
-    "double_tap",
-    "swipe_direction",
-    "list_apps",
-    "launch_app",
-    "terminate_app",
-    "open_url",
-];
+use super::keycodes;
 
 /// upstream's swipe duration when none is given, in milliseconds.
 pub const DEFAULT_SWIPE_MS: u64 = 300;
@@ -42,8 +27,6 @@ pub const MAX_URL_CHARS: usize = 4096;
 /// Schemes `open_url` refuses: script, local files and providers, and `intent:` URIs that name any
 /// component (a link on a web page must not pick what the device runs).
 const REFUSED_SCHEMES: [&str; 4] = ["javascript", "file", "content", "intent"];
-/// Android's KEYCODE_ range today is below 320; this leaves room for new ones.
-const MAX_KEY_CODE: i64 = 1_000;
 
 /// The `adb` tool's arguments (and the live view's input): the schema's properties. All are optional
 /// here: which ones an action needs is checked in [`parse`]. Points, `duration` and `code` are any
@@ -128,124 +111,237 @@ impl Direction {
     }
 }
 
-pub fn parse(arguments: &AdbArguments) -> Result<Action, String> {
-    let Some(action) = arguments.action.as_deref() else {
-        return Err(format!("action is required: one of {}", ACTIONS.join(", ")));
-    };
-    let duration_or = |default| duration(arguments.duration.as_ref(), default);
-    match action {
-        "get_screen_resolution" => Ok(Action::Resolution),
-        "get_screenshot" => Ok(Action::Screenshot {
-            max_size: max_size(arguments.max_size.as_ref())?,
-        }),
-        "tap" => {
-            let (x, y) = point(arguments.coordinate.as_ref(), "coordinate", "tap")?;
+/// One action of the `adb` tool: its name as a call spells it, whether upstream (the mobile image's
+/// `adb` tool) has it, what the schema's `action` description says of it (if anything), and how a
+/// call's arguments are read into it (given the name, which its messages repeat). The schema's `action`
+/// enum and description, the parser and its "Valid actions" list are all made from [`ACTIONS`].
+struct ActionSpec {
+    name: &'static str,
+    upstream: bool,
+    about: Option<&'static str>,
+    parse: fn(&AdbArguments, &'static str) -> Result<Action, String>,
+}
+
+/// Every action: upstream's six, then mobile-mcp's and the toolset's.
+const ACTIONS: &[ActionSpec] = &[
+    ActionSpec {
+        name: "get_screen_resolution",
+        upstream: true,
+        about: None,
+        parse: |_, _| Ok(Action::Resolution),
+    },
+    ActionSpec {
+        name: "tap",
+        upstream: true,
+        about: None,
+        parse: |arguments, action| {
+            let (x, y) = point(arguments.coordinate.as_ref(), "coordinate", action)?;
             Ok(Action::Tap { x, y })
-        }
-        "swipe" => {
-            let from = point(arguments.start.as_ref(), "start", "swipe")?;
-            let to = point(arguments.end.as_ref(), "end", "swipe")?;
-            let duration_ms = duration_or(DEFAULT_SWIPE_MS)?;
+        },
+    },
+    ActionSpec {
+        name: "swipe",
+        upstream: true,
+        about: None,
+        parse: |arguments, action| {
+            let from = point(arguments.start.as_ref(), "start", action)?;
+            let to = point(arguments.end.as_ref(), "end", action)?;
+            let duration_ms = duration(arguments.duration.as_ref(), DEFAULT_SWIPE_MS)?;
             Ok(Action::Swipe {
                 from,
                 to,
                 duration_ms,
             })
-        }
-        "list_elements" => Ok(Action::Elements),
-        "long_press" => {
-            let (x, y) = point(arguments.coordinate.as_ref(), "coordinate", "long_press")?;
-            let duration_ms = duration_or(DEFAULT_LONG_PRESS_MS)?;
-            Ok(Action::LongPress { x, y, duration_ms })
-        }
-        "double_tap" => {
-            let (x, y) = point(arguments.coordinate.as_ref(), "coordinate", "double_tap")?;
-            Ok(Action::DoubleTap { x, y })
-        }
-        "swipe_direction" => {
-            let direction = match arguments.direction.as_deref() {
-                Some(name) => match name.trim().to_ascii_lowercase().as_str() {
-                    "up" => Direction::Up,
-                    "down" => Direction::Down,
-                    "left" => Direction::Left,
-                    "right" => Direction::Right,
-                    _ => {
-                        return Err(format!(
-                            "direction must be up, down, left or right, got {name:?}"
-                        ));
-                    }
-                },
-                None => {
-                    return Err(
-                        "direction is required for swipe_direction: up, down, left or right".into(),
-                    );
-                }
-            };
-            let from = match arguments.coordinate.as_ref() {
-                None => None,
-                value => Some(point(value, "coordinate", "swipe_direction")?),
-            };
-            let distance = match &arguments.distance {
-                None => DEFAULT_SWIPE_DISTANCE,
-                Some(value) => value
-                    .as_f64()
-                    .filter(|d| *d > 0.0 && *d <= 1.0)
-                    .ok_or_else(|| {
-                        format!(
-                            "distance must be a fraction of the screen above 0 and at most 1 (0.3 is 30%), got {value}"
-                        )
-                    })?,
-            };
-            let duration_ms = duration_or(DEFAULT_SWIPE_MS)?;
-            Ok(Action::SwipeDirection {
-                direction,
-                from,
-                distance,
-                duration_ms,
-            })
-        }
-        "list_apps" => Ok(Action::ListApps),
-        "launch_app" => Ok(Action::LaunchApp(package(
-            arguments.package.as_deref(),
-            "launch_app",
-        )?)),
-        "terminate_app" => Ok(Action::TerminateApp(package(
-            arguments.package.as_deref(),
-            "terminate_app",
-        )?)),
-        "open_url" => Ok(Action::OpenUrl(url(arguments.url.as_deref())?)),
-        "input_text" => match arguments.text.as_deref() {
-            Some(text) if !text.is_empty() => {
-                let count = text.chars().count();
-                if count > MAX_TEXT_CHARS {
-                    return Err(format!(
-                        "text is {count} characters; input_text types at most {MAX_TEXT_CHARS} per call"
-                    ));
-                }
-                if let Some(bad) = text
-                    .chars()
-                    .find(|c| c.is_control() && !matches!(c, '\n' | '\r' | '\t'))
-                {
-                    return Err(format!(
-                        "text holds the control character U+{:04X}, which no key types",
-                        u32::from(bad)
-                    ));
-                }
-                Ok(Action::Text(text.to_owned()))
-            }
-            Some(_) => Err("text must not be empty for input_text".into()),
-            None => Err("text is required for input_text".into()),
         },
-        "key_event" => key(arguments.code.as_ref()),
-        other => Err(format!(
-            "Unknown action: {other}. Valid actions: {}",
-            ACTIONS.join(", ")
+    },
+    ActionSpec {
+        name: "input_text",
+        upstream: true,
+        about: None,
+        parse: |arguments, _| input_text(arguments.text.as_deref()),
+    },
+    ActionSpec {
+        name: "key_event",
+        upstream: true,
+        about: None,
+        parse: |arguments, _| keycodes::key(arguments.code.as_ref()),
+    },
+    ActionSpec {
+        name: "get_screenshot",
+        upstream: true,
+        about: None,
+        parse: |arguments, _| {
+            Ok(Action::Screenshot {
+                max_size: max_size(arguments.max_size.as_ref())?,
+            })
+        },
+    },
+    ActionSpec {
+        name: "list_elements",
+        upstream: false,
+        about: Some(
+            "list_elements lists the screen's UI elements (text, content-desc, resource-id, class, bounds and the center to tap)",
+        ),
+        parse: |_, _| Ok(Action::Elements),
+    },
+    ActionSpec {
+        name: "long_press",
+        upstream: false,
+        about: None,
+        parse: |arguments, action| {
+            let (x, y) = point(arguments.coordinate.as_ref(), "coordinate", action)?;
+            let duration_ms = duration(arguments.duration.as_ref(), DEFAULT_LONG_PRESS_MS)?;
+            Ok(Action::LongPress { x, y, duration_ms })
+        },
+    },
+    ActionSpec {
+        name: "double_tap",
+        upstream: false,
+        about: None,
+        parse: |arguments, action| {
+            let (x, y) = point(arguments.coordinate.as_ref(), "coordinate", action)?;
+            Ok(Action::DoubleTap { x, y })
+        },
+    },
+    ActionSpec {
+        name: "swipe_direction",
+        upstream: false,
+        about: None,
+        parse: swipe_direction,
+    },
+    ActionSpec {
+        name: "list_apps",
+        upstream: false,
+        about: Some("list_apps lists installed third-party apps"),
+        parse: |_, _| Ok(Action::ListApps),
+    },
+    ActionSpec {
+        name: "launch_app",
+        upstream: false,
+        about: Some("launch_app / terminate_app start and stop one by package"),
+        parse: |arguments, action| {
+            Ok(Action::LaunchApp(package(
+                arguments.package.as_deref(),
+                action,
+            )?))
+        },
+    },
+    ActionSpec {
+        name: "terminate_app",
+        upstream: false,
+        about: None,
+        parse: |arguments, action| {
+            Ok(Action::TerminateApp(package(
+                arguments.package.as_deref(),
+                action,
+            )?))
+        },
+    },
+    ActionSpec {
+        name: "open_url",
+        upstream: false,
+        about: Some("open_url opens a web or app link"),
+        parse: |arguments, _| Ok(Action::OpenUrl(url(arguments.url.as_deref())?)),
+    },
+];
+
+/// The names a call may give as `action` (the schema's `enum`): upstream's first, as its schema lists
+/// them, then the others, each in the table's order.
+pub fn names() -> Vec<&'static str> {
+    let (upstream, more): (Vec<&ActionSpec>, Vec<&ActionSpec>) =
+        ACTIONS.iter().partition(|spec| spec.upstream);
+    upstream.iter().chain(&more).map(|spec| spec.name).collect()
+}
+
+/// The schema's description of `action`: what the table says of the actions a name does not explain.
+pub fn description() -> String {
+    let about: Vec<&str> = ACTIONS.iter().filter_map(|spec| spec.about).collect();
+    format!("The action to perform. {}.", about.join("; "))
+}
+
+pub fn parse(arguments: &AdbArguments) -> Result<Action, String> {
+    let Some(action) = arguments.action.as_deref() else {
+        return Err(format!("action is required: one of {}", names().join(", ")));
+    };
+    match ACTIONS.iter().find(|spec| spec.name == action) {
+        Some(spec) => (spec.parse)(arguments, spec.name),
+        None => Err(format!(
+            "Unknown action: {action}. Valid actions: {}",
+            names().join(", ")
         )),
     }
 }
 
+fn swipe_direction(arguments: &AdbArguments, action: &'static str) -> Result<Action, String> {
+    let direction = match arguments.direction.as_deref() {
+        Some(name) => match name.trim().to_ascii_lowercase().as_str() {
+            "up" => Direction::Up,
+            "down" => Direction::Down,
+            "left" => Direction::Left,
+            "right" => Direction::Right,
+            _ => {
+                return Err(format!(
+                    "direction must be up, down, left or right, got {name:?}"
+                ));
+            }
+        },
+        None => {
+            return Err(
+                "direction is required for swipe_direction: up, down, left or right".into(),
+            );
+        }
+    };
+    let from = match arguments.coordinate.as_ref() {
+        None => None,
+        value => Some(point(value, "coordinate", action)?),
+    };
+    let distance = match &arguments.distance {
+        None => DEFAULT_SWIPE_DISTANCE,
+        Some(value) => value
+            .as_f64()
+            .filter(|d| *d > 0.0 && *d <= 1.0)
+            .ok_or_else(|| {
+                format!(
+                    "distance must be a fraction of the screen above 0 and at most 1 (0.3 is 30%), got {value}"
+                )
+            })?,
+    };
+    let duration_ms = duration(arguments.duration.as_ref(), DEFAULT_SWIPE_MS)?;
+    Ok(Action::SwipeDirection {
+        direction,
+        from,
+        distance,
+        duration_ms,
+    })
+}
+
+fn input_text(text: Option<&str>) -> Result<Action, String> {
+    match text {
+        Some(text) if !text.is_empty() => {
+            let count = text.chars().count();
+            if count > MAX_TEXT_CHARS {
+                return Err(format!(
+                    "text is {count} characters; input_text types at most {MAX_TEXT_CHARS} per call"
+                ));
+            }
+            if let Some(bad) = text
+                .chars()
+                .find(|c| c.is_control() && !matches!(c, '\n' | '\r' | '\t'))
+            {
+                return Err(format!(
+                    "text holds the control character U+{:04X}, which no key types",
+                    u32::from(bad)
+                ));
+            }
+            Ok(Action::Text(text.to_owned()))
+        }
+        Some(_) => Err("text must not be empty for input_text".into()),
+        None => Err("text is required for input_text".into()),
+    }
+}
+
 /// An integer, also when JSON spells it `3.0`; not `3.5`, not a string.
-fn integer(value: &Value) -> Option<i64> {
+pub(super) fn integer(value: &Value) -> Option<i64> {
     value.as_number().and_then(whole)
 }
 
@@ -382,219 +478,6 @@ fn point(value: Option<&Value>, name: &str, action: &str) -> Result<(i64, i64), 
     }
 }
 
-fn key(value: Option<&Value>) -> Result<Action, String> {
-    let Some(value) = value else {
-        return Err(
-            "code is required for key_event: a key code (3) or name (HOME, BACK, ENTER, KEYCODE_VOLUME_UP)"
-                .into(),
-        );
-    };
-    let in_range = |code: i64| (0..=MAX_KEY_CODE).contains(&code);
-    if let Some(code) = integer(value) {
-        return if in_range(code) {
-            Ok(Action::Key {
-                code,
-                shown: code.to_string(),
-            })
-        } else {
-            Err(format!(
-                "Invalid key code: {code} (key codes are 0 to {MAX_KEY_CODE})"
-            ))
-        };
-    }
-    let Some(name) = value.as_str() else {
-        return Err(format!(
-            "code must be a key code or a key name, got {value}"
-        ));
-    };
-    let trimmed = name.trim();
-    if let Ok(code) = trimmed.parse::<i64>() {
-        return if in_range(code) {
-            Ok(Action::Key {
-                code,
-                shown: trimmed.to_owned(),
-            })
-        } else {
-            Err(format!(
-                "Invalid key code: {code} (key codes are 0 to {MAX_KEY_CODE})"
-            ))
-        };
-    }
-    match key_code(trimmed) {
-        Some(code) => Ok(Action::Key {
-            code,
-            shown: trimmed.to_owned(),
-        }),
-        None => Err(format!(
-            "Invalid key: {name}. Use a key code or an Android key name such as HOME, BACK, ENTER, DEL, TAB, APP_SWITCH, VOLUME_UP, POWER or KEYCODE_*"
-        )),
-    }
-}
-
-/// Android `KeyEvent` names (with or without `KEYCODE_`, any case) and a few common aliases.
-fn key_code(name: &str) -> Option<i64> {
-    let upper = name.to_ascii_uppercase().replace([' ', '-'], "_");
-    let bare = upper.strip_prefix("KEYCODE_").unwrap_or(&upper);
-    if let [letter @ b'A'..=b'Z'] = bare.as_bytes() {
-        return Some(29 + i64::from(letter - b'A'));
-    }
-    if let [digit @ b'0'..=b'9'] = bare.as_bytes() {
-        return Some(7 + i64::from(digit - b'0'));
-    }
-    if let Some(number) = bare.strip_prefix('F').and_then(|n| n.parse::<i64>().ok())
-        && (1..=12).contains(&number)
-    {
-        return Some(130 + number);
-    }
-    let code = match bare {
-        "SOFT_LEFT" => 1,
-        "SOFT_RIGHT" => 2,
-        "HOME" => 3,
-        "BACK" => 4,
-        "CALL" => 5,
-        "ENDCALL" => 6,
-        "STAR" => 17,
-        "POUND" => 18,
-        "DPAD_UP" | "UP" => 19,
-        "DPAD_DOWN" | "DOWN" => 20,
-        "DPAD_LEFT" | "LEFT" => 21,
-        "DPAD_RIGHT" | "RIGHT" => 22,
-        "DPAD_CENTER" | "CENTER" => 23,
-        "VOLUME_UP" => 24,
-        "VOLUME_DOWN" => 25,
-        "POWER" => 26,
-        "CAMERA" => 27,
-        "CLEAR" => 28,
-        "COMMA" => 55,
-        "PERIOD" => 56,
-        "ALT_LEFT" | "ALT" => 57,
-        "ALT_RIGHT" => 58,
-        "SHIFT_LEFT" | "SHIFT" => 59,
-        "SHIFT_RIGHT" => 60,
-        "TAB" => 61,
-        "SPACE" => 62,
-        "SYM" => 63,
-        "EXPLORER" => 64,
-        "ENVELOPE" => 65,
-        "ENTER" | "RETURN" => 66,
-        "DEL" | "BACKSPACE" | "DELETE" => 67,
-        "GRAVE" => 68,
-        "MINUS" => 69,
-        "EQUALS" => 70,
-        "LEFT_BRACKET" => 71,
-        "RIGHT_BRACKET" => 72,
-        "BACKSLASH" => 73,
-        "SEMICOLON" => 74,
-        "APOSTROPHE" => 75,
-        "SLASH" => 76,
-        "AT" => 77,
-        "NUM" => 78,
-        "HEADSETHOOK" => 79,
-        "FOCUS" => 80,
-        "PLUS" => 81,
-        "MENU" => 82,
-        "NOTIFICATION" => 83,
-        "SEARCH" => 84,
-        "MEDIA_PLAY_PAUSE" => 85,
-        "MEDIA_STOP" => 86,
-        "MEDIA_NEXT" => 87,
-        "MEDIA_PREVIOUS" => 88,
-        "MEDIA_REWIND" => 89,
-        "MEDIA_FAST_FORWARD" => 90,
-        "MUTE" => 91,
-        "PAGE_UP" => 92,
-        "PAGE_DOWN" => 93,
-        "ESCAPE" | "ESC" => 111,
-        "FORWARD_DEL" => 112,
-        "CTRL_LEFT" | "CTRL" => 113,
-        "CTRL_RIGHT" => 114,
-        "CAPS_LOCK" => 115,
-        "SCROLL_LOCK" => 116,
-        "META_LEFT" => 117,
-        "META_RIGHT" => 118,
-        "SYSRQ" => 120,
-        "BREAK" => 121,
-        "MOVE_HOME" => 122,
-        "MOVE_END" => 123,
-        "INSERT" => 124,
-        "FORWARD" => 125,
-        "MEDIA_PLAY" => 126,
-        "MEDIA_PAUSE" => 127,
-        "VOLUME_MUTE" => 164,
-        "SETTINGS" => 176,
-        "APP_SWITCH" | "RECENTS" | "RECENT_APPS" => 187,
-        "BRIGHTNESS_DOWN" => 220,
-        "BRIGHTNESS_UP" => 221,
-        "SLEEP" => 223,
-        "WAKEUP" => 224,
-        "ASSIST" => 219,
-        "VOICE_ASSIST" => 231,
-        "CUT" => 277,
-        "COPY" => 278,
-        "PASTE" => 279,
-        "ALL_APPS" => 284,
-        _ => return None,
-    };
-    Some(code)
-}
-
-/// The text as one literal argument of the device shell: single quotes, each `'` written `'\''`.
-pub fn quote(text: &str) -> String {
-    format!("'{}'", text.replace('\'', r"'\''"))
-}
-
-/// The device commands that type ASCII `text` as it reads, one after the other. `input text` takes one
-/// literal argument (quoted); a newline is the Enter key and a tab the Tab key; and since `input text`
-/// turns `%s` into a space, a `%` followed by `s` is typed in two parts.
-pub fn text_steps(text: &str) -> Vec<String> {
-    let mut commands: Vec<String> = Vec::new();
-    let mut segment = String::new();
-    let flush = |segment: &mut String, commands: &mut Vec<String>| {
-        if !segment.is_empty() {
-            commands.push(format!("input text {}", quote(segment)));
-            segment.clear();
-        }
-    };
-    let mut characters = text.chars().peekable();
-    while let Some(character) = characters.next() {
-        match character {
-            '\r' if characters.peek() == Some(&'\n') => {}
-            '\n' | '\r' => {
-                flush(&mut segment, &mut commands);
-                commands.push("input keyevent 66".into());
-            }
-            '\t' => {
-                flush(&mut segment, &mut commands);
-                commands.push("input keyevent 61".into());
-            }
-            '%' if characters.peek() == Some(&'s') => {
-                segment.push('%');
-                flush(&mut segment, &mut commands);
-            }
-            other => segment.push(other),
-        }
-    }
-    flush(&mut segment, &mut commands);
-    commands
-}
-
-/// The first character `input text` cannot type (it injects key events of the device's ASCII keymap).
-pub fn first_non_ascii(text: &str) -> Option<(usize, char)> {
-    text.chars().enumerate().find(|(_, c)| !c.is_ascii())
-}
-
-/// `wm size`: `Physical size: WxH`, with an `Override size: WxH` line winning when present.
-pub fn parse_wm_size(output: &str) -> Option<(u32, u32)> {
-    let size_after = |label: &str| {
-        output.lines().find_map(|line| {
-            let rest = line.trim().strip_prefix(label)?;
-            let (width, height) = rest.trim().split_once('x')?;
-            Some((width.trim().parse().ok()?, height.trim().parse().ok()?))
-        })
-    };
-    size_after("Override size:").or_else(|| size_after("Physical size:"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -637,19 +520,7 @@ mod tests {
     }
 
     #[test]
-    fn key_names_as_the_sdk_documents_them() {
-        for (name, code) in [
-            ("HOME", 3),
-            ("back", 4),
-            ("ENTER", 66),
-            ("KEYCODE_VOLUME_UP", 24),
-            ("keycode_a", 29),
-            ("KEYCODE_0", 7),
-            ("F12", 142),
-            ("APP_SWITCH", 187),
-        ] {
-            assert_eq!(key_code(name), Some(code), "{name}");
-        }
+    fn bad_key_codes_are_refused() {
         assert!(parsed(json!({"action": "key_event", "code": "HOMEY"})).is_err());
         assert!(parsed(json!({"action": "key_event", "code": -1})).is_err());
         assert!(parsed(json!({"action": "key_event", "code": 2.5})).is_err());
@@ -782,32 +653,61 @@ mod tests {
         }
     }
 
-    #[test]
-    fn text_is_one_literal_argument() {
-        let text_command = |text: &str| text_steps(text).join(" && ");
-        assert_eq!(text_command("hello"), "input text 'hello'");
-        assert_eq!(text_command("it's"), r"input text 'it'\''s'");
-        assert_eq!(
-            text_command("a\nb\tc"),
-            "input text 'a' && input keyevent 66 && input text 'b' && input keyevent 61 && input text 'c'"
-        );
-        assert_eq!(
-            text_command("100%sure"),
-            "input text '100%' && input text 'sure'"
-        );
-        assert_eq!(text_command("x\r\n"), "input text 'x' && input keyevent 66");
+    /// The least a call of each action needs; `{}` for those that need nothing.
+    fn minimal_call(name: &str) -> Value {
+        let mut call = match name {
+            "tap" | "long_press" | "double_tap" => json!({"coordinate": [1, 1]}),
+            "swipe" => json!({"start": [1, 1], "end": [2, 2]}),
+            "input_text" => json!({"text": "a"}),
+            "key_event" => json!({"code": 3}),
+            "swipe_direction" => json!({"direction": "up"}),
+            "launch_app" | "terminate_app" => json!({"package": "com.example"}),
+            "open_url" => json!({"url": "https://example.com"}),
+            _ => json!({}),
+        };
+        call["action"] = json!(name);
+        call
     }
 
     #[test]
-    fn wm_size_override_wins() {
-        assert_eq!(
-            parse_wm_size("Physical size: 1080x1920\n"),
-            Some((1080, 1920))
-        );
-        assert_eq!(
-            parse_wm_size("Physical size: 1080x1920\nOverride size: 720x1280\n"),
-            Some((720, 1280))
-        );
-        assert_eq!(parse_wm_size("nothing"), None);
+    fn every_action_of_the_table_parses_from_a_minimal_call() {
+        for spec in ACTIONS {
+            let call = minimal_call(spec.name);
+            assert!(
+                parsed(call.clone()).is_ok(),
+                "{call}: {:?}",
+                parsed(call.clone())
+            );
+        }
+    }
+
+    #[test]
+    fn the_schema_lists_the_table_s_names_once_each_upstream_s_first() {
+        let schema = super::super::schema();
+        let listed: Vec<&str> = schema["properties"]["action"]["enum"]
+            .as_array()
+            .map(|names| names.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        let mut table: Vec<&str> = ACTIONS.iter().map(|spec| spec.name).collect();
+        let mut sorted = listed.clone();
+        table.sort_unstable();
+        sorted.sort_unstable();
+        assert_eq!(sorted, table);
+        table.dedup();
+        assert_eq!(table.len(), ACTIONS.len(), "a name declared twice");
+        let upstream = |name: &str| {
+            ACTIONS
+                .iter()
+                .any(|spec| spec.name == name && spec.upstream)
+        };
+        assert!(listed[..6].iter().all(|name| upstream(name)), "{listed:?}");
+        assert!(!listed[6..].iter().any(|name| upstream(name)), "{listed:?}");
+        let described = schema["properties"]["action"]["description"].as_str();
+        for spec in ACTIONS {
+            if let Some(about) = spec.about {
+                assert!(about.starts_with(spec.name), "{about}");
+                assert!(described.is_some_and(|text| text.contains(about)));
+            }
+        }
     }
 }

@@ -9,7 +9,9 @@ mod device;
 mod family;
 mod guard;
 mod key;
+mod keycodes;
 mod screen;
+mod typing;
 mod ui;
 mod view;
 mod wire;
@@ -23,9 +25,7 @@ use base64::Engine;
 use serde_json::{Value, json};
 
 use crate::core::error::ApiError;
-use crate::tools::{
-    BadArguments, CallToolResult, ContentItem, Tool, ToolError, ToolResult, ToolSpec,
-};
+use crate::tools::{CallToolResult, ContentItem, Tool, ToolError, ToolResult, ToolSpec};
 use actions::{Action, AdbArguments, Direction};
 use device::{Device, DeviceError};
 use screen::Geometry;
@@ -91,40 +91,30 @@ impl From<DeviceError> for ApiError {
     }
 }
 
-/// Why input was not injected: the guard refused it (the device asks whether to trust a host), or the
-/// command failed by itself. The tool answers both as `isError` results; the live view answers the
-/// first 409 (the device's state forbids it) and the second as before.
+/// Why input was not injected: the guard refused it (the device asks whether to trust a host), the
+/// command failed on the device (the text says how), or the device could not run it. The tool answers
+/// each as it answers any device failure (`From<InjectError> for ToolError`), the live view with an
+/// HTTP status (view.rs).
 #[derive(Debug)]
 enum InjectError {
     Guard(guard::Refusal),
-    Tool(ToolError),
+    Failed(String),
+    Device(DeviceError),
 }
 
 impl From<InjectError> for ToolError {
     fn from(err: InjectError) -> Self {
         match err {
             InjectError::Guard(refusal) => ToolError::Reported(refusal.to_string()),
-            InjectError::Tool(err) => err,
+            InjectError::Failed(reason) => ToolError::Reported(reason),
+            InjectError::Device(err) => err.into(),
         }
-    }
-}
-
-impl From<ToolError> for InjectError {
-    fn from(err: ToolError) -> Self {
-        InjectError::Tool(err)
     }
 }
 
 impl From<DeviceError> for InjectError {
     fn from(err: DeviceError) -> Self {
-        InjectError::Tool(err.into())
-    }
-}
-
-fn text(text: impl Into<String>) -> ContentItem {
-    ContentItem::Text {
-        text: text.into(),
-        description: None,
+        InjectError::Device(err)
     }
 }
 
@@ -157,10 +147,7 @@ impl Adb {
         }
         match output.exit {
             Some(0) => Ok(output),
-            _ => Err(InjectError::Tool(ToolError::Reported(failed(
-                &steps.join(" && "),
-                &output,
-            )))),
+            _ => Err(InjectError::Failed(failed(&steps.join(" && "), &output))),
         }
     }
 
@@ -274,7 +261,7 @@ impl Adb {
                     .run(
                         format!(
                             "am start -a android.intent.action.VIEW -d {}",
-                            actions::quote(&url)
+                            typing::quote(&url)
                         ),
                         COMMAND_TIMEOUT,
                     )
@@ -308,15 +295,17 @@ impl Adb {
             Action::Resolution => {
                 let output = self.run("wm size".into(), COMMAND_TIMEOUT).await?;
                 let said = String::from_utf8_lossy(&output.stdout);
-                let (width, height) = actions::parse_wm_size(&said).ok_or_else(|| {
+                let (width, height) = screen::parse_wm_size(&said).ok_or_else(|| {
                     ToolError::Reported(format!(
                         "`wm size` printed no screen size: {}",
                         said.trim()
                     ))
                 })?;
-                let mut items = vec![text(json!({"width": width, "height": height}).to_string())];
+                let mut items = vec![ContentItem::plain_text(
+                    json!({"width": width, "height": height}).to_string(),
+                )];
                 if let Some(geometry) = self.geometry() {
-                    items.push(text(format!(
+                    items.push(ContentItem::plain_text(format!(
                         "These are device pixels. Coordinates you send are read in the last screenshot's pixels ({}x{}) and scaled to the device (x{}).",
                         geometry.image.0,
                         geometry.image.1,
@@ -348,7 +337,7 @@ impl Adb {
                 return self.scaled_screenshot(output.stdout, max_side).await;
             }
         };
-        Ok(vec![text(done)])
+        Ok(vec![ContentItem::plain_text(done)])
     }
 
     fn geometry(&self) -> Option<Geometry> {
@@ -403,7 +392,7 @@ impl Adb {
         }
         let output = self.run("wm size".into(), COMMAND_TIMEOUT).await?;
         let said = String::from_utf8_lossy(&output.stdout);
-        actions::parse_wm_size(&said).ok_or_else(|| {
+        screen::parse_wm_size(&said).ok_or_else(|| {
             ToolError::Reported(format!("`wm size` printed no screen size: {}", said.trim()))
         })
     }
@@ -445,7 +434,7 @@ impl Adb {
             ),
             None => String::new(),
         };
-        Ok(vec![text(format!(
+        Ok(vec![ContentItem::plain_text(format!(
             "Swiped {} from {} to {}{note}",
             direction.name(),
             shown(start),
@@ -479,7 +468,7 @@ impl Adb {
                 })
                 .await
                 {
-                    Ok(Ok(listing)) => return Ok(vec![text(listing)]),
+                    Ok(Ok(listing)) => return Ok(vec![ContentItem::plain_text(listing)]),
                     Ok(Err(reason)) => last_failure = reason,
                     Err(err) => last_failure = format!("reading the dump failed: {err}"),
                 }
@@ -505,7 +494,7 @@ impl Adb {
         let image = screen::fitted(screen, max_side);
         let geometry = Geometry { screen, image };
         let numbers = |scale: f64| {
-            text(
+            ContentItem::plain_text(
                 json!({
                     "width": image.0, "height": image.1,
                     "screen_width": screen.0, "screen_height": screen.1,
@@ -519,7 +508,7 @@ impl Adb {
             return Ok(vec![
                 png_item(png).await?,
                 numbers(1.0),
-                text(format!(
+                ContentItem::plain_text(format!(
                     "The screen ({}x{}) fits within {max_side} pixels: this image is the screen at full size, and coordinates are device pixels.",
                     screen.0, screen.1
                 )),
@@ -533,7 +522,7 @@ impl Adb {
         Ok(vec![
             png_item(scaled).await?,
             numbers(f64::from(image.0) / f64::from(screen.0.max(1))),
-            text(format!(
+            ContentItem::plain_text(format!(
                 "The screen is {}x{}; this image is {}x{}. Give coordinates in this image's pixels: from now on they are multiplied by {} to reach the device, until a screenshot without max_size.",
                 screen.0,
                 screen.1,
@@ -552,8 +541,8 @@ impl Adb {
         let timeout = COMMAND_TIMEOUT.saturating_add(
             PER_CHARACTER.saturating_mul(u32::try_from(typed.len()).unwrap_or(u32::MAX)),
         );
-        let Some((position, character)) = actions::first_non_ascii(typed) else {
-            self.inject(&actions::text_steps(typed), timeout).await?;
+        let Some((position, character)) = typing::first_non_ascii(typed) else {
+            self.inject(&typing::text_steps(typed), timeout).await?;
             return Ok(());
         };
         let current = self
@@ -565,9 +554,9 @@ impl Adb {
             .map(|output| String::from_utf8_lossy(&output.stdout).trim().to_owned())
             .unwrap_or_default();
         if current != ADB_KEYBOARD {
-            return Err(InjectError::Tool(ToolError::Reported(format!(
+            return Err(InjectError::Failed(format!(
                 "Cannot type {character:?} (character {position} of the text): Android's `input text` types ASCII only. Non-ASCII text needs the ADBKeyboard IME ({ADB_KEYBOARD}, github.com/senzhk/ADBKeyBoard) installed and selected on the device: `ime enable {ADB_KEYBOARD} && ime set {ADB_KEYBOARD}`. Nothing was typed."
-            ))));
+            )));
         }
         let encoded = base64::engine::general_purpose::STANDARD.encode(typed.as_bytes());
         self.inject(
@@ -628,8 +617,8 @@ fn schema() -> Value {
         "properties": {
             "action": {
                 "type": "string",
-                "enum": actions::ACTIONS,
-                "description": "The action to perform. list_elements lists the screen's UI elements (text, content-desc, resource-id, class, bounds and the center to tap); list_apps lists installed third-party apps; launch_app / terminate_app start and stop one by package; open_url opens a web or app link."
+                "enum": actions::names(),
+                "description": actions::description()
             },
             "coordinate": point("tap, long_press, double_tap: [x, y] in device pixels, (0, 0) at the top left (in the last screenshot's pixels after one taken with max_size). swipe_direction: where to start (default: the screen's center)."),
             "start": point("swipe: where it starts, [x, y] in device pixels."),
@@ -680,7 +669,6 @@ pub fn tools(adb: &std::sync::Arc<Adb>) -> Vec<Tool> {
             "Control an Android device: tap, double tap, long press, swipe, type text, send key events, take screenshots (optionally scaled), read the screen size, list the UI elements on screen, list, launch and stop apps, open URLs.",
             schema(),
         )
-        .bad_arguments(BadArguments::Reported)
         .handler(move |arguments: AdbArguments, _| {
             let adb = std::sync::Arc::clone(&adb);
             async move { adb.call(arguments).await }

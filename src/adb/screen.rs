@@ -84,6 +84,18 @@ pub fn scale_png(png: &[u8], size: (u32, u32)) -> Result<Vec<u8>, String> {
     Ok(bytes)
 }
 
+/// `wm size`: `Physical size: WxH`, with an `Override size: WxH` line winning when present.
+pub fn parse_wm_size(output: &str) -> Option<(u32, u32)> {
+    let size_after = |label: &str| {
+        output.lines().find_map(|line| {
+            let rest = line.trim().strip_prefix(label)?;
+            let (width, height) = rest.trim().split_once('x')?;
+            Some((width.trim().parse().ok()?, height.trim().parse().ok()?))
+        })
+    };
+    size_after("Override size:").or_else(|| size_after("Physical size:"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -113,5 +125,18 @@ mod tests {
         let scaled = scale_png(&png, fitted((300, 600), 100)).unwrap();
         assert_eq!(png_size(&scaled), Some((50, 100)));
         assert_eq!(png_size(b"not a png at all, no header"), None);
+    }
+
+    #[test]
+    fn wm_size_override_wins() {
+        assert_eq!(
+            parse_wm_size("Physical size: 1080x1920\n"),
+            Some((1080, 1920))
+        );
+        assert_eq!(
+            parse_wm_size("Physical size: 1080x1920\nOverride size: 720x1280\n"),
+            Some((720, 1280))
+        );
+        assert_eq!(parse_wm_size("nothing"), None);
     }
 }

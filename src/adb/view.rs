@@ -23,10 +23,10 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use super::actions::{self, Action, AdbArguments};
+use super::device::DeviceError;
 use super::{Adb, InjectError, PNG_SIGNATURE, SCREENSHOT_TIMEOUT, screen};
 use crate::api::extract::{ApiJson, ApiQuery};
 use crate::core::error::{ApiError, ApiResult};
-use crate::tools::ToolError;
 
 /// Frames per second of a stream that asks for no rate.
 pub const DEFAULT_VIEW_FPS: u32 = 5;
@@ -281,22 +281,35 @@ fn part(frame: &Frame) -> Bytes {
     Bytes::from(bytes)
 }
 
+/// `POST /adb/input`'s body: the `adb` tool's arguments, read into an action, or why they cannot be
+/// (a 400 with that reason). Read within the JSON extractor, so that a body that is no JSON stays its
+/// 422, while JSON that is no object, or not the tool's arguments, is a 400 in the tool's words.
+struct ViewInput(Result<Action, String>);
+
+impl<'de> Deserialize<'de> for ViewInput {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let value = Value::deserialize(deserializer)?;
+        if !value.is_object() {
+            return Ok(ViewInput(Err(
+                "arguments must be an object with an action".into()
+            )));
+        }
+        Ok(ViewInput(match AdbArguments::deserialize(value) {
+            Ok(arguments) => actions::parse(&arguments),
+            Err(err) => Err(crate::tools::invalid_arguments("adb", &err)),
+        }))
+    }
+}
+
 /// `POST /adb/input`: what the page sends, in the `adb` tool's argument form: `tap`, `swipe`,
 /// `long_press`, `key_event` or `input_text`. Coordinates are always device pixels (the frames'
 /// `X-Screen-Size`), whatever scale a model's last screenshot set for the tool. While the device shows
 /// its debugging-authorization dialog nothing is sent: 409 with the reason (guard.rs).
 async fn input(
     State(adb): State<Arc<Adb>>,
-    ApiJson(arguments): ApiJson<Value>,
+    ApiJson(ViewInput(action)): ApiJson<ViewInput>,
 ) -> ApiResult<axum::Json<Value>> {
-    if !arguments.is_object() {
-        return Err(ApiError::BadRequest(
-            "arguments must be an object with an action".into(),
-        ));
-    }
-    let arguments = AdbArguments::deserialize(arguments)
-        .map_err(|err| ApiError::BadRequest(crate::tools::invalid_arguments("adb", &err)))?;
-    let action = actions::parse(&arguments).map_err(ApiError::BadRequest)?;
+    let action = action.map_err(ApiError::BadRequest)?;
     if !matches!(
         action,
         Action::Tap { .. }
@@ -315,8 +328,11 @@ async fn input(
         .map_err(|failure| match failure {
             // The device asks whether to trust a host: its state forbids the input, as for the tool.
             InjectError::Guard(refusal) => ApiError::Conflict(refusal.to_string()),
-            InjectError::Tool(ToolError::Reported(reason)) => ApiError::BadGateway(reason),
-            InjectError::Tool(ToolError::Http(err)) => err,
+            // The device ran the input and it failed, or refused it: the device's answer was bad.
+            InjectError::Failed(reason) | InjectError::Device(DeviceError::Refused(reason)) => {
+                ApiError::BadGateway(reason)
+            }
+            InjectError::Device(err) => err.into(),
         })?;
     Ok(axum::Json(json!({ "done": done })))
 }
@@ -355,9 +371,7 @@ impl Adb {
             }
             // Refused before the call, in `input`.
             _ => {
-                return Err(InjectError::Tool(ToolError::Reported(
-                    "not an action the view sends".into(),
-                )));
+                return Err(InjectError::Failed("not an action the view sends".into()));
             }
         })
     }

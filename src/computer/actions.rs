@@ -16,32 +16,154 @@ pub const MAX_TYPED_CHARS: usize = 100_000;
 /// Most presses of one `key` action (`repeat`), as the toolset bounds it.
 pub const MAX_KEY_REPEAT: u64 = 100;
 
-pub const UPSTREAM_ACTIONS: [&str; 10] = [
-    "key",
-    "type",
-    "mouse_move",
-    "left_click",
-    "left_click_drag",
-    "right_click",
-    "middle_click",
-    "double_click",
-    "get_screenshot",
-    "get_cursor_position",
+/// One action of the `computer` tool: its name as a call spells it, whether upstream
+/// (computer-use-mcp 1.2.0) has it (its answers then keep upstream's exact texts), and how a call's
+/// arguments are read into it. The schema's `action` enum, the parser and its "Valid actions" list are
+/// all made from [`ACTIONS`].
+struct ActionSpec {
+    name: &'static str,
+    upstream: bool,
+    parse: fn(&Call) -> Result<Action, String>,
+}
+
+/// Every action: upstream's ten, then the model contracts' (`screenshot` and `cursor_position` are
+/// their names for upstream's `get_screenshot` and `get_cursor_position`).
+const ACTIONS: &[ActionSpec] = &[
+    ActionSpec {
+        name: "key",
+        upstream: true,
+        parse: key,
+    },
+    ActionSpec {
+        name: "type",
+        upstream: true,
+        parse: type_text,
+    },
+    ActionSpec {
+        name: "mouse_move",
+        upstream: true,
+        parse: |call| {
+            Ok(Action::MouseMove {
+                to: call.required_coordinate()?,
+            })
+        },
+    },
+    ActionSpec {
+        name: "left_click",
+        upstream: true,
+        parse: |call| call.click(Button::Left, 1, "Left clicked"),
+    },
+    ActionSpec {
+        name: "left_click_drag",
+        upstream: true,
+        parse: drag,
+    },
+    ActionSpec {
+        name: "right_click",
+        upstream: true,
+        parse: |call| call.click(Button::Right, 1, "Right clicked"),
+    },
+    ActionSpec {
+        name: "middle_click",
+        upstream: true,
+        parse: |call| call.click(Button::Middle, 1, "Middle clicked"),
+    },
+    ActionSpec {
+        name: "double_click",
+        upstream: true,
+        parse: |call| call.click(Button::Left, 2, "Double clicked"),
+    },
+    ActionSpec {
+        name: "get_screenshot",
+        upstream: true,
+        parse: screenshot,
+    },
+    ActionSpec {
+        name: "get_cursor_position",
+        upstream: true,
+        parse: |_| Ok(Action::CursorPosition),
+    },
+    ActionSpec {
+        name: "screenshot",
+        upstream: false,
+        parse: screenshot,
+    },
+    ActionSpec {
+        name: "cursor_position",
+        upstream: false,
+        parse: |_| Ok(Action::CursorPosition),
+    },
+    ActionSpec {
+        name: "triple_click",
+        upstream: false,
+        parse: |call| call.click(Button::Left, 3, "Triple clicked"),
+    },
+    ActionSpec {
+        name: "left_mouse_down",
+        upstream: false,
+        parse: |call| {
+            Ok(Action::MouseDown {
+                at: call.coordinate.clone(),
+            })
+        },
+    },
+    ActionSpec {
+        name: "left_mouse_up",
+        upstream: false,
+        parse: |call| {
+            Ok(Action::MouseUp {
+                at: call.coordinate.clone(),
+            })
+        },
+    },
+    ActionSpec {
+        name: "scroll",
+        upstream: false,
+        parse: scroll,
+    },
+    ActionSpec {
+        name: "hold_key",
+        upstream: false,
+        parse: hold_key,
+    },
+    ActionSpec {
+        name: "wait",
+        upstream: false,
+        parse: |call| {
+            let (duration, shown) = call.duration()?;
+            Ok(Action::Wait { duration, shown })
+        },
+    },
+    ActionSpec {
+        name: "zoom",
+        upstream: false,
+        parse: zoom,
+    },
+    ActionSpec {
+        name: "key_down",
+        upstream: false,
+        parse: |call| {
+            let (text, chord) = call.chord()?;
+            Ok(Action::KeyDown { text, chord })
+        },
+    },
+    ActionSpec {
+        name: "key_up",
+        upstream: false,
+        parse: |call| {
+            let (text, chord) = call.chord()?;
+            Ok(Action::KeyUp { text, chord })
+        },
+    },
 ];
 
-pub const MORE_ACTIONS: [&str; 11] = [
-    "screenshot",
-    "cursor_position",
-    "triple_click",
-    "left_mouse_down",
-    "left_mouse_up",
-    "scroll",
-    "hold_key",
-    "wait",
-    "zoom",
-    "key_down",
-    "key_up",
-];
+/// The names a call may give as `action` (the schema's `enum`): upstream's first, as its schema lists
+/// them, then the others, each in the table's order.
+pub fn names() -> Vec<&'static str> {
+    let (upstream, more): (Vec<&ActionSpec>, Vec<&ActionSpec>) =
+        ACTIONS.iter().partition(|spec| spec.upstream);
+    upstream.iter().chain(&more).map(|spec| spec.name).collect()
+}
 
 /// The `computer` tool's arguments, also each action of `computer_batch`: the schema's properties. All
 /// are optional here: which ones an action needs is checked in [`parse`], with upstream's messages.
@@ -244,224 +366,218 @@ fn point(numbers: &[Number], field: &str, geometry: &Geometry) -> Result<Point, 
     })
 }
 
-fn duration(arguments: &ComputerArguments, action: &str) -> Result<(Duration, String), String> {
-    let seconds = arguments
-        .duration
-        .ok_or_else(|| format!("duration (seconds) required for {action}"))?;
-    if !(0.0..=MAX_ACTION_DURATION.as_secs_f64()).contains(&seconds) {
+/// A call being read: its arguments, the screen they are about, and its coordinate, already checked
+/// (whatever the action, as upstream checks it first).
+struct Call<'a> {
+    action: &'static str,
+    arguments: &'a ComputerArguments,
+    geometry: &'a Geometry,
+    coordinate: Option<Point>,
+}
+
+impl Call<'_> {
+    fn required_coordinate(&self) -> Result<Point, String> {
+        self.coordinate
+            .clone()
+            .ok_or_else(|| format!("Coordinate required for {}", self.action))
+    }
+
+    fn text(&self) -> Result<&str, String> {
+        match self.arguments.text.as_deref() {
+            Some(text) if !text.is_empty() => Ok(text),
+            _ => Err(format!("Text required for {}", self.action)),
+        }
+    }
+
+    /// The keys `text` names, and `text` as given (for the answer).
+    fn chord(&self) -> Result<(String, Vec<u32>), String> {
+        let text = self.text()?;
+        Ok((text.to_owned(), keys::parse_chord(text)?))
+    }
+
+    fn duration(&self) -> Result<(Duration, String), String> {
+        let seconds = self
+            .arguments
+            .duration
+            .ok_or_else(|| format!("duration (seconds) required for {}", self.action))?;
+        if !(0.0..=MAX_ACTION_DURATION.as_secs_f64()).contains(&seconds) {
+            return Err(format!(
+                "duration must be between 0 and {} seconds, got {}",
+                MAX_ACTION_DURATION.as_secs(),
+                js_number(seconds)
+            ));
+        }
+        Ok((Duration::from_secs_f64(seconds), js_number(seconds)))
+    }
+
+    /// Modifiers held during a click or scroll (`text`: `ctrl`, `shift+alt`); none when absent or empty.
+    fn modifiers(&self) -> Result<Vec<u32>, String> {
+        match self.arguments.text.as_deref() {
+            Some(text) if !text.trim().is_empty() => keys::parse_chord(text),
+            _ => Ok(Vec::new()),
+        }
+    }
+
+    fn click(&self, button: Button, count: u8, done: &'static str) -> Result<Action, String> {
+        Ok(Action::Click {
+            button,
+            count,
+            at: self.coordinate.clone(),
+            modifiers: self.modifiers()?,
+            done,
+        })
+    }
+
+    fn shot_options(&self) -> Result<ShotOptions, String> {
+        let format = self.arguments.format.as_deref().unwrap_or("png");
+        let jpeg_quality = match format.to_ascii_lowercase().as_str() {
+            "png" => None,
+            "jpeg" | "jpg" => {
+                let quality = self
+                    .arguments
+                    .quality
+                    .as_ref()
+                    .and_then(Number::as_u64)
+                    .unwrap_or(75);
+                let Some(quality) = u8::try_from(quality).ok().filter(|q| (1..=100).contains(q))
+                else {
+                    return Err(format!("quality must be 1 to 100, got {quality}"));
+                };
+                Some(quality)
+            }
+            other => return Err(format!("format must be png or jpeg, got {other:?}")),
+        };
+        Ok(ShotOptions {
+            jpeg_quality,
+            cursor: self.arguments.cursor.unwrap_or(false),
+        })
+    }
+}
+
+fn key(call: &Call) -> Result<Action, String> {
+    // The text's presence, then `repeat`, then the keys: the order in which a call with several
+    // mistakes hears of them.
+    let text = call.text()?;
+    let repeat = match &call.arguments.repeat {
+        None => 1,
+        Some(number) => number
+            .as_u64()
+            .filter(|count| (1..=MAX_KEY_REPEAT).contains(count))
+            .ok_or_else(|| format!("repeat must be a whole number from 1 to {MAX_KEY_REPEAT}"))?,
+    };
+    Ok(Action::Key {
+        chord: keys::parse_chord(text)?,
+        text: text.to_owned(),
+        repeat,
+    })
+}
+
+fn type_text(call: &Call) -> Result<Action, String> {
+    let text = call.text()?;
+    if text.chars().count() > MAX_TYPED_CHARS {
         return Err(format!(
-            "duration must be between 0 and {} seconds, got {}",
-            MAX_ACTION_DURATION.as_secs(),
-            js_number(seconds)
+            "text is too long to type at once: at most {MAX_TYPED_CHARS} characters"
         ));
     }
-    Ok((Duration::from_secs_f64(seconds), js_number(seconds)))
+    Ok(Action::Type {
+        text: text.to_owned(),
+    })
 }
 
-fn text<'a>(arguments: &'a ComputerArguments, action: &str) -> Result<&'a str, String> {
-    match arguments.text.as_deref() {
-        Some(text) if !text.is_empty() => Ok(text),
-        _ => Err(format!("Text required for {action}")),
-    }
-}
-
-/// Modifiers held during a click or scroll (`text`: `ctrl`, `shift+alt`); none when absent or empty.
-fn modifiers(arguments: &ComputerArguments) -> Result<Vec<u32>, String> {
-    match arguments.text.as_deref() {
-        Some(text) if !text.trim().is_empty() => keys::parse_chord(text),
-        _ => Ok(Vec::new()),
-    }
-}
-
-fn shot_options(arguments: &ComputerArguments) -> Result<ShotOptions, String> {
-    let format = arguments.format.as_deref().unwrap_or("png");
-    let jpeg_quality = match format.to_ascii_lowercase().as_str() {
-        "png" => None,
-        "jpeg" | "jpg" => {
-            let quality = arguments
-                .quality
-                .as_ref()
-                .and_then(Number::as_u64)
-                .unwrap_or(75);
-            let Some(quality) = u8::try_from(quality).ok().filter(|q| (1..=100).contains(q)) else {
-                return Err(format!("quality must be 1 to 100, got {quality}"));
-            };
-            Some(quality)
-        }
-        other => return Err(format!("format must be png or jpeg, got {other:?}")),
+fn drag(call: &Call) -> Result<Action, String> {
+    let from = match call.arguments.start_coordinate.as_deref() {
+        None => None,
+        Some(numbers) => Some(point(numbers, "start_coordinate", call.geometry)?),
     };
-    Ok(ShotOptions {
-        jpeg_quality,
-        cursor: arguments.cursor.unwrap_or(false),
+    Ok(Action::Drag {
+        from,
+        to: call.required_coordinate()?,
+    })
+}
+
+fn scroll(call: &Call) -> Result<Action, String> {
+    let direction = call
+        .arguments
+        .scroll_direction
+        .as_deref()
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    let button = match direction.as_str() {
+        "up" => 4,
+        "down" => 5,
+        "left" => 6,
+        "right" => 7,
+        _ => return Err("scroll_direction must be one of up, down, left, right".to_owned()),
+    };
+    let amount = match &call.arguments.scroll_amount {
+        None => 3,
+        Some(number) => number
+            .as_u64()
+            .filter(|amount| *amount <= 100)
+            .ok_or_else(|| "scroll_amount must be a whole number from 0 to 100".to_owned())?,
+    };
+    Ok(Action::Scroll {
+        direction,
+        button,
+        amount,
+        at: call.coordinate.clone(),
+        modifiers: call.modifiers()?,
+    })
+}
+
+fn hold_key(call: &Call) -> Result<Action, String> {
+    // The text's presence, then the duration, then the keys: the order in which a call with several
+    // mistakes hears of them.
+    let text = call.text()?;
+    let (duration, shown) = call.duration()?;
+    Ok(Action::HoldKey {
+        chord: keys::parse_chord(text)?,
+        text: text.to_owned(),
+        duration,
+        shown,
+    })
+}
+
+fn screenshot(call: &Call) -> Result<Action, String> {
+    Ok(Action::Screenshot(call.shot_options()?))
+}
+
+fn zoom(call: &Call) -> Result<Action, String> {
+    let Some([x0, y0, x1, y1]) = call.arguments.region.as_deref() else {
+        return Err("region must be [x0, y0, x1, y1]".to_owned());
+    };
+    let first = point(&[x0.clone(), y0.clone()], "region", call.geometry)?;
+    let second = point(&[x1.clone(), y1.clone()], "region", call.geometry)?;
+    if second.x <= first.x || second.y <= first.y {
+        return Err("region must be [x0, y0, x1, y1] with x1 > x0 and y1 > y0".into());
+    }
+    Ok(Action::Zoom {
+        region: (first, second),
+        options: call.shot_options()?,
     })
 }
 
 /// Reads one action from a call's arguments. The coordinate is checked first, whatever the action, as
 /// upstream does.
 pub fn parse(arguments: &ComputerArguments, geometry: &Geometry) -> Result<Action, String> {
-    let action = match arguments.action.as_deref() {
-        Some(action) => action,
-        None => {
-            return Err(format!(
-                "action is required: one of {}",
-                UPSTREAM_ACTIONS
-                    .iter()
-                    .chain(MORE_ACTIONS.iter())
-                    .copied()
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ));
-        }
+    let Some(action) = arguments.action.as_deref() else {
+        return Err(format!("action is required: one of {}", names().join(", ")));
     };
     let coordinate = match arguments.coordinate.as_deref() {
         None => None,
         Some(numbers) => Some(point(numbers, "coordinate", geometry)?),
     };
-    let require_coordinate = || {
-        coordinate
-            .clone()
-            .ok_or_else(|| format!("Coordinate required for {action}"))
+    let Some(spec) = ACTIONS.iter().find(|spec| spec.name == action) else {
+        return Err(format!(
+            "Unknown action: {action}. Valid actions: {}",
+            names().join(", ")
+        ));
     };
-    let click = |button, count, done| -> Result<Action, String> {
-        Ok(Action::Click {
-            button,
-            count,
-            at: coordinate.clone(),
-            modifiers: modifiers(arguments)?,
-            done,
-        })
-    };
-    Ok(match action {
-        "key" => {
-            let text = text(arguments, action)?;
-            let repeat = match &arguments.repeat {
-                None => 1,
-                Some(number) => number
-                    .as_u64()
-                    .filter(|count| (1..=MAX_KEY_REPEAT).contains(count))
-                    .ok_or_else(|| {
-                        format!("repeat must be a whole number from 1 to {MAX_KEY_REPEAT}")
-                    })?,
-            };
-            Action::Key {
-                chord: keys::parse_chord(text)?,
-                text: text.to_owned(),
-                repeat,
-            }
-        }
-        "key_down" | "key_up" => {
-            let text = text(arguments, action)?;
-            let chord = keys::parse_chord(text)?;
-            let text = text.to_owned();
-            if action == "key_down" {
-                Action::KeyDown { text, chord }
-            } else {
-                Action::KeyUp { text, chord }
-            }
-        }
-        "type" => {
-            let text = text(arguments, action)?;
-            if text.chars().count() > MAX_TYPED_CHARS {
-                return Err(format!(
-                    "text is too long to type at once: at most {MAX_TYPED_CHARS} characters"
-                ));
-            }
-            Action::Type {
-                text: text.to_owned(),
-            }
-        }
-        "mouse_move" => Action::MouseMove {
-            to: require_coordinate()?,
-        },
-        "left_click" => click(Button::Left, 1, "Left clicked")?,
-        "right_click" => click(Button::Right, 1, "Right clicked")?,
-        "middle_click" => click(Button::Middle, 1, "Middle clicked")?,
-        "double_click" => click(Button::Left, 2, "Double clicked")?,
-        "triple_click" => click(Button::Left, 3, "Triple clicked")?,
-        "left_click_drag" => Action::Drag {
-            from: match arguments.start_coordinate.as_deref() {
-                None => None,
-                Some(numbers) => Some(point(numbers, "start_coordinate", geometry)?),
-            },
-            to: require_coordinate()?,
-        },
-        "left_mouse_down" => Action::MouseDown { at: coordinate },
-        "left_mouse_up" => Action::MouseUp { at: coordinate },
-        "scroll" => {
-            let direction = arguments
-                .scroll_direction
-                .as_deref()
-                .unwrap_or_default()
-                .to_ascii_lowercase();
-            let button = match direction.as_str() {
-                "up" => 4,
-                "down" => 5,
-                "left" => 6,
-                "right" => 7,
-                _ => {
-                    return Err("scroll_direction must be one of up, down, left, right".to_owned());
-                }
-            };
-            let amount = match &arguments.scroll_amount {
-                None => 3,
-                Some(number) => {
-                    number
-                        .as_u64()
-                        .filter(|amount| *amount <= 100)
-                        .ok_or_else(|| {
-                            "scroll_amount must be a whole number from 0 to 100".to_owned()
-                        })?
-                }
-            };
-            Action::Scroll {
-                direction,
-                button,
-                amount,
-                at: coordinate,
-                modifiers: modifiers(arguments)?,
-            }
-        }
-        "hold_key" => {
-            let text = text(arguments, action)?;
-            let (duration, shown) = duration(arguments, action)?;
-            Action::HoldKey {
-                chord: keys::parse_chord(text)?,
-                text: text.to_owned(),
-                duration,
-                shown,
-            }
-        }
-        "wait" => {
-            let (duration, shown) = duration(arguments, action)?;
-            Action::Wait { duration, shown }
-        }
-        "get_screenshot" | "screenshot" => Action::Screenshot(shot_options(arguments)?),
-        "get_cursor_position" | "cursor_position" => Action::CursorPosition,
-        "zoom" => {
-            let Some([x0, y0, x1, y1]) = arguments.region.as_deref() else {
-                return Err("region must be [x0, y0, x1, y1]".to_owned());
-            };
-            let first = point(&[x0.clone(), y0.clone()], "region", geometry)?;
-            let second = point(&[x1.clone(), y1.clone()], "region", geometry)?;
-            if second.x <= first.x || second.y <= first.y {
-                return Err("region must be [x0, y0, x1, y1] with x1 > x0 and y1 > y0".into());
-            }
-            Action::Zoom {
-                region: (first, second),
-                options: shot_options(arguments)?,
-            }
-        }
-        other => {
-            return Err(format!(
-                "Unknown action: {other}. Valid actions: {}",
-                UPSTREAM_ACTIONS
-                    .iter()
-                    .chain(MORE_ACTIONS.iter())
-                    .copied()
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ));
-        }
+    (spec.parse)(&Call {
+        action: spec.name,
+        arguments,
+        geometry,
+        coordinate,
     })
 }
 
@@ -593,5 +709,58 @@ mod tests {
             parsed(json!({"action": "key", "text": "a", "repeat": 3})),
             Ok(Action::Key { repeat: 3, .. })
         ));
+    }
+
+    /// The least a call of each action needs; `{}` for those that need nothing.
+    fn minimal_call(name: &str) -> Value {
+        let mut call = match name {
+            "key" | "type" | "key_down" | "key_up" => json!({"text": "a"}),
+            "mouse_move" | "left_click_drag" => json!({"coordinate": [1, 1]}),
+            "scroll" => json!({"scroll_direction": "up"}),
+            "hold_key" => json!({"text": "a", "duration": 0}),
+            "wait" => json!({"duration": 0}),
+            "zoom" => json!({"region": [0, 0, 10, 10]}),
+            _ => json!({}),
+        };
+        call["action"] = json!(name);
+        call
+    }
+
+    #[test]
+    fn every_action_of_the_table_parses_from_a_minimal_call() {
+        for spec in ACTIONS {
+            let call = minimal_call(spec.name);
+            assert!(
+                parsed(call.clone()).is_ok(),
+                "{call}: {:?}",
+                parsed(call.clone())
+            );
+        }
+    }
+
+    #[test]
+    fn the_schema_lists_the_table_s_names_once_each_upstream_s_first() {
+        let schema = super::super::schema();
+        let listed: Vec<&str> = schema["properties"]["action"]["enum"]
+            .as_array()
+            .map(|names| names.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        let mut table: Vec<&str> = ACTIONS.iter().map(|spec| spec.name).collect();
+        let mut sorted = listed.clone();
+        table.sort_unstable();
+        sorted.sort_unstable();
+        assert_eq!(sorted, table);
+        table.dedup();
+        assert_eq!(table.len(), ACTIONS.len(), "a name declared twice");
+        let upstream = |name: &str| {
+            ACTIONS
+                .iter()
+                .any(|spec| spec.name == name && spec.upstream)
+        };
+        assert!(listed[..10].iter().all(|name| upstream(name)), "{listed:?}");
+        assert!(
+            !listed[10..].iter().any(|name| upstream(name)),
+            "{listed:?}"
+        );
     }
 }

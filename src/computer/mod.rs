@@ -22,9 +22,7 @@ use serde_json::{Value, json};
 
 use crate::core::error::ApiError;
 use crate::core::owner::OwnerError;
-use crate::tools::{
-    BadArguments, CallToolResult, ContentItem, Tool, ToolError, ToolResult, ToolSpec,
-};
+use crate::tools::{CallToolResult, ContentItem, Tool, ToolError, ToolResult, ToolSpec};
 use actions::{Action, BatchAction, Button, ComputerArguments, Geometry, ShotOptions};
 use capture::Encoding;
 use desktop::{Desktop, DesktopError};
@@ -77,13 +75,6 @@ impl From<DesktopError> for ApiError {
     }
 }
 
-fn text(text: impl Into<String>) -> ContentItem {
-    ContentItem::Text {
-        text: text.into(),
-        description: None,
-    }
-}
-
 impl Computer {
     /// The screen's size is the desktop's state, not the caller's action: whatever fails in reading
     /// it is an HTTP error, even a refused request.
@@ -122,7 +113,7 @@ impl Computer {
         let mut failed = false;
         for action in list {
             if failed {
-                items.push(text(NOT_EXECUTED));
+                items.push(ContentItem::plain_text(NOT_EXECUTED));
                 continue;
             }
             let outcome = match action {
@@ -134,11 +125,10 @@ impl Computer {
             };
             match outcome {
                 Ok(done) => items.extend(done),
-                Err(ToolError::Reported(reason)) => {
+                Err(err) => {
                     failed = true;
-                    items.push(text(reason));
+                    items.push(ContentItem::plain_text(err.into_report()?));
                 }
-                Err(err @ ToolError::Http(_)) => return Err(err),
             }
         }
         if arguments.screenshot == Some(true) {
@@ -148,11 +138,10 @@ impl Computer {
             };
             match self.execute(Action::Screenshot(shot), &geometry).await {
                 Ok(done) => items.extend(done),
-                Err(ToolError::Reported(reason)) => {
+                Err(err) => {
                     failed = true;
-                    items.push(text(reason));
+                    items.push(ContentItem::plain_text(err.into_report()?));
                 }
-                Err(err @ ToolError::Http(_)) => return Err(err),
             }
         }
         Ok(CallToolResult::new(items, failed))
@@ -313,7 +302,7 @@ impl Computer {
                 return self.zoom(region, options, geometry).await;
             }
         };
-        Ok(vec![text(done)])
+        Ok(vec![ContentItem::plain_text(done)])
     }
 
     async fn mouse_button(&self, at: Option<(i32, i32)>, pressed: bool) -> Result<(), ToolError> {
@@ -368,10 +357,10 @@ impl Computer {
             size["screen_height_px"] = json!(height);
             size["scale"] = json!(f64::from(target.0) / f64::from(width.max(1)));
         }
-        items.push(text(size.to_string()));
+        items.push(ContentItem::plain_text(size.to_string()));
         items.push(image);
         if geometry.scaled() {
-            items.push(text(format!(
+            items.push(ContentItem::plain_text(format!(
                 "The screen is {width}x{height}; this image is {}x{}. Give coordinates in this image's pixels: they are scaled to the screen.",
                 target.0, target.1
             )));
@@ -416,7 +405,10 @@ impl Computer {
             "width_px": target.0,
             "height_px": target.1,
         });
-        Ok(vec![text(described.to_string()), encoded])
+        Ok(vec![
+            ContentItem::plain_text(described.to_string()),
+            encoded,
+        ])
     }
 }
 
@@ -518,12 +510,10 @@ impl Drop for ReleaseOnDrop {
 }
 
 fn schema() -> Value {
-    let mut actions: Vec<&str> = actions::UPSTREAM_ACTIONS.to_vec();
-    actions.extend(actions::MORE_ACTIONS);
     json!({
         "type": "object",
         "properties": {
-            "action": {"type": "string", "enum": actions, "description": "The action to perform."},
+            "action": {"type": "string", "enum": actions::names(), "description": "The action to perform."},
             "coordinate": {
                 "type": "array", "items": {"type": "number"}, "minItems": 2, "maxItems": 2,
                 "description": "[x, y] in screenshot pixels: where to move, click or scroll."
@@ -556,7 +546,6 @@ pub fn tools(computer: &Arc<Computer>) -> Vec<Tool> {
             "Use a mouse and keyboard to interact with a computer, and take screenshots.",
             schema(),
         )
-        .bad_arguments(BadArguments::Reported)
         .handler(move |arguments: ComputerArguments, _| {
             let computer = Arc::clone(&single);
             async move { computer.call(arguments).await }
@@ -574,7 +563,6 @@ pub fn tools(computer: &Arc<Computer>) -> Vec<Tool> {
                 "required": ["actions"]
             }),
         )
-        .bad_arguments(BadArguments::Reported)
         .handler(move |arguments: BatchArguments, _| {
             let computer = Arc::clone(&batch);
             async move { computer.batch(arguments).await }
