@@ -1,6 +1,7 @@
 //! The `adb` tool's arguments read into actions, with every check done before anything reaches the
 //! device.
 
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::Deserialize;
 use serde_json::{Number, Value};
 
@@ -32,20 +33,90 @@ const REFUSED_SCHEMES: [&str; 4] = ["javascript", "file", "content", "intent"];
 /// here: which ones an action needs is checked in [`parse`]. Points, `duration` and `code` are any
 /// JSON value to serde, as their checks' messages repeat what was sent whatever its type
 /// (`duration must be ..., got "fast"`); numbers are kept as JSON wrote them for the same reason.
-#[derive(Debug, Default, Deserialize)]
+/// The schema is derived from it, with the `action` enum and its description made from [`ACTIONS`].
+#[derive(Debug, Default, Deserialize, JsonSchema)]
 pub struct AdbArguments {
+    #[schemars(required, schema_with = "action_schema")]
     action: Option<String>,
+    #[schemars(
+        with = "Option<PixelPoint>",
+        description = "tap, long_press, double_tap: [x, y] in device pixels, (0, 0) at the top left (in the last screenshot's pixels after one taken with max_size). swipe_direction: where to start (default: the screen's center)."
+    )]
     coordinate: Option<Value>,
+    #[schemars(
+        with = "Option<PixelPoint>",
+        description = "swipe: where it starts, [x, y] in device pixels."
+    )]
     start: Option<Value>,
+    #[schemars(
+        with = "Option<PixelPoint>",
+        description = "swipe: where it ends, [x, y] in device pixels."
+    )]
     end: Option<Value>,
+    #[schemars(
+        with = "Option<i64>",
+        range(min = 0, max = MAX_SWIPE_MS),
+        description = "swipe, swipe_direction: how long it takes, in milliseconds (default 300). long_press: how long to hold (default 500)."
+    )]
     duration: Option<Value>,
+    #[schemars(
+        length(max = MAX_TEXT_CHARS),
+        description = "input_text: the text to type into the focused field, literally (a newline presses Enter)."
+    )]
     text: Option<String>,
+    #[schemars(
+        extend("type" = ["integer", "string"]),
+        description = "key_event: an Android key code (3) or name (HOME, BACK, ENTER, DEL, APP_SWITCH, KEYCODE_VOLUME_UP, ...)."
+    )]
     code: Option<Value>,
+    #[schemars(
+        extend("enum" = ["up", "down", "left", "right"]),
+        description = "swipe_direction: where the finger moves (up scrolls the content down, to what is below)."
+    )]
     direction: Option<String>,
+    #[schemars(
+        extend("exclusiveMinimum" = 0),
+        range(max = 1),
+        description = "swipe_direction: how far, as a fraction of the screen's height (up, down) or width (left, right); default 0.3."
+    )]
     distance: Option<Number>,
+    #[schemars(
+        length(max = MAX_PACKAGE_CHARS),
+        description = "launch_app, terminate_app: the app's package name, e.g. com.android.settings."
+    )]
     package: Option<String>,
+    #[schemars(
+        length(max = MAX_URL_CHARS),
+        description = "open_url: the link to open (https://..., market://..., tel:...)."
+    )]
     url: Option<String>,
+    #[schemars(
+        with = "Option<i64>",
+        range(min = MIN_SCREENSHOT_SIDE, max = MAX_SCREENSHOT_SIDE),
+        description = "get_screenshot: scale the image so its longest side is at most this many pixels (e.g. 1024); the result states the scale, and coordinates sent afterwards are read in the image's pixels."
+    )]
     max_size: Option<Number>,
+}
+
+/// The `action` property: one of the table's names, described by the table.
+fn action_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({"type": "string", "enum": names(), "description": description()})
+}
+
+/// A point on the device's screen as the schema says it: two pixel coordinates (the struct keeps any
+/// JSON value, so that a message about a bad one repeats what was sent).
+struct PixelPoint;
+
+impl JsonSchema for PixelPoint {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "PixelPoint".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 2, "maxItems": 2,
+        })
+    }
 }
 
 #[derive(Debug, PartialEq)]
@@ -683,7 +754,7 @@ mod tests {
 
     #[test]
     fn the_schema_lists_the_table_s_names_once_each_upstream_s_first() {
-        let schema = super::super::schema();
+        let schema = crate::tools::input_schema::<AdbArguments>(crate::tools::SchemaDialect::Plain);
         let listed: Vec<&str> = schema["properties"]["action"]["enum"]
             .as_array()
             .map(|names| names.iter().filter_map(Value::as_str).collect())

@@ -22,7 +22,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use base64::Engine;
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::core::error::ApiError;
 use crate::tools::{CallToolResult, ContentItem, Tool, ToolError, ToolResult, ToolSpec};
@@ -605,71 +605,15 @@ async fn png_item(png: Vec<u8>) -> Result<ContentItem, ToolError> {
     })
 }
 
-fn schema() -> Value {
-    let point = |description: &str| {
-        json!({
-            "type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 2, "maxItems": 2,
-            "description": description
-        })
-    };
-    json!({
-        "type": "object",
-        "properties": {
-            "action": {
-                "type": "string",
-                "enum": actions::names(),
-                "description": actions::description()
-            },
-            "coordinate": point("tap, long_press, double_tap: [x, y] in device pixels, (0, 0) at the top left (in the last screenshot's pixels after one taken with max_size). swipe_direction: where to start (default: the screen's center)."),
-            "start": point("swipe: where it starts, [x, y] in device pixels."),
-            "end": point("swipe: where it ends, [x, y] in device pixels."),
-            "duration": {
-                "type": "integer", "minimum": 0, "maximum": actions::MAX_SWIPE_MS,
-                "description": "swipe, swipe_direction: how long it takes, in milliseconds (default 300). long_press: how long to hold (default 500)."
-            },
-            "text": {
-                "type": "string", "maxLength": actions::MAX_TEXT_CHARS,
-                "description": "input_text: the text to type into the focused field, literally (a newline presses Enter)."
-            },
-            "code": {
-                "type": ["integer", "string"],
-                "description": "key_event: an Android key code (3) or name (HOME, BACK, ENTER, DEL, APP_SWITCH, KEYCODE_VOLUME_UP, ...)."
-            },
-            "direction": {
-                "type": "string", "enum": ["up", "down", "left", "right"],
-                "description": "swipe_direction: where the finger moves (up scrolls the content down, to what is below)."
-            },
-            "distance": {
-                "type": "number", "exclusiveMinimum": 0, "maximum": 1,
-                "description": "swipe_direction: how far, as a fraction of the screen's height (up, down) or width (left, right); default 0.3."
-            },
-            "package": {
-                "type": "string", "maxLength": 255,
-                "description": "launch_app, terminate_app: the app's package name, e.g. com.android.settings."
-            },
-            "url": {
-                "type": "string", "maxLength": actions::MAX_URL_CHARS,
-                "description": "open_url: the link to open (https://..., market://..., tel:...)."
-            },
-            "max_size": {
-                "type": "integer", "minimum": actions::MIN_SCREENSHOT_SIDE, "maximum": actions::MAX_SCREENSHOT_SIDE,
-                "description": "get_screenshot: scale the image so its longest side is at most this many pixels (e.g. 1024); the result states the scale, and coordinates sent afterwards are read in the image's pixels."
-            }
-        },
-        "required": ["action"]
-    })
-}
-
 pub fn tools(adb: &std::sync::Arc<Adb>) -> Vec<Tool> {
     let adb = std::sync::Arc::clone(adb);
     vec![
-        ToolSpec::new(
+        ToolSpec::declare::<AdbArguments>(
             GROUP,
             "adb",
             "Control an Android device: tap, double tap, long press, swipe, type text, send key events, take screenshots (optionally scaled), read the screen size, list the UI elements on screen, list, launch and stop apps, open URLs.",
-            schema(),
         )
-        .handler(move |arguments: AdbArguments, _| {
+        .handler(move |arguments, _| {
             let adb = std::sync::Arc::clone(&adb);
             async move { adb.call(arguments).await }
         }),

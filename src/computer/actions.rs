@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Deserializer};
 use serde_json::{Number, Value};
 
@@ -169,20 +170,48 @@ pub fn names() -> Vec<&'static str> {
 /// are optional here: which ones an action needs is checked in [`parse`], with upstream's messages.
 /// Numbers are kept as JSON wrote them, so a message about one repeats what was sent, and `3.0` for a
 /// whole-number field fails its check (with that check's message) rather than being read as 3.
-#[derive(Debug, Default, Deserialize)]
+/// The schema is derived from it, with the `action` enum made from [`ACTIONS`].
+#[derive(Debug, Default, Deserialize, JsonSchema)]
 pub struct ComputerArguments {
+    #[schemars(required, schema_with = "action_schema")]
     action: Option<String>,
+    /// [x, y] in screenshot pixels: where to move, click or scroll.
+    #[schemars(length(equal = 2))]
     coordinate: Option<Vec<Number>>,
+    #[schemars(
+        description = "Text to type, or keys to press (`ctrl+shift+t`, `Return`, `KP_Enter`); on clicks and scroll, modifiers to hold."
+    )]
     text: Option<String>,
+    /// left_click_drag: where the drag starts (default: the pointer).
+    #[schemars(length(equal = 2))]
     start_coordinate: Option<Vec<Number>>,
+    #[schemars(extend("enum" = ["up", "down", "left", "right"]))]
     scroll_direction: Option<String>,
+    /// Wheel clicks (default 3).
+    #[schemars(with = "Option<i64>", range(min = 0, max = 100))]
     scroll_amount: Option<Number>,
+    /// Seconds, for hold_key and wait.
+    #[schemars(range(min = 0, max = 300))]
     duration: Option<f64>,
+    /// key: how many times to press.
+    #[schemars(with = "Option<i64>", range(min = 1, max = 100))]
     repeat: Option<Number>,
+    /// zoom: [x0, y0, x1, y1].
+    #[schemars(length(equal = 4))]
     region: Option<Vec<Number>>,
+    /// Screenshot encoding (default png).
+    #[schemars(extend("enum" = ["png", "jpeg"]))]
     format: Option<String>,
+    /// JPEG quality (default 75).
+    #[schemars(with = "Option<i64>", range(min = 1, max = 100))]
     quality: Option<Number>,
+    /// Draw the pointer into the screenshot.
     cursor: Option<bool>,
+}
+
+/// The `action` property: one of the table's names.
+fn action_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({"type": "string", "enum": names(), "description": "The action to perform."})
 }
 
 /// One action of `computer_batch`: the `computer` tool's arguments, or why they cannot be read. An
@@ -191,6 +220,20 @@ pub struct ComputerArguments {
 pub enum BatchAction {
     Read(Box<ComputerArguments>),
     Unreadable(String),
+}
+
+/// Declared as the `computer` tool's arguments, which it reads.
+impl JsonSchema for BatchAction {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        ComputerArguments::schema_name()
+    }
+
+    /// Without the struct's doc comment, which is for Rust readers.
+    fn json_schema(generator: &mut SchemaGenerator) -> Schema {
+        let mut schema = ComputerArguments::json_schema(generator);
+        schema.remove("description");
+        schema
+    }
 }
 
 impl<'de> Deserialize<'de> for BatchAction {
@@ -740,7 +783,8 @@ mod tests {
 
     #[test]
     fn the_schema_lists_the_table_s_names_once_each_upstream_s_first() {
-        let schema = super::super::schema();
+        let schema =
+            crate::tools::input_schema::<ComputerArguments>(crate::tools::SchemaDialect::Plain);
         let listed: Vec<&str> = schema["properties"]["action"]["enum"]
             .as_array()
             .map(|names| names.iter().filter_map(Value::as_str).collect())

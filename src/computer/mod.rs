@@ -17,8 +17,9 @@ pub use family::{ComputerArgs, family, limits};
 use std::sync::Arc;
 use std::time::Duration;
 
+use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::core::error::ApiError;
 use crate::core::owner::OwnerError;
@@ -44,10 +45,13 @@ pub struct Computer {
 }
 
 /// `computer_batch`'s arguments.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 struct BatchArguments {
-    /// Optional here so that its absence is answered in the batch's own words.
+    /// Computer actions, as the computer tool takes them.
+    // Optional here so that its absence is answered in the batch's own words.
+    #[schemars(required)]
     actions: Option<Vec<BatchAction>>,
+    /// Take a screenshot after the last action.
     screenshot: Option<bool>,
 }
 
@@ -509,61 +513,25 @@ impl Drop for ReleaseOnDrop {
     }
 }
 
-fn schema() -> Value {
-    json!({
-        "type": "object",
-        "properties": {
-            "action": {"type": "string", "enum": actions::names(), "description": "The action to perform."},
-            "coordinate": {
-                "type": "array", "items": {"type": "number"}, "minItems": 2, "maxItems": 2,
-                "description": "[x, y] in screenshot pixels: where to move, click or scroll."
-            },
-            "text": {
-                "type": "string",
-                "description": "Text to type, or keys to press (`ctrl+shift+t`, `Return`, `KP_Enter`); on clicks and scroll, modifiers to hold."
-            },
-            "start_coordinate": {"type": "array", "items": {"type": "number"}, "minItems": 2, "maxItems": 2, "description": "left_click_drag: where the drag starts (default: the pointer)."},
-            "scroll_direction": {"type": "string", "enum": ["up", "down", "left", "right"]},
-            "scroll_amount": {"type": "integer", "minimum": 0, "maximum": 100, "description": "Wheel clicks (default 3)."},
-            "duration": {"type": "number", "minimum": 0, "maximum": 300, "description": "Seconds, for hold_key and wait."},
-            "repeat": {"type": "integer", "minimum": 1, "maximum": 100, "description": "key: how many times to press."},
-            "region": {"type": "array", "items": {"type": "number"}, "minItems": 4, "maxItems": 4, "description": "zoom: [x0, y0, x1, y1]."},
-            "format": {"type": "string", "enum": ["png", "jpeg"], "description": "Screenshot encoding (default png)."},
-            "quality": {"type": "integer", "minimum": 1, "maximum": 100, "description": "JPEG quality (default 75)."},
-            "cursor": {"type": "boolean", "description": "Draw the pointer into the screenshot."}
-        },
-        "required": ["action"]
-    })
-}
-
 pub fn tools(computer: &Arc<Computer>) -> Vec<Tool> {
     let single = Arc::clone(computer);
     let batch = Arc::clone(computer);
     vec![
-        ToolSpec::new(
+        ToolSpec::declare::<ComputerArguments>(
             GROUP,
             "computer",
             "Use a mouse and keyboard to interact with a computer, and take screenshots.",
-            schema(),
         )
-        .handler(move |arguments: ComputerArguments, _| {
+        .handler(move |arguments, _| {
             let computer = Arc::clone(&single);
             async move { computer.call(arguments).await }
         }),
-        ToolSpec::new(
+        ToolSpec::declare::<BatchArguments>(
             GROUP,
             "computer_batch",
             "Run several computer actions in order in one call; it stops at the first that fails. Optionally ends with a screenshot.",
-            json!({
-                "type": "object",
-                "properties": {
-                    "actions": {"type": "array", "items": schema(), "description": "Computer actions, as the computer tool takes them."},
-                    "screenshot": {"type": "boolean", "description": "Take a screenshot after the last action."}
-                },
-                "required": ["actions"]
-            }),
         )
-        .handler(move |arguments: BatchArguments, _| {
+        .handler(move |arguments, _| {
             let computer = Arc::clone(&batch);
             async move { computer.batch(arguments).await }
         }),

@@ -12,7 +12,7 @@ use std::marker::PhantomData;
 
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use super::schema::{SchemaDialect, input_schema};
 use super::{CallContext, CallToolResult, ContentItem, Tool};
@@ -77,8 +77,6 @@ pub struct ToolSpec {
     group: &'static str,
     name: &'static str,
     description: String,
-    /// Made elsewhere ([`ToolSpec::new`]); `None` while it is to be derived from the arguments.
-    schema: Option<Value>,
     dialect: SchemaDialect,
     bad_arguments: BadArguments,
     error_prefix: &'static str,
@@ -103,33 +101,16 @@ impl ToolSpec {
         A: DeserializeOwned + JsonSchema + Send + 'static,
     {
         Declared {
-            spec: ToolSpec::with_schema(group, name, description, None),
+            spec: ToolSpec::named(group, name, description),
             arguments: PhantomData,
         }
     }
 
-    /// A tool whose schema is made from a table of its own (the actions of `computer` and `adb`, one
-    /// entry each), since one struct cannot say which fields each action reads.
-    pub fn new(
-        group: &'static str,
-        name: &'static str,
-        description: impl Into<String>,
-        schema: Value,
-    ) -> ToolSpec {
-        ToolSpec::with_schema(group, name, description, Some(schema))
-    }
-
-    fn with_schema(
-        group: &'static str,
-        name: &'static str,
-        description: impl Into<String>,
-        schema: Option<Value>,
-    ) -> ToolSpec {
+    fn named(group: &'static str, name: &'static str, description: impl Into<String>) -> ToolSpec {
         ToolSpec {
             group,
             name,
             description: description.into(),
-            schema,
             dialect: SchemaDialect::Plain,
             bad_arguments: BadArguments::Reported,
             error_prefix: "",
@@ -155,20 +136,6 @@ impl ToolSpec {
     pub fn sdk_defaults_mean_absent(mut self) -> ToolSpec {
         self.sdk_defaults_absent = true;
         self
-    }
-
-    /// The tool: arguments read into `A` by this spec's policy, then `handler`.
-    pub fn handler<A, F, Fut>(self, handler: F) -> Tool
-    where
-        A: DeserializeOwned + Send + 'static,
-        F: Fn(A, CallContext) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = ToolResult> + Send + 'static,
-    {
-        let schema = self
-            .schema
-            .clone()
-            .unwrap_or_else(|| Value::Object(Map::new()));
-        self.serve(schema, handler)
     }
 
     fn serve<A, F, Fut>(self, schema: Value, handler: F) -> Tool
@@ -216,7 +183,7 @@ impl ToolSpec {
                 }
             },
         )
-        .with_argument_fields(argument_fields::<A>())
+        .declared()
     }
 }
 
@@ -342,96 +309,18 @@ pub fn invalid_arguments(tool: &str, err: &serde_json::Error) -> String {
     format!("Invalid arguments for {tool}: {err}")
 }
 
-/// The fields serde reads for `A`, when `A` is a plain struct (not flattened, not an enum): what its
-/// derive hands to `deserialize_struct`, taken without reading anything.
-pub fn argument_fields<A: DeserializeOwned>() -> Option<&'static [&'static str]> {
-    let mut fields = None;
-    let _ = A::deserialize(FieldNames(&mut fields));
-    fields
-}
-
-/// A deserializer that only notes the field list a struct asks for, then declines.
-struct FieldNames<'a>(&'a mut Option<&'static [&'static str]>);
-
-impl<'de> serde::Deserializer<'de> for FieldNames<'_> {
-    type Error = serde::de::value::Error;
-
-    fn deserialize_any<V: serde::de::Visitor<'de>>(self, _: V) -> Result<V::Value, Self::Error> {
-        Err(serde::de::Error::custom("not a plain struct"))
-    }
-
-    fn deserialize_struct<V: serde::de::Visitor<'de>>(
-        self,
-        _name: &'static str,
-        fields: &'static [&'static str],
-        _: V,
-    ) -> Result<V::Value, Self::Error> {
-        *self.0 = Some(fields);
-        Err(serde::de::Error::custom("fields noted"))
-    }
-
-    serde::forward_to_deserialize_any! {
-        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf option
-        unit unit_struct newtype_struct seq tuple tuple_struct map enum identifier ignored_any
-    }
-}
-
-#[cfg(test)]
-/// Where a declared tool's schema and argument struct disagree: properties no field reads, fields
-/// no property declares. `None` when they agree or the struct cannot be introspected.
-pub fn disagreement(schema: &Value, fields: &[&str]) -> Option<String> {
-    let properties: Vec<&str> = schema
-        .get("properties")
-        .and_then(Value::as_object)
-        .map(|properties| properties.keys().map(String::as_str).collect())
-        .unwrap_or_default();
-    let unread: Vec<&str> = properties
-        .iter()
-        .copied()
-        .filter(|property| !fields.contains(property))
-        .collect();
-    let undeclared: Vec<&str> = fields
-        .iter()
-        .copied()
-        .filter(|field| !properties.contains(field))
-        .collect();
-    if unread.is_empty() && undeclared.is_empty() {
-        None
-    } else {
-        Some(format!(
-            "properties no field reads: {unread:?}; fields the schema does not declare: {undeclared:?}"
-        ))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde::Deserialize;
     use serde_json::json;
 
-    #[derive(Deserialize)]
+    #[derive(Deserialize, JsonSchema)]
     #[allow(dead_code)]
     struct Sample {
         path: String,
         #[serde(rename = "textGone", default)]
         text_gone: Option<String>,
-    }
-
-    #[test]
-    fn a_struct_s_fields_are_read_without_arguments() {
-        assert_eq!(argument_fields::<Sample>(), Some(&["path", "textGone"][..]));
-        assert_eq!(argument_fields::<Value>(), None);
-    }
-
-    #[test]
-    fn a_property_without_a_field_is_named() {
-        let schema = json!({"properties": {"path": {}, "textGone": {}, "extra": {}}});
-        let fields = argument_fields::<Sample>().unwrap_or_default();
-        let found = disagreement(&schema, fields).unwrap_or_default();
-        assert!(found.contains("extra"), "{found}");
-        let schema = json!({"properties": {"path": {}, "textGone": {}}});
-        assert_eq!(disagreement(&schema, fields), None);
     }
 
     /// Arguments as the browser tools declare them.
@@ -499,15 +388,10 @@ mod tests {
     #[tokio::test]
     async fn bad_arguments_are_answered_by_the_policy() {
         let spec = |policy| {
-            ToolSpec::new(
-                "test",
-                "sample",
-                "",
-                json!({"type": "object", "properties": {"path": {"type": "string"}, "textGone": {"type": "string"}}, "required": ["path"]}),
-            )
-            .bad_arguments(policy)
-            .error_prefix("Error: ")
-            .handler(|_: Sample, _| async { Ok(CallToolResult::new(Vec::new(), false)) })
+            ToolSpec::declare::<Sample>("test", "sample", "")
+                .bad_arguments(policy)
+                .error_prefix("Error: ")
+                .handler(|_, _| async { Ok(CallToolResult::new(Vec::new(), false)) })
         };
         let bad = json!({"path": 3});
         let unprocessable = spec(BadArguments::Unprocessable)

@@ -8,10 +8,10 @@ mod schema;
 mod zod;
 
 pub use context::{CallContext, PROGRESS_CAPACITY, ProgressSink};
-#[cfg(test)]
-use declare::disagreement;
 pub use declare::{BadArguments, ToolError, ToolResult, ToolSpec, invalid_arguments};
 pub use schema::SchemaDialect;
+#[cfg(test)]
+pub use schema::input_schema;
 
 pub use result::{CallToolResult, ContentItem};
 
@@ -42,9 +42,9 @@ pub struct Tool {
     handler: ToolHandler,
     /// The health of the family that admits each call (built-in tools); hosted tools have none.
     admission: Option<Health>,
-    /// The fields of a declared tool's argument struct, to compare with `input_schema`'s properties;
-    /// `None` for hosted tools (their schema is their server's) and structs that cannot be introspected.
-    argument_fields: Option<&'static [&'static str]>,
+    /// Declared with its argument struct ([`ToolSpec::declare`]); hosted tools are not (their schema
+    /// is their server's).
+    declared: bool,
 }
 
 impl Tool {
@@ -84,25 +84,19 @@ impl Tool {
             input_schema,
             handler: Arc::new(move |args, context| Box::pin(call(args, context))),
             admission: None,
-            argument_fields: None,
+            declared: false,
         }
     }
 
-    fn with_argument_fields(mut self, fields: Option<&'static [&'static str]>) -> Self {
-        self.argument_fields = fields;
+    fn declared(mut self) -> Self {
+        self.declared = true;
         self
     }
 
-    /// Where a declared tool's argument struct and schema disagree (see [`ToolSpec`]).
+    /// Whether the tool was declared with its argument struct.
     #[cfg(test)]
-    pub fn schema_disagreement(&self) -> Option<String> {
-        disagreement(&self.input_schema, self.argument_fields?)
-    }
-
-    /// Whether the tool was declared with a typed argument struct that could be introspected.
-    #[cfg(test)]
-    pub fn is_typed(&self) -> bool {
-        self.argument_fields.is_some()
+    pub fn is_declared(&self) -> bool {
+        self.declared
     }
 
     /// Calls are admitted only while `family` serves (else 503 with its reason).
