@@ -754,25 +754,11 @@ mod tests {
 
     #[test]
     fn the_schema_lists_the_table_s_names_once_each_upstream_s_first() {
-        let schema = crate::tools::input_schema::<AdbArguments>(crate::tools::SchemaDialect::Plain);
-        let listed: Vec<&str> = schema["properties"]["action"]["enum"]
-            .as_array()
-            .map(|names| names.iter().filter_map(Value::as_str).collect())
-            .unwrap_or_default();
-        let mut table: Vec<&str> = ACTIONS.iter().map(|spec| spec.name).collect();
-        let mut sorted = listed.clone();
-        table.sort_unstable();
-        sorted.sort_unstable();
-        assert_eq!(sorted, table);
-        table.dedup();
-        assert_eq!(table.len(), ACTIONS.len(), "a name declared twice");
-        let upstream = |name: &str| {
-            ACTIONS
-                .iter()
-                .any(|spec| spec.name == name && spec.upstream)
-        };
-        assert!(listed[..6].iter().all(|name| upstream(name)), "{listed:?}");
-        assert!(!listed[6..].iter().any(|name| upstream(name)), "{listed:?}");
+        let table: Vec<(&str, bool)> = ACTIONS
+            .iter()
+            .map(|spec| (spec.name, spec.upstream))
+            .collect();
+        let schema = crate::tools::assert_actions_listed::<AdbArguments>(&table);
         let described = schema["properties"]["action"]["description"].as_str();
         for spec in ACTIONS {
             if let Some(about) = spec.about {

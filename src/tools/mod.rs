@@ -11,7 +11,7 @@ pub use context::{CallContext, PROGRESS_CAPACITY, ProgressSink};
 pub use declare::{BadArguments, ToolError, ToolResult, ToolSpec, invalid_arguments};
 pub use schema::SchemaDialect;
 #[cfg(test)]
-pub use schema::input_schema;
+pub use schema::assert_actions_listed;
 
 pub use result::{CallToolResult, ContentItem};
 

@@ -133,6 +133,30 @@ fn ordered(schema: Value) -> Value {
     }
 }
 
+/// For the tests of a family whose one tool takes an `action` from a table (`computer`, `adb`): the
+/// schema derived from `A` lists each of the table's `(name, upstream)` actions once, upstream's
+/// first; answers the schema for further checks.
+#[cfg(test)]
+pub fn assert_actions_listed<A: JsonSchema>(table: &[(&str, bool)]) -> Value {
+    let schema = input_schema::<A>(SchemaDialect::Plain);
+    let listed: Vec<&str> = schema["properties"]["action"]["enum"]
+        .as_array()
+        .map(|names| names.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let mut names: Vec<&str> = table.iter().map(|(name, _)| *name).collect();
+    let mut sorted = listed.clone();
+    names.sort_unstable();
+    sorted.sort_unstable();
+    assert_eq!(sorted, names);
+    names.dedup();
+    assert_eq!(names.len(), table.len(), "a name declared twice");
+    let upstream_count = table.iter().filter(|(_, upstream)| *upstream).count();
+    let upstream = |name: &&str| table.iter().any(|(n, upstream)| n == name && *upstream);
+    assert!(listed[..upstream_count].iter().all(upstream), "{listed:?}");
+    assert!(!listed[upstream_count..].iter().any(upstream), "{listed:?}");
+    schema
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
