@@ -5,6 +5,12 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::family::{self, Families, Setup};
+use crate::{
+    adb, browser, computer, filesystem, git, ipython, mcp, processes, sandboxd, shell, training,
+    watch, workspace,
+};
+
 #[derive(Debug, Parser)]
 #[command(
     name = "boxd",
@@ -99,7 +105,7 @@ pub struct ServeArgs {
         long,
         env = "BOXD_TOOLS",
         value_delimiter = ',',
-        value_parser = clap::builder::PossibleValuesParser::new(crate::family_names())
+        value_parser = clap::builder::PossibleValuesParser::new(family_names())
     )]
     pub tools: Vec<String>,
 
@@ -164,4 +170,79 @@ pub struct ServeArgs {
 
     #[command(flatten)]
     pub training: crate::training::TrainingArgs,
+}
+
+/// One line of the family list.
+pub struct FamilyEntry {
+    /// The `--tools` name, also the family's key in `/readyz`.
+    pub name: &'static str,
+    /// On when `--tools` is not given; families that need a display, a browser or a device are not.
+    pub on_by_default: bool,
+    build: fn(&Setup, &ServeArgs) -> family::Built,
+    /// Its rows of `boxd limits`.
+    pub limits: fn(&ServeArgs) -> Vec<family::limits::Limit>,
+}
+
+/// The entry of the family whose module is `$module`: it has `family(&Setup, &Flags)` and
+/// `limits(&Flags)`, its flags being the `ServeArgs` field of the same name (`flags`), or
+/// `family(&Setup)` and `limits()` when it has none.
+macro_rules! family {
+    ($module:ident, on_by_default: $on:expr) => {
+        FamilyEntry {
+            name: stringify!($module),
+            on_by_default: $on,
+            build: |setup, _| $module::family(setup),
+            limits: |_| $module::limits(),
+        }
+    };
+    ($module:ident, on_by_default: $on:expr, flags) => {
+        FamilyEntry {
+            name: stringify!($module),
+            on_by_default: $on,
+            build: |setup, args| $module::family(setup, &args.$module),
+            limits: |args| $module::limits(&args.$module),
+        }
+    };
+}
+
+/// Every family, in start order (they stop in reverse). Adding a family is a module, one line here
+/// and, if it has flags, its `#[command(flatten)]` field in [`ServeArgs`].
+pub const FAMILIES: &[FamilyEntry] = &[
+    family!(shell, on_by_default: true, flags),
+    family!(ipython, on_by_default: true, flags),
+    family!(filesystem, on_by_default: true),
+    family!(workspace, on_by_default: true),
+    family!(git, on_by_default: true),
+    family!(processes, on_by_default: true, flags),
+    family!(watch, on_by_default: true, flags),
+    family!(mcp, on_by_default: true, flags),
+    family!(sandboxd, on_by_default: false, flags),
+    family!(computer, on_by_default: false, flags),
+    family!(adb, on_by_default: false, flags),
+    family!(browser, on_by_default: false, flags),
+    family!(training, on_by_default: false, flags),
+];
+
+pub fn family_names() -> impl Iterator<Item = &'static str> {
+    FAMILIES.iter().map(|entry| entry.name)
+}
+
+/// Builds the families `--tools` names (or those on by default), in family-list order, and names the
+/// others.
+pub fn build_families(setup: &Setup, args: &ServeArgs) -> Result<Families, String> {
+    let mut enabled = Vec::new();
+    let mut disabled = Vec::new();
+    for entry in FAMILIES {
+        let on = if args.tools.is_empty() {
+            entry.on_by_default
+        } else {
+            args.tools.iter().any(|wanted| wanted == entry.name)
+        };
+        if on {
+            enabled.push((entry.build)(setup, args)?);
+        } else {
+            disabled.push(entry.name);
+        }
+    }
+    Ok(Families::new(enabled, disabled))
 }

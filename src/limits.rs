@@ -1,9 +1,17 @@
 //! Every bound boxd keeps on what a request, a client or a child can make it do, in one table. Each value
-//! is defined where it is enforced and only named here, so the table cannot drift from the code; the
+//! is defined where it is enforced and only named here (the runtime's own two, which `main` applies, are
+//! defined here), so the table cannot drift from the code; the
 //! README's "Limits" table is this table (`boxd limits` prints it, and a test compares the two).
 
 use crate::cli::ServeArgs;
 use crate::family::limits::{Limit, as_u64, bytes, count, flag_seconds, seconds};
+
+/// How long in-flight requests may finish after SIGTERM before boxd exits anyway.
+pub const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+/// Threads of the runtime's blocking pool (file I/O, path resolution, git), at most; more blocking work
+/// queues for a thread instead of adding one. Tokio's default, 512, let a load burst grow boxd to
+/// hundreds of threads.
+pub const MAX_BLOCKING_THREADS: usize = 64;
 
 /// The table for the configuration `args` describes.
 pub fn table(args: &ServeArgs) -> Vec<Limit> {
@@ -65,7 +73,7 @@ pub fn table(args: &ServeArgs) -> Vec<Limit> {
             "the first and last halves kept, with `[boxd: output truncated, N bytes omitted]` between; nothing on disk",
         ),
     ];
-    for family in crate::FAMILIES {
+    for family in crate::cli::FAMILIES {
         rows.extend((family.limits)(args));
     }
     rows.extend([
@@ -100,7 +108,7 @@ pub fn table(args: &ServeArgs) -> Vec<Limit> {
         Limit::new(
             "runtime",
             "threads for blocking work (files, git, terminals)",
-            count(crate::MAX_BLOCKING_THREADS),
+            count(MAX_BLOCKING_THREADS),
             "blocking work waits for a thread",
         ),
         Limit::new(
@@ -109,7 +117,7 @@ pub fn table(args: &ServeArgs) -> Vec<Limit> {
             format!(
                 "{}; {}",
                 seconds(crate::family::STOP_BUDGET),
-                seconds(crate::SHUTDOWN_GRACE)
+                seconds(SHUTDOWN_GRACE)
             ),
             "boxd goes on stopping without it",
         ),

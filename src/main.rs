@@ -33,91 +33,12 @@ use tokio::net::TcpListener;
 use tracing_subscriber::EnvFilter;
 
 use cli::{Cli, Command, ServeArgs};
-use family::{Families, Setup};
+#[cfg(test)]
+use cli::{FAMILIES, build_families, family_names};
+use family::Setup;
 use http::auth;
 use tools::ToolRegistry;
 
-/// One line of the family list.
-struct FamilyEntry {
-    /// The `--tools` name, also the family's key in `/readyz`.
-    name: &'static str,
-    /// On when `--tools` is not given; families that need a display, a browser or a device are not.
-    on_by_default: bool,
-    build: fn(&Setup, &ServeArgs) -> family::Built,
-    /// Its rows of `boxd limits`.
-    limits: fn(&ServeArgs) -> Vec<family::limits::Limit>,
-}
-
-/// The entry of the family whose module is `$module`: it has `family(&Setup, &Flags)` and
-/// `limits(&Flags)`, its flags being the `ServeArgs` field of the same name (`flags`), or
-/// `family(&Setup)` and `limits()` when it has none.
-macro_rules! family {
-    ($module:ident, on_by_default: $on:expr) => {
-        FamilyEntry {
-            name: stringify!($module),
-            on_by_default: $on,
-            build: |setup, _| $module::family(setup),
-            limits: |_| $module::limits(),
-        }
-    };
-    ($module:ident, on_by_default: $on:expr, flags) => {
-        FamilyEntry {
-            name: stringify!($module),
-            on_by_default: $on,
-            build: |setup, args| $module::family(setup, &args.$module),
-            limits: |args| $module::limits(&args.$module),
-        }
-    };
-}
-
-/// Every family, in start order (they stop in reverse). Adding a family is a module, one line here
-/// and, if it has flags, its `#[command(flatten)]` field in `cli::ServeArgs`.
-const FAMILIES: &[FamilyEntry] = &[
-    family!(shell, on_by_default: true, flags),
-    family!(ipython, on_by_default: true, flags),
-    family!(filesystem, on_by_default: true),
-    family!(workspace, on_by_default: true),
-    family!(git, on_by_default: true),
-    family!(processes, on_by_default: true, flags),
-    family!(watch, on_by_default: true, flags),
-    family!(mcp, on_by_default: true, flags),
-    family!(sandboxd, on_by_default: false, flags),
-    family!(computer, on_by_default: false, flags),
-    family!(adb, on_by_default: false, flags),
-    family!(browser, on_by_default: false, flags),
-    family!(training, on_by_default: false, flags),
-];
-
-fn family_names() -> impl Iterator<Item = &'static str> {
-    FAMILIES.iter().map(|entry| entry.name)
-}
-
-/// Builds the families `--tools` names (or those on by default), in family-list order, and names the
-/// others.
-fn build_families(setup: &Setup, args: &ServeArgs) -> Result<Families, String> {
-    let mut enabled = Vec::new();
-    let mut disabled = Vec::new();
-    for entry in FAMILIES {
-        let on = if args.tools.is_empty() {
-            entry.on_by_default
-        } else {
-            args.tools.iter().any(|wanted| wanted == entry.name)
-        };
-        if on {
-            enabled.push((entry.build)(setup, args)?);
-        } else {
-            disabled.push(entry.name);
-        }
-    }
-    Ok(Families::new(enabled, disabled))
-}
-
-/// How long in-flight requests may finish after SIGTERM before boxd exits anyway.
-const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
-/// Threads of the runtime's blocking pool (file I/O, path resolution, git), at most; more blocking work
-/// queues for a thread instead of adding one. Tokio's default, 512, let a load burst grow boxd to
-/// hundreds of threads.
-const MAX_BLOCKING_THREADS: usize = 64;
 /// How long the runtime waits for blocking work (a read stuck on a FIFO, a terminal reader) at exit.
 const BLOCKING_WORK_GRACE: Duration = Duration::from_secs(1);
 
@@ -203,7 +124,7 @@ fn main() -> std::process::ExitCode {
     git::configure_library();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
-        .max_blocking_threads(MAX_BLOCKING_THREADS)
+        .max_blocking_threads(limits::MAX_BLOCKING_THREADS)
         .build()
     {
         Ok(runtime) => runtime,
@@ -334,7 +255,7 @@ async fn serve(
         claim: &claim,
         commands: &commands,
     };
-    let families = Arc::new(build_families(&setup, &args)?);
+    let families = Arc::new(cli::build_families(&setup, &args)?);
     families
         .register_tools(&tools)
         .map_err(|err| err.to_string())?;
@@ -421,9 +342,9 @@ async fn serve(
         () = server => Ok(()),
         _ = async {
             let _ = stop_rx.wait_for(|stopped| *stopped).await;
-            tokio::time::sleep(SHUTDOWN_GRACE).await;
+            tokio::time::sleep(limits::SHUTDOWN_GRACE).await;
         } => {
-            tracing::warn!(grace = ?SHUTDOWN_GRACE, "in-flight requests did not finish; exiting anyway");
+            tracing::warn!(grace = ?limits::SHUTDOWN_GRACE, "in-flight requests did not finish; exiting anyway");
             Ok(())
         }
     }

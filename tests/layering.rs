@@ -2,13 +2,13 @@
 //! `use` lines and paths written inline), takes each top-level module's edges, and fails on a module
 //! that has no rank, on an edge against the rank order (a family into another family included), on any
 //! cycle between modules, on `launch` importing anything of the crate, and on `core` naming the HTTP
-//! stack. The families are those of the family list in `src/main.rs`, so a new family is covered by its
+//! stack. The families are those of the family list in `src/cli.rs`, so a new family is covered by its
 //! line.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-/// Stands, in [`LAYERS`], for every family of `src/main.rs`'s family list.
+/// Stands, in [`LAYERS`], for every family of `src/cli.rs`'s family list.
 const THE_FAMILIES: &str = "the families";
 
 /// Every top-level module of `src/`, lowest layer first: a module may import only from a lower layer,
@@ -30,16 +30,9 @@ const LAYERS: &[&[&str]] = &[
 /// be a crate of its own): `launch`, the host-side launcher over the Docker Engine API.
 const STANDALONE: &[&str] = &["launch"];
 
-/// Items of the crate's root (`src/main.rs`) that modules below it read, which makes them edges to
-/// `main` against the order: the family list (`--tools`' values, every family's rows of `boxd limits`)
-/// and two of `boxd limits`' bounds. Known, to move out of `main.rs` into a module of their own; any
-/// other read of the root fails.
-const ROOT_READS_FROM_BELOW: &[(&str, &str)] = &[
-    ("cli", "family_names"),
-    ("limits", "FAMILIES"),
-    ("limits", "MAX_BLOCKING_THREADS"),
-    ("limits", "SHUTDOWN_GRACE"),
-];
+/// Items of the crate's root (`src/main.rs`) that modules below it read, against the order: none
+/// (the family list is `cli`'s, the runtime's bounds `limits`'). Any read of the root fails.
+const ROOT_READS_FROM_BELOW: &[(&str, &str)] = &[];
 
 /// The crates of the HTTP stack, which `core` must not name: its errors are plain data that `api` turns
 /// into answers.
@@ -233,7 +226,7 @@ fn module_name(text: &str) -> Option<String> {
     identifier(text).filter(|name| name.starts_with(|c: char| c.is_lowercase()))
 }
 
-/// The families of `src/main.rs`'s family list: its `family!(module, ...)` lines, and entries written
+/// The families of `src/cli.rs`'s family list: its `family!(module, ...)` lines, and entries written
 /// out, whose builder is `module::family`.
 fn families(main: &str) -> BTreeSet<String> {
     let list = main
@@ -299,11 +292,11 @@ fn graph() -> Graph {
         );
         targets.remove(&from);
     }
-    let main = std::fs::read_to_string(src.join("main.rs")).unwrap_or_default();
+    let list = std::fs::read_to_string(src.join("cli.rs")).unwrap_or_default();
     Graph {
         edges,
         root_reads,
-        families: families(&main),
+        families: families(&list),
         modules,
     }
 }
@@ -400,20 +393,6 @@ fn layers_point_down() {
         upward.is_empty(),
         "imports against the layer order: {upward:?}"
     );
-}
-
-#[test]
-fn the_known_reads_of_the_root_are_still_there() {
-    let graph = graph();
-    for (from, item) in ROOT_READS_FROM_BELOW {
-        assert!(
-            graph
-                .root_reads
-                .get(*from)
-                .is_some_and(|items| items.contains(*item)),
-            "{from} no longer reads crate::{item}: take it off ROOT_READS_FROM_BELOW"
-        );
-    }
 }
 
 #[test]
