@@ -1,6 +1,7 @@
 //! boxd: the one process inside every agent-sandbox container.
 
 mod adb;
+mod agent;
 mod api;
 mod browser;
 mod cli;

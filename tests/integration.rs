@@ -6,6 +6,7 @@
 //! `#[ignore]`) is here too and runs alone: `make faults`. `tests/layering.rs` reads the sources and runs
 //! no boxd: a target of its own.
 
+mod apply_patch;
 mod child;
 mod common;
 mod confine;

@@ -1,0 +1,66 @@
+//! The `agent` family: vendors' agent tools, nothing long-lived.
+
+use std::sync::Arc;
+
+use crate::family::limits::{Limit, as_u64, bytes, count, seconds};
+use crate::family::{Family, Setup};
+use crate::tools::Tool;
+
+use super::apply_patch;
+
+struct Agent {
+    tools: Vec<Tool>,
+}
+
+impl Family for Agent {
+    fn name(&self) -> &'static str {
+        "agent"
+    }
+
+    fn tools(&self) -> Vec<Tool> {
+        self.tools.clone()
+    }
+
+    fn reserved_groups(&self) -> Vec<&'static str> {
+        vec![super::OPENAI_GROUP]
+    }
+}
+
+pub fn family(setup: &Setup) -> Result<Arc<dyn Family>, String> {
+    Ok(Arc::new(Agent {
+        tools: vec![apply_patch::tool(
+            super::OPENAI_GROUP,
+            setup.workspace.clone(),
+        )],
+    }))
+}
+
+/// The bounds the `agent` family keeps, for `boxd limits`.
+pub fn limits() -> Vec<Limit> {
+    vec![
+        Limit::new(
+            "agent",
+            "one `apply_patch` patch (`input`, or an operation's `diff`)",
+            bytes(as_u64(apply_patch::MAX_PATCH_BYTES)),
+            "an error result naming the size; nothing is changed",
+        ),
+        Limit::new(
+            "agent",
+            "a file `apply_patch` updates",
+            bytes(apply_patch::MAX_FILE_BYTES),
+            "an error result for that operation",
+        ),
+        Limit::new(
+            "agent",
+            "line comparisons one `apply_patch` spends placing its hunks",
+            count(usize::try_from(apply_patch::MATCH_BUDGET).unwrap_or(usize::MAX)),
+            "an error result for that operation",
+        ),
+        Limit::new(
+            "agent",
+            "one `apply_patch` call",
+            seconds(apply_patch::TOOL_DEADLINE),
+            "an error result; the work may still finish",
+        ),
+    ]
+}

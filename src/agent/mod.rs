@@ -1,0 +1,10 @@
+//! The `agent` family: the tools agents of one vendor or another expect to find in a sandbox, native,
+//! with their names and schemas (issue 48). For now OpenAI's `apply_patch` (group `openai`); off by
+//! default until the family is complete.
+
+mod apply_patch;
+mod family;
+pub use family::{family, limits};
+
+/// The group of OpenAI's tools.
+pub const OPENAI_GROUP: &str = "openai";
