@@ -30,4 +30,5 @@ mod run_setup;
 mod sandboxd;
 mod shell;
 mod smoke;
+mod text_editor;
 mod workspace;

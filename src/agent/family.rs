@@ -6,7 +6,7 @@ use crate::family::limits::{Limit, as_u64, bytes, count, seconds};
 use crate::family::{Family, Setup};
 use crate::tools::Tool;
 
-use super::apply_patch;
+use super::{apply_patch, text_editor};
 
 struct Agent {
     tools: Vec<Tool>,
@@ -22,16 +22,16 @@ impl Family for Agent {
     }
 
     fn reserved_groups(&self) -> Vec<&'static str> {
-        vec![super::OPENAI_GROUP]
+        vec![super::OPENAI_GROUP, super::ANTHROPIC_GROUP]
     }
 }
 
 pub fn family(setup: &Setup) -> Result<Arc<dyn Family>, String> {
     Ok(Arc::new(Agent {
-        tools: vec![apply_patch::tool(
-            super::OPENAI_GROUP,
-            setup.workspace.clone(),
-        )],
+        tools: vec![
+            apply_patch::tool(super::OPENAI_GROUP, setup.workspace.clone()),
+            text_editor::tool(super::ANTHROPIC_GROUP, setup.workspace.clone()),
+        ],
     }))
 }
 
@@ -60,6 +60,24 @@ pub fn limits() -> Vec<Limit> {
             "agent",
             "one `apply_patch` call",
             seconds(apply_patch::TOOL_DEADLINE),
+            "an error result; the work may still finish",
+        ),
+        Limit::new(
+            "agent",
+            "characters of a file or listing one `str_replace_based_edit_tool` `view` shows (without `max_characters`)",
+            count(text_editor::MAX_VIEW_CHARACTERS),
+            "the rest clipped, with the reference's `<response clipped>` note",
+        ),
+        Limit::new(
+            "agent",
+            "a file `str_replace_based_edit_tool` reads or writes",
+            bytes(text_editor::MAX_FILE_BYTES),
+            "an error result; nothing is changed",
+        ),
+        Limit::new(
+            "agent",
+            "one `str_replace_based_edit_tool` call",
+            seconds(text_editor::TOOL_DEADLINE),
             "an error result; the work may still finish",
         ),
     ]
