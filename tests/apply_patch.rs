@@ -6,7 +6,7 @@ use crate::common;
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use common::{Fetch, Server};
+use common::Server;
 use serde_json::{Value, json};
 
 /// The scenarios whose patch Codex refuses (it exits non-zero): an `isError` answer here.
@@ -73,16 +73,7 @@ fn fill(workspace: &Path, files: &BTreeMap<String, Vec<u8>>) {
 }
 
 async fn apply(server: &Server, arguments: Value) -> (bool, String) {
-    let result = server
-        .post("/tools/apply_patch")
-        .json(&arguments)
-        .fetch_json()
-        .await;
-    let text = result["content"][0]["text"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
-    (result["isError"] == true, text)
+    server.tool_text("apply_patch", arguments).await
 }
 
 #[tokio::test]

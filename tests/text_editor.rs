@@ -4,20 +4,13 @@
 
 use crate::common;
 
-use common::{Fetch, Server};
+use common::Server;
 use serde_json::{Value, json};
 
 async fn edit(server: &Server, arguments: Value) -> (bool, String) {
-    let result = server
-        .post("/tools/str_replace_based_edit_tool")
-        .json(&arguments)
-        .fetch_json()
-        .await;
-    let text = result["content"][0]["text"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
-    (result["isError"] == true, text)
+    server
+        .tool_text("str_replace_based_edit_tool", arguments)
+        .await
 }
 
 #[tokio::test]

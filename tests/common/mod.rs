@@ -144,6 +144,24 @@ impl Server {
             .expect("json")
     }
 
+    /// Calls `tool` through `POST /tools/TOOL`: whether it answered `isError`, and its first text.
+    pub async fn tool_text(&self, tool: &str, arguments: serde_json::Value) -> (bool, String) {
+        let result: serde_json::Value = self
+            .post(&format!("/tools/{tool}"))
+            .json(&arguments)
+            .send()
+            .await
+            .expect("request")
+            .json()
+            .await
+            .expect("json");
+        let text = result["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        (result["isError"] == true, text)
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
