@@ -72,7 +72,8 @@ pub enum BadArguments {
     ZodError,
 }
 
-/// A built-in tool's declaration; [`ToolSpec::handler`] makes it a [`Tool`].
+/// A built-in tool's declaration, made by [`ToolSpec::declare`]; [`Declared::handler`] makes it a
+/// [`Tool`].
 pub struct ToolSpec {
     group: &'static str,
     name: &'static str,
@@ -118,26 +119,6 @@ impl ToolSpec {
         }
     }
 
-    pub fn bad_arguments(mut self, policy: BadArguments) -> ToolSpec {
-        self.bad_arguments = policy;
-        self
-    }
-
-    /// Put before the text of every `isError` result the tool answers.
-    pub fn error_prefix(mut self, prefix: &'static str) -> ToolSpec {
-        self.error_prefix = prefix;
-        self
-    }
-
-    /// The one adapter between the Python SDK and a strict schema: an optional argument sent as
-    /// `null`, or as `""` where a string is expected, counts as not given. The SDK's methods send
-    /// their defaults that way (`browser_take_screenshot(filename="")`, `browser_tab_close(index=None)`),
-    /// where upstream's server was never called with them.
-    pub fn sdk_defaults_mean_absent(mut self) -> ToolSpec {
-        self.sdk_defaults_absent = true;
-        self
-    }
-
     fn serve<A, F, Fut>(self, schema: Value, handler: F) -> Tool
     where
         A: DeserializeOwned + Send + 'static,
@@ -153,17 +134,23 @@ impl ToolSpec {
             sdk_defaults_absent,
             ..
         } = self;
+        let rule = match bad_arguments {
+            BadArguments::ZodIssues => ReadingRule::AgainstSchema(Listing::Named),
+            BadArguments::ZodError => ReadingRule::AgainstSchema(Listing::Bare),
+            BadArguments::Unprocessable => ReadingRule::Unprocessable,
+            BadArguments::Reported => ReadingRule::Reported,
+        };
+        // The reading needs the schema only to check against it or to leave out the SDK's defaults.
+        let needs_schema = sdk_defaults_absent || matches!(rule, ReadingRule::AgainstSchema(_));
         let reading = Arc::new(ArgumentReading {
             name,
-            sdk_defaults_absent: sdk_defaults_absent.then(|| schema.clone()),
-            rule: match bad_arguments {
-                BadArguments::ZodIssues => {
-                    ReadingRule::AgainstSchema(schema.clone(), Listing::Named)
-                }
-                BadArguments::ZodError => ReadingRule::AgainstSchema(schema.clone(), Listing::Bare),
-                BadArguments::Unprocessable => ReadingRule::Unprocessable,
-                BadArguments::Reported => ReadingRule::Reported,
+            schema: if needs_schema {
+                schema.clone()
+            } else {
+                Value::Null
             },
+            sdk_defaults_absent,
+            rule,
         });
         let handler = Arc::new(handler);
         Tool::with_context(
@@ -198,19 +185,22 @@ where
     }
 
     pub fn bad_arguments(mut self, policy: BadArguments) -> Declared<A> {
-        self.spec = self.spec.bad_arguments(policy);
+        self.spec.bad_arguments = policy;
         self
     }
 
-    /// See [`ToolSpec::error_prefix`].
+    /// Put before the text of every `isError` result the tool answers.
     pub fn error_prefix(mut self, prefix: &'static str) -> Declared<A> {
-        self.spec = self.spec.error_prefix(prefix);
+        self.spec.error_prefix = prefix;
         self
     }
 
-    /// See [`ToolSpec::sdk_defaults_mean_absent`].
+    /// The one adapter between the Python SDK and a strict schema: an optional argument sent as
+    /// `null`, or as `""` where a string is expected, counts as not given. The SDK's methods send
+    /// their defaults that way (`browser_take_screenshot(filename="")`, `browser_tab_close(index=None)`),
+    /// where upstream's server was never called with them.
     pub fn sdk_defaults_mean_absent(mut self) -> Declared<A> {
-        self.spec = self.spec.sdk_defaults_mean_absent();
+        self.spec.sdk_defaults_absent = true;
         self
     }
 
@@ -228,8 +218,9 @@ where
 
 struct ArgumentReading {
     name: &'static str,
-    /// The schema whose optional properties the SDK's defaults leave out, when the tool says so.
-    sdk_defaults_absent: Option<Value>,
+    /// The tool's schema, when the rule checks against it or the SDK's defaults are left out by it.
+    schema: Value,
+    sdk_defaults_absent: bool,
     rule: ReadingRule,
 }
 
@@ -237,7 +228,7 @@ struct ArgumentReading {
 enum ReadingRule {
     Unprocessable,
     Reported,
-    AgainstSchema(Value, Listing),
+    AgainstSchema(Listing),
 }
 
 /// How the problems zod would list are said.
@@ -252,12 +243,12 @@ impl ArgumentReading {
     /// The one validation point of a built-in tool's call.
     fn read<A: DeserializeOwned>(&self, mut arguments: Value) -> Result<A, ToolError> {
         let name = self.name;
-        if let Some(schema) = &self.sdk_defaults_absent {
-            leave_out_sdk_defaults(schema, &mut arguments);
+        if self.sdk_defaults_absent {
+            leave_out_sdk_defaults(&self.schema, &mut arguments);
         }
         match &self.rule {
-            ReadingRule::AgainstSchema(schema, listing) => {
-                let issues = super::zod::issues(schema, &arguments);
+            ReadingRule::AgainstSchema(listing) => {
+                let issues = super::zod::issues(&self.schema, &arguments);
                 if let Some(listed) = issues {
                     return Err(ToolError::Reported(match listing {
                         Listing::Named => format!("Invalid arguments for {name}: {listed}"),
@@ -276,7 +267,7 @@ impl ArgumentReading {
     }
 }
 
-/// See [`ToolSpec::sdk_defaults_mean_absent`]: drops the optional properties sent as `null`, and the
+/// See [`Declared::sdk_defaults_mean_absent`]: drops the optional properties sent as `null`, and the
 /// optional string properties sent as `""`.
 fn leave_out_sdk_defaults(schema: &Value, arguments: &mut Value) {
     let (Some(properties), Value::Object(given)) = (
