@@ -100,7 +100,7 @@ pub struct ServeArgs {
     /// Families to enable (comma-separated): their tools and their routes. An image offers only what
     /// it needs. Default: every family that needs no display, browser, device or environment library
     /// (all but `computer`, `adb`, `browser` and `training`), and not `sandboxd`, whose listeners take
-    /// no token (the images turn it on), nor `agent` until it is complete.
+    /// no token (the images turn it on).
     #[arg(
         long,
         env = "BOXD_TOOLS",
@@ -216,7 +216,7 @@ pub const FAMILIES: &[FamilyEntry] = &[
     family!(processes, on_by_default: true, flags),
     family!(watch, on_by_default: true, flags),
     family!(mcp, on_by_default: true, flags),
-    family!(agent, on_by_default: false),
+    family!(agent, on_by_default: true),
     family!(sandboxd, on_by_default: false, flags),
     family!(computer, on_by_default: false, flags),
     family!(adb, on_by_default: false, flags),

@@ -6,6 +6,7 @@
 mod apply_patch;
 mod family;
 mod text_editor;
+mod toolset;
 pub use family::{family, limits};
 
 /// The group of OpenAI's tools.

@@ -62,7 +62,10 @@ impl ServerHandler for RegistryServer {
             .get(&request.name)
             .map_err(|err| ErrorData::invalid_params(err.to_string(), None))?;
         let arguments = Value::Object(request.arguments.unwrap_or_default());
-        let call_context = CallContext::new(format!("mcp-{}", request_id(&context)), None);
+        let call_context = CallContext::new(
+            format!("mcp-{}", request_id(&context)),
+            session_of(&context),
+        );
         // rmcp cancels `ct` on the client's notifications/cancelled and when its session ends. Dropping
         // the call's future is what stops the work (the shell tool kills its process group on drop), so
         // nobody is left running a command whose answer no one will read.
@@ -93,6 +96,16 @@ impl ServerHandler for RegistryServer {
         };
         Ok(CallToolResponse::Complete(result))
     }
+}
+
+/// The caller's session, for tools that keep state per session (the agent family's `bash`): the
+/// runtime's session header when the client sends one, else the MCP session.
+fn session_of(context: &RequestContext<RoleServer>) -> Option<String> {
+    let parts = context.extensions.get::<axum::http::request::Parts>()?;
+    ["x-agentscope-runtime-session-id", "mcp-session-id"]
+        .iter()
+        .find_map(|name| parts.headers.get(*name)?.to_str().ok())
+        .map(str::to_owned)
 }
 
 fn request_id(context: &RequestContext<RoleServer>) -> String {

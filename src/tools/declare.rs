@@ -70,6 +70,10 @@ pub enum BadArguments {
     /// An `isError` result that is zod's problem list alone: what Playwright MCP answers, `String()`
     /// of the `ZodError` its one `inputSchema.parse` throws.
     ZodError,
+    /// An `isError` result `ValueError('Invalid arguments for function TOOL')`: what the Anthropic
+    /// SDK's tool runner answers when pydantic refuses a function tool's arguments (the `repr` of the
+    /// `ValueError` its `call` raises).
+    PydanticFunction,
 }
 
 /// A built-in tool's declaration, made by [`ToolSpec::declare`]; [`Declared::handler`] makes it a
@@ -139,6 +143,7 @@ impl ToolSpec {
             BadArguments::ZodError => ReadingRule::AgainstSchema(Listing::Bare),
             BadArguments::Unprocessable => ReadingRule::Unprocessable,
             BadArguments::Reported => ReadingRule::Reported,
+            BadArguments::PydanticFunction => ReadingRule::PydanticFunction,
         };
         // The reading needs the schema only to check against it or to leave out the SDK's defaults.
         let needs_schema = sdk_defaults_absent || matches!(rule, ReadingRule::AgainstSchema(_));
@@ -228,6 +233,7 @@ struct ArgumentReading {
 enum ReadingRule {
     Unprocessable,
     Reported,
+    PydanticFunction,
     AgainstSchema(Listing),
 }
 
@@ -263,6 +269,12 @@ impl ArgumentReading {
             }),
             ReadingRule::Reported => serde_json::from_value(arguments)
                 .map_err(|err| ToolError::Reported(invalid_arguments(name, &err))),
+            ReadingRule::PydanticFunction => serde_json::from_value(arguments).map_err(|err| {
+                tracing::debug!(tool = name, %err, "arguments refused");
+                ToolError::Reported(format!(
+                    "ValueError('Invalid arguments for function {name}')"
+                ))
+            }),
         }
     }
 }

@@ -8,7 +8,7 @@ mod schema;
 mod zod;
 
 pub use context::{CallContext, PROGRESS_CAPACITY, ProgressSink};
-pub use declare::{BadArguments, ToolError, ToolResult, ToolSpec, invalid_arguments};
+pub use declare::{BadArguments, Declared, ToolError, ToolResult, ToolSpec, invalid_arguments};
 pub use schema::SchemaDialect;
 #[cfg(test)]
 pub use schema::assert_actions_listed;

@@ -18,6 +18,11 @@ pub enum SchemaDialect {
     /// closed with `additionalProperties: false`, no empty `required`, and draft-07's `$schema` at the
     /// top.
     ZodToJsonSchema,
+    /// What pydantic's `model_json_schema` writes (the Anthropic SDK's tool input types): the model's
+    /// title and description at the top, `additionalProperties: true`, a `title` on every property
+    /// (its name in title case), an optional property as `anyOf` with `null` and `default: null`, and
+    /// every object's keys in alphabetical order.
+    Pydantic,
 }
 
 const DRAFT_07: &str = "http://json-schema.org/draft-07/schema#";
@@ -45,6 +50,9 @@ pub fn input_schema<A: JsonSchema>(dialect: SchemaDialect) -> Value {
         .into_generator()
         .into_root_schema_for::<A>()
         .to_value();
+    if dialect == SchemaDialect::Pydantic {
+        return pydantic(schema);
+    }
     if let Value::Object(root) = &mut schema {
         // The tool's description is its own; the struct's doc comment is for Rust readers.
         root.remove("title");
@@ -102,6 +110,117 @@ fn tidy(schema: &mut Value, dialect: SchemaDialect) {
     }
     if let Some(items) = object.get_mut("items") {
         tidy(items, dialect);
+    }
+}
+
+/// The schema schemars wrote, as pydantic writes the same model (see [`SchemaDialect::Pydantic`]):
+/// the struct's `#[schemars(title, description)]` are the model's; field docs are Rust's alone.
+fn pydantic(mut schema: Value) -> Value {
+    let Value::Object(root) = &mut schema else {
+        return schema;
+    };
+    root.insert("additionalProperties".into(), Value::Bool(true));
+    root.entry("properties")
+        .or_insert_with(|| Value::Object(Map::new()));
+    let mut required: Vec<String> = root
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|names| {
+            names
+                .iter()
+                .filter_map(|name| name.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default();
+    required.sort_unstable();
+    if required.is_empty() {
+        root.remove("required");
+    } else {
+        root.insert("required".into(), Value::from(required.clone()));
+    }
+    if let Some(Value::Object(properties)) = root.get_mut("properties") {
+        for (name, property) in properties.iter_mut() {
+            let mut inner = std::mem::take(property);
+            strip_rust_words(&mut inner);
+            let mut nullable = false;
+            if let Value::Object(object) = &mut inner
+                && let Some(Value::Array(types)) = object.get_mut("type")
+            {
+                nullable = types.iter().any(|kind| kind == "null");
+                types.retain(|kind| kind != "null");
+                if let [single] = types.as_slice() {
+                    let single = single.clone();
+                    object.insert("type".into(), single);
+                }
+            }
+            let mut described = Map::new();
+            if nullable && !required.contains(name) {
+                described.insert(
+                    "anyOf".into(),
+                    Value::Array(vec![inner, serde_json::json!({"type": "null"})]),
+                );
+                described.insert("default".into(), Value::Null);
+            } else if let Value::Object(object) = inner {
+                described = object;
+            }
+            described.insert("title".into(), Value::from(python_title(name)));
+            *property = Value::Object(described);
+        }
+    }
+    alphabetical(schema)
+}
+
+/// What schemars adds that pydantic does not say: a field's doc comment, integer widths.
+fn strip_rust_words(schema: &mut Value) {
+    let Value::Object(object) = schema else {
+        return;
+    };
+    object.remove("description");
+    object.remove("format");
+    object.remove("title");
+    if let Some(items) = object.get_mut("items") {
+        strip_rust_words(items);
+    }
+}
+
+/// pydantic's default title of a field: `name.title()` with `_` read as a space.
+fn python_title(name: &str) -> String {
+    let mut title = String::with_capacity(name.len());
+    let mut word_start = true;
+    for ch in name.chars() {
+        if ch == '_' {
+            title.push(' ');
+            word_start = true;
+        } else if ch.is_alphabetic() {
+            if word_start {
+                title.extend(ch.to_uppercase());
+            } else {
+                title.extend(ch.to_lowercase());
+            }
+            word_start = false;
+        } else {
+            title.push(ch);
+            word_start = true;
+        }
+    }
+    title
+}
+
+/// Every object's keys sorted, as pydantic's schemas are printed.
+fn alphabetical(schema: Value) -> Value {
+    match schema {
+        Value::Object(object) => {
+            let mut entries: Vec<(String, Value)> = object.into_iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(&b.0));
+            Value::Object(
+                entries
+                    .into_iter()
+                    .map(|(key, value)| (key, alphabetical(value)))
+                    .collect(),
+            )
+        }
+        Value::Array(items) => Value::Array(items.into_iter().map(alphabetical).collect()),
+        other => other,
     }
 }
 
@@ -211,6 +330,34 @@ mod tests {
             text.starts_with(r#"{"type":"object","properties":{"path""#),
             "{text}"
         );
+    }
+
+    #[test]
+    fn a_struct_reads_as_pydantic_writes_it() {
+        /// Rust's doc comment, not the model's.
+        #[derive(Deserialize, JsonSchema)]
+        #[schemars(title = "ReadInput", description = "Input payload.")]
+        #[allow(dead_code)]
+        struct Read {
+            /// Not shown.
+            file_path: String,
+            view_range: Option<Vec<i64>>,
+            timeout_ms: Option<i64>,
+        }
+        let schema = input_schema::<Read>(SchemaDialect::Pydantic);
+        let expected = json!({
+            "additionalProperties": true,
+            "description": "Input payload.",
+            "properties": {
+                "file_path": {"title": "File Path", "type": "string"},
+                "timeout_ms": {"anyOf": [{"type": "integer"}, {"type": "null"}], "default": null, "title": "Timeout Ms"},
+                "view_range": {"anyOf": [{"items": {"type": "integer"}, "type": "array"}, {"type": "null"}], "default": null, "title": "View Range"},
+            },
+            "required": ["file_path"],
+            "title": "ReadInput",
+            "type": "object",
+        });
+        assert_eq!(schema, expected);
     }
 
     #[test]

@@ -189,15 +189,10 @@ fn list_level(dir: &Dir, shown: &str, depth: usize, out: &mut String) {
     }
 }
 
-/// The path held inside the workspace (a final symlink followed): relative paths only.
+/// The path held inside the workspace (a final symlink followed): relative to it, or absolute inside it.
 fn locate(workspace: &Workspace, path: &str) -> Result<Anchor, String> {
     if path.is_empty() {
         return Err("The path is empty. Please provide a valid path.".to_owned());
-    }
-    if path.starts_with('/') {
-        return Err(format!(
-            "The path {path} is absolute; paths are relative to the workspace"
-        ));
     }
     workspace
         .locate(path)

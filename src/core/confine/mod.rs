@@ -373,6 +373,15 @@ impl Workspace {
         self.locate_as(input, Last::Entry)
     }
 
+    /// Blocking. As [`Workspace::locate`], with the refusal itself rather than its HTTP answer: for
+    /// tools that word refusals as the server they replace does.
+    pub fn hold(&self, input: &str) -> Result<(WorkspacePath, Anchor), ConfineError> {
+        let (confined, held) = self
+            .confinement
+            .anchor(input, Path::new(input), Last::Follow)?;
+        Ok((confined.into(), held))
+    }
+
     fn locate_as(&self, input: &str, last: Last) -> ApiResult<(WorkspacePath, Anchor)> {
         let (confined, held) = self.confinement.anchor(input, Path::new(input), last)?;
         Ok((confined.into(), held))
