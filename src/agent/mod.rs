@@ -5,6 +5,7 @@
 
 mod apply_patch;
 mod family;
+mod openai_shell;
 mod text_editor;
 pub use family::{family, limits};
 
