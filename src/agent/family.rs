@@ -31,6 +31,7 @@ pub fn family(setup: &Setup) -> Result<Arc<dyn Family>, String> {
     tools.extend([
         text_editor::tool(super::ANTHROPIC_GROUP, setup.workspace.clone()),
         apply_patch::tool(super::OPENAI_GROUP, setup.workspace.clone()),
+        super::openai_shell::tool(super::OPENAI_GROUP, setup),
     ]);
     Ok(Arc::new(Agent { tools }))
 }
@@ -163,6 +164,36 @@ pub fn limits() -> Vec<Limit> {
             "one `str_replace_based_edit_tool` call",
             seconds(text_editor::TOOL_DEADLINE),
             "an error result; the work may still finish",
+        ),
+        Limit::new(
+            "agent",
+            "commands in one `shell` call",
+            count(super::openai_shell::MAX_COMMANDS),
+            "an error result; nothing is run",
+        ),
+        Limit::new(
+            "agent",
+            "one `shell` command",
+            bytes(as_u64(super::openai_shell::MAX_COMMAND_BYTES)),
+            "an error result; nothing is run",
+        ),
+        Limit::new(
+            "agent",
+            "a `shell` command's timeout without `timeout_ms`",
+            seconds(super::openai_shell::DEFAULT_TIMEOUT),
+            "the command's process group gets SIGKILL; outcome `timeout`, the later commands are not run",
+        ),
+        Limit::new(
+            "agent",
+            "a `shell` command's timeout (a larger `timeout_ms` is lowered to it)",
+            seconds(super::openai_shell::MAX_TIMEOUT),
+            "the command's process group gets SIGKILL; outcome `timeout`, the later commands are not run",
+        ),
+        Limit::new(
+            "agent",
+            "output one `shell` call keeps, all its commands' stdout and stderr together",
+            "`--max-output` bytes",
+            "the rest left out, stdout before stderr, command by command, with `[boxd: output truncated, N bytes omitted]`",
         ),
     ]
 }

@@ -5,6 +5,7 @@
 
 mod apply_patch;
 mod family;
+mod openai_shell;
 mod text_editor;
 mod toolset;
 pub use family::{family, limits};
