@@ -42,6 +42,7 @@ from agentscope_runtime.sandbox.box.mobile import MobileSandbox
 from agentscope_runtime.sandbox.client.http_client import SandboxHttpClient
 from agentscope_runtime.sandbox.model import ContainerModel
 
+import agent_tools
 import isolation
 
 TOKEN = os.urandom(12).hex()
@@ -692,6 +693,7 @@ def test_gui(figures):
         check_display_is_roots(box, "nobody")
 
         check_supervision(box, with_desktop=True)
+        print("  " + agent_tools.check(box.client, box.workspace))
         failed = False
     finally:
         box.close(failed)
@@ -772,6 +774,7 @@ def test_browser(figures):
         again = "\n".join(texts(sandbox.browser_navigate("http://127.0.0.1:8123/index.html")))
         assert "Image test page" in again, again
         print("  Chromium killed: the next call started it again: ok")
+        print("  " + agent_tools.check(box.client, box.workspace))
         failed = False
     finally:
         box.close(failed)
@@ -802,6 +805,7 @@ def test_filesystem(figures):
         tools = box.client.list_tools()
         assert "filesystem" in tools and "computer-use" not in tools, list(tools)
         print("  native filesystem tools (create, write, read, edit, list, search, tree; /etc refused): ok")
+        print("  " + agent_tools.check(box.client, box.workspace))
         failed = False
     finally:
         box.close(failed)
@@ -851,6 +855,7 @@ def test_mobile(figures):
         else:
             assert view.status_code == 200 and "<html" in view.text.lower(), (view.status_code, view.text[:200])
             print("  /websockify/ (MobileSandbox.mobile_url): the device viewer page answers 200")
+        print("  " + agent_tools.check(box.client, box.workspace))
         failed = False
     finally:
         if device:
@@ -949,6 +954,7 @@ def test_base(figures):
         print(f"  start -> healthz {healthy:.2f} s")
         figures.append(("base", size, healthy, None, None, box.engine_run))
         check_isolation(box)
+        print("  " + agent_tools.check(box.client, box.workspace))
         failed = False
     finally:
         box.close(failed)

@@ -34,6 +34,7 @@ from agentscope_runtime.sandbox.client.http_client import SandboxHttpClient
 from agentscope_runtime.sandbox.client.training_client import TrainingSandboxClient
 from agentscope_runtime.sandbox.model import ContainerModel
 
+import agent_tools
 import test_images
 from test_images import engine, free_port, image_size
 
@@ -214,6 +215,7 @@ def check_bfcl(image):
         assert limits.split() == ["47", "42", "42", "42"], limits
         task = json.loads(box.shell(READ_TASK))
         check_bfcl_episode(box.training, task, "TrainingSandboxClient at the root")
+        print("  " + agent_tools.check(box.fastapi, box.workspace))
         # Errors come back as the client's ValueError with the server's detail.
         try:
             box.training.create_instance("bfcl", "multi_turn_base_999999")
@@ -279,6 +281,7 @@ def check_appworld(image):
                 message = str(error)
                 assert "task data not installed" in message and "APPWORLD_DATA" in message, message
         print(f"  get_env_profile and create: {message[:160]}")
+        print("  " + agent_tools.check(box.fastapi, box.workspace))
         failed = False
     finally:
         box.close(failed)
