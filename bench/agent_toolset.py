@@ -41,7 +41,8 @@ from family_bench import OUT, TOKEN, Boxd, timed
 CALLS = 200
 WARMUP = 5
 ROUNDS = 4
-# Seconds each series (one tool, one side) may take; the nine tools by three sides stay under a minute.
+# Seconds a side of one tool may take over its rounds: nine tools by three sides (four for write) stay under
+# a minute even on a loaded machine; about 10 s in practice.
 BUDGET_SECONDS = 2.0
 GOAL_MS = 2.0
 SESSION = "bench-agent-toolset"
