@@ -394,7 +394,7 @@ def main():
     print(f"write, raw as boxd writes (a temp file beside it, renamed over it): p50 {staged:.3f} ms, boxd's overhead "
           f"over that {measured['write']['boxd']['p50_ms'] - staged:.3f} ms. Raw writes in place (truncate, write, as "
           "the reference does); on ext4 that waits for the previous write's writeback (auto_da_alloc), 0.1 ms or "
-          "several ms as the disk is busy, which a renamed temp file does not.")
+          "several ms as the disk is busy; a new file renamed into place waits less often (p95 still shows it).")
     print("first answers, boxd against the reference: " + (
         f"DIFFER for {', '.join(differing)}" if differing else f"the same text for all {len(reference_answers)}"))
     print(f"bench: done in {time.perf_counter() - started:.1f} s", file=sys.stderr)
