@@ -187,6 +187,7 @@ bench: static setup
 	python3 bench/browser.py --boxd $(BENCH_BIN)
 	python3 bench/training.py --boxd $(BENCH_BIN)
 	.venv/bin/python bench/k8s_sdk.py --boxd $(BENCH_BIN)
+	.venv/bin/python bench/agent_toolset.py --boxd $(BENCH_BIN)
 
 # The issue #15 request mix with wrk (Debian package `wrk`) against a release boxd at 1, 64 and 512
 # connections; DURATION (30s) per level, LEVELS to choose them. Not part of `make test`.
