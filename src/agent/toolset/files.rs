@@ -214,6 +214,12 @@ fn binary_block(held: &Anchor, file_path: &str, size: u64, media_type: &str) -> 
 /// Blocking. `write {file_path, content}`.
 pub fn write(workspace: &Workspace, file_path: &str, content: &str) -> Answer {
     let resolved = resolve(workspace, file_path).map_err(|err| format!("write: {err}"))?;
+    // `mkdir(parents=True, exist_ok=True)` on a parent that is a file: "file already exists".
+    if let Some(parent) = resolved.path.real.parent()
+        && std::fs::symlink_metadata(parent).is_ok_and(|meta| !meta.is_dir())
+    {
+        return Err(format!("write: {file_path}: file already exists"));
+    }
     store(resolved.held, content).map_err(|err| format!("write: {file_path}: {}", reason(&err)))?;
     // Python's `len(content)`: characters, whatever the message calls them.
     let count = content.chars().count();

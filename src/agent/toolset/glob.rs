@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use super::paths::resolve;
 use super::{Answer, Block, WALK_DEADLINE};
-use crate::core::confine::Workspace;
+use crate::core::confine::{Workspace, resolve_symlinks};
 
 /// Matches shown (the reference's `GLOB_RESULT_LIMIT`).
 pub const GLOB_RESULT_LIMIT: usize = 200;
@@ -66,7 +66,10 @@ pub fn glob(workspace: &Workspace, pattern: &str, path: Option<&str>) -> Answer 
     let mut matches: Vec<(f64, PathBuf)> = walk
         .found
         .into_iter()
-        .filter(|found| std::fs::canonicalize(found).is_ok_and(|real| real.starts_with(&root)))
+        // As the reference's `_canonicalize`: every link followed, a dangling one too.
+        .filter(|found| {
+            resolve_symlinks(Path::new("/"), found).is_ok_and(|real| real.starts_with(&root))
+        })
         .map(|found| (mtime(&found), found))
         .collect();
     if matches.is_empty() {

@@ -7,7 +7,7 @@ use std::io::Read;
 use std::path::Path;
 use std::time::Instant;
 
-use regex::Regex;
+use fancy_regex::Regex;
 
 use super::paths::resolve;
 use super::{Answer, Block, WALK_DEADLINE};
@@ -162,7 +162,8 @@ impl Search {
             if let Line::Text(bytes) = line {
                 let text = String::from_utf8_lossy(&bytes);
                 let text = text.trim_end_matches(['\r', '\n']);
-                if self.rx.is_match(text) {
+                // Past its backtracking bound a pattern has not matched (Python's `re` would go on).
+                if self.rx.is_match(text).unwrap_or(false) {
                     self.push(format!("{shown}:{number}:{text}"));
                     if self.stopped {
                         return Ok(());

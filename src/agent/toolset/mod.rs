@@ -9,6 +9,7 @@ mod bash;
 mod files;
 mod glob;
 mod grep;
+mod lax;
 mod paths;
 
 use std::sync::Arc;
@@ -16,6 +17,8 @@ use std::time::Duration;
 
 use schemars::JsonSchema;
 use serde::Deserialize;
+
+use lax::{LaxBool, LaxInt};
 
 pub use bash::{
     BASH_DEFAULT_TIMEOUT, BASH_IDLE, BASH_MAX_TIMEOUT, BASH_OUTPUT_LIMIT, MAX_BASH_SESSIONS,
@@ -95,9 +98,9 @@ struct BashArgs {
     /// Shell command to execute. Omit only when `restart` is true.
     command: Option<String>,
     /// When true, restart the persistent bash session instead of running a command.
-    restart: Option<bool>,
+    restart: Option<LaxBool>,
     /// Per-call timeout in milliseconds; 0 or omitted: 120 s.
-    timeout_ms: Option<i64>,
+    timeout_ms: Option<LaxInt>,
 }
 
 #[derive(Deserialize, JsonSchema)]
@@ -109,7 +112,7 @@ struct BashArgs {
 struct ReadArgs {
     file_path: String,
     /// `[start_line, end_line]`, 1-indexed inclusive; an end of 0 or less: to the end of the file.
-    view_range: Option<Vec<i64>>,
+    view_range: Option<Vec<LaxInt>>,
 }
 
 #[derive(Deserialize, JsonSchema)]
@@ -133,7 +136,7 @@ struct EditArgs {
     file_path: String,
     old_string: String,
     new_string: String,
-    replace_all: Option<bool>,
+    replace_all: Option<LaxBool>,
 }
 
 #[derive(Deserialize, JsonSchema)]
@@ -172,8 +175,8 @@ pub fn tools(group: &'static str, workspace: Workspace) -> Vec<Tool> {
                         .call(
                             &session,
                             args.command.as_deref(),
-                            args.restart.unwrap_or(false),
-                            args.timeout_ms,
+                            args.restart.is_some_and(|restart| restart.0),
+                            args.timeout_ms.map(|timeout| timeout.0),
                         )
                         .await;
                     Ok(answered(answer))
@@ -185,7 +188,12 @@ pub fn tools(group: &'static str, workspace: Workspace) -> Vec<Tool> {
             "read",
             "Read a file rooted at the working directory.",
             &workspace,
-            |workspace, args| files::read(workspace, &args.file_path, args.view_range.as_deref()),
+            |workspace, args| {
+                let range: Option<Vec<i64>> = args
+                    .view_range
+                    .map(|range| range.into_iter().map(|line| line.0).collect());
+                files::read(workspace, &args.file_path, range.as_deref())
+            },
         ),
         file_tool::<WriteArgs>(
             group,
@@ -205,7 +213,7 @@ pub fn tools(group: &'static str, workspace: Workspace) -> Vec<Tool> {
                     &args.file_path,
                     &args.old_string,
                     &args.new_string,
-                    args.replace_all.unwrap_or(false),
+                    args.replace_all.is_some_and(|all| all.0),
                 )
             },
         ),
