@@ -134,3 +134,23 @@ def test_a_cancelled_call_stops_its_command(boxd, how, via):
         assert await eventually(lambda: not running(command), 10), "still running after the session closed"
 
     asyncio.run(asyncio.wait_for(run(), 60))
+
+
+def test_each_mcp_session_has_its_own_bash_shell(boxd):
+    """The agent toolset's `bash` keeps one shell per caller: over /mcp, per MCP session."""
+    async def run():
+        url = f"http://127.0.0.1:{boxd.port}/mcp"
+        async with streamablehttp_client(url, headers={"Authorization": f"Bearer {TOKEN}"}) as (r1, w1, _):
+            async with ClientSession(r1, w1) as first:
+                await first.initialize()
+                async with streamablehttp_client(url, headers={"Authorization": f"Bearer {TOKEN}"}) as (r2, w2, _):
+                    async with ClientSession(r2, w2) as second:
+                        await second.initialize()
+                        assert (await first.call_tool("bash", {"command": "mkdir -p one && cd one"})).isError is False
+                        assert (await second.call_tool("bash", {"command": "mkdir -p two && cd two"})).isError is False
+                        return [(await session.call_tool("bash", {"command": "pwd"})).content[0].text
+                                for session in (first, second)]
+
+    first, second = asyncio.run(run())
+    workspace = str(pathlib.Path(boxd.workspace).resolve())
+    assert (first, second) == (f"{workspace}/one", f"{workspace}/two")
