@@ -152,6 +152,7 @@ def build_tree(root: pathlib.Path, outside: pathlib.Path) -> None:
     # Symlinks: inside to inside (file, dir), inside to outside (file, dir, /etc/hostname), dangling, a loop.
     (root / "link_a.lnk").symlink_to("a.txt")
     (root / "sub_link").symlink_to("sub")
+    (root / "deep_link").symlink_to("sub/deep")
     (root / "host_link").symlink_to("/etc/hostname")
     (root / "out_file.lnk").symlink_to(outside / "secret.txt")
     (root / "out_dir").symlink_to(outside)
@@ -210,6 +211,10 @@ CORPUS = [
     C("read", file_path="a.txt/child"),
     C("read", file_path="a.txt/"),
     C("read", file_path="./sub//code.py"),
+    C("read", file_path="sub/deep/../../a.txt"),
+    # `..` is collapsed before symlinks are followed: this is the workspace's a.txt, not sub/a.txt
+    C("read", file_path="deep_link/../a.txt"),
+    C("read", file_path="a\x00b"),
     C("read", file_path="sub"),
     C("read", file_path=""),
     C("read", file_path="fifo"),
@@ -290,6 +295,10 @@ CORPUS = [
     C("glob", pattern="*", path="a.txt"),
     C("glob", pattern="*", path="nope"),
     C("glob", pattern="*.lnk"),
+    C("glob", pattern="loop*"),
+    C("glob", pattern="sub_link/**/*.py"),
+    C("glob", pattern="a\x00b"),
+    C("glob", pattern="*", path="a\x00b"),
     C("glob", pattern="*.md", path=""),
     C("glob", pattern=""),
     C("glob", pattern="***"),
@@ -316,6 +325,8 @@ CORPUS = [
     C("grep", pattern="x", path="host_link"),
     C("grep", pattern="BULK", path="grepbig"),
     C("grep", pattern="x", path="fifo"),
+    C("grep", pattern="x", path="dangling.lnk"),
+    C("grep", pattern="a", path="a\x00b"),
     C("grep", pattern=r"alp(?=ha)", path="a.txt"),
     C("grep", pattern=r"(\w)\1", path="a.txt"),
     Case("grep", {"pattern": "("}, BAD_REGEX),
@@ -340,6 +351,9 @@ CORPUS = [
     C("read", file_path="newdir"),
     C("write", file_path="", content="x"),
     C("write", file_path="crlf_out.txt", content="a\r\nb\r\n"),
+    C("write", file_path="a\x00b", content="x"),
+    C("write", file_path="link_a.lnk", content="through a link\n"),
+    C("read", file_path="a.txt"),
     C("read", file_path="nowhere.txt"),
     C("write", file_path="x.txt"),
     C("write", file_path="x.txt", content=7),
@@ -384,6 +398,8 @@ CORPUS = [
     C("bash", command="read line; echo \"read rc=$?\""),
     C("bash", command="printf '\\033[31mred\\033[0m plain \\033[1;4mbold\\033[m\\n'"),
     C("bash", command="seq 1 30000"),
+    C("bash", command="seq 1 30000; false"),
+    C("bash", command="printf abc"),
     C("bash", command="echo \"key=[${ANTHROPIC_API_KEY-unset}]\"; env | grep -c '^ANTHROPIC_' || true"),
     C("bash", command="echo \"term=$TERM ps1=[$PS1]\""),
     C("bash", command="printf 'caf\\xe9\\n'"),
@@ -398,15 +414,28 @@ CORPUS = [
     C("bash", command=5),
     C("bash", command="echo lax", timeout_ms="1000"),
     C("bash", command="echo fast", timeout_ms=10_000),
+    C("bash", command="echo none", timeout_ms=None),
     C("bash", command="echo default", timeout_ms=0),
     C("bash", command="echo not restarted", restart=False),
     C("bash", command="sleep 5", timeout_ms=500),
     C("bash", command="echo after the timeout"),
     C("bash", restart=True),
+    # the timeout in the message is Python's float of timeout_ms / 1000
+    C("bash", command="sleep 3", timeout_ms=1000),
+    C("bash", restart=True),
+    C("bash", command="sleep 3", timeout_ms=1),
+    C("bash", restart=True),
+    C("bash", command="echo never", timeout_ms=-5),
+    C("bash", restart=True),
     C("bash", command="pwd; echo \"x=$X\""),
     C("bash", command="exit 3"),
     Case("bash", {"command": "echo after exit"}, EXITED_SHELL),
     C("bash", restart=True),
+    # bash's own messages name it and count the lines it was fed since it started
+    C("bash", command="cd /no-such-dir-agent-toolset"),
+    C("bash", command="echo $LINENO"),
+    C("bash", command="echo a\necho $LINENO"),
+    C("bash", command="echo \"$0\""),
     C("bash", command="echo alive"),
     C("bash", restart=True, command="echo ignored"),
     C("bash", command="cd / && pwd"),
