@@ -605,12 +605,18 @@ def test_tool_definitions_are_the_sdks(tmp_path):
     finally:
         server.stop()
     group = listed.get("anthropic", {})
+    differences = []
     for name in TOOL_NAMES:
         assert name in group, f"{name} is not listed in the anthropic group: {sorted(group)}"
         function = group[name]["json_schema"]["function"]
         ours = {"name": function["name"], "description": function["description"],
-                "input_schema": function["parameters"]}
-        assert ours == sdk[name], name
+                **{f"input_schema.{key}": value for key, value in function["parameters"].items()}}
+        theirs = {"name": sdk[name]["name"], "description": sdk[name]["description"],
+                  **{f"input_schema.{key}": value for key, value in sdk[name]["input_schema"].items()}}
+        differences += [f"{name} {key}: SDK {json.dumps(theirs.get(key, '(absent)'))}, "
+                        f"boxd {json.dumps(ours.get(key, '(absent)'))}"
+                        for key in sorted(set(ours) | set(theirs)) if ours.get(key, ...) != theirs.get(key, ...)]
+    assert not differences, "\n".join(differences)
     for other_group, tools in listed.items():
         if other_group != "anthropic":
             assert not set(tools) & set(TOOL_NAMES), (other_group, sorted(set(tools) & set(TOOL_NAMES)))
