@@ -28,6 +28,11 @@ Documented divergences (compared on `is_error` and a prefix only):
 - An invalid regex for grep: the text after "grep: invalid regex: " is Python `re`'s message in the
   reference and the Rust regex crate's in boxd.
 
+Arguments are validated as the reference validates them (pydantic's `validate_call`, lax mode): the corpus
+includes what that accepts beyond the schema (numeric strings and integral floats as integers, integers past
+64 bits) and what it refuses (wrong types, unknown keys, a missing required argument: `ValueError('Invalid
+arguments for function NAME')`).
+
 `REFERENCE_ONLY=1` runs the corpus against the reference alone (no boxd binary needed): the reference on
 the second tree stands in for boxd, which shows the corpus is deterministic, and every answer is printed
 (`-s`).
