@@ -63,7 +63,6 @@ PLACEHOLDER = "<WS>"
 API_KEY = "sk-ant-api03-differential-test-secret"
 BASE_MTIME = 1_700_000_000
 
-# What bash's output truncation and grep's budget are measured against.
 BIG_LINES = 3000  # big.txt: 3000 lines of 100 bytes, 300 000 bytes (> 256 KiB); line 3000 is not UTF-8
 
 
