@@ -17,8 +17,9 @@ boxd is the real binary (`BOXD_BIN`) through the real agentscope-runtime client 
 workspace is a second tree made by the same `build_tree` (fixed contents, fixed and distinct mtimes, so
 glob's newest-first order is fixed; the two roots have names of the same length, so grep's 100 KiB budget,
 which counts the absolute paths, cuts at the same line). Per call the test compares the content (a text
-block's text; an image or document block whole) with each workspace's path replaced by `<WS>`, and
-`is_error` (boxd's `isError`). `rg` must not be on PATH: the reference's grep then walks the tree in
+block's text; an image or document block whole, boxd's MCP forms of them, an `image` item and an embedded
+PDF `resource`, read as the SDK's blocks) with each workspace's path replaced by `<WS>`, and `is_error`
+(boxd's `isError`). `rg` must not be on PATH: the reference's grep then walks the tree in
 Python, which is what boxd matches (the test asserts it).
 
 Documented divergences (compared on `is_error` and a prefix only):
@@ -26,7 +27,7 @@ Documented divergences (compared on `is_error` and a prefix only):
   restart required", `BrokenResourceError()` or "(no output)" (its bug); boxd always answers the first, as
   the reference's docs promise.
 - An invalid regex for grep: the text after "grep: invalid regex: " is Python `re`'s message in the
-  reference and the Rust regex crate's in boxd.
+  reference and the `fancy-regex` crate's in boxd.
 
 Arguments are validated as the reference validates them (pydantic's `validate_call`, lax mode): the corpus
 includes what that accepts beyond the schema (numeric strings and integral floats as integers, integers past
@@ -469,6 +470,14 @@ def normalise(content, workspace: str) -> list:
     for block in content or []:
         if block.get("type") == "text":
             blocks.append({"type": "text", "text": block.get("text", "").replace(workspace, PLACEHOLDER)})
+        elif block.get("type") == "image" and "mimeType" in block:
+            # MCP's image item carries what the SDK's image block carries.
+            blocks.append({"type": "image", "source": {"type": "base64", "media_type": block["mimeType"],
+                                                       "data": block["data"]}})
+        elif block.get("type") == "resource" and block.get("resource", {}).get("mimeType") == "application/pdf":
+            # A PDF is an embedded resource in MCP, a document block in the SDK: the same bytes.
+            blocks.append({"type": "document", "source": {"type": "base64", "media_type": "application/pdf",
+                                                          "data": block["resource"]["blob"]}})
         else:
             blocks.append(block)
     return blocks
@@ -602,7 +611,38 @@ def test_corpus_call_for_call(workspaces, monkeypatch):
 
 
 @pytest.mark.skipif(REFERENCE_ONLY, reason="REFERENCE_ONLY=1: no boxd")
+def mcp_tools_list(port):
+    """What boxd's own MCP server (`/mcp`, streamable HTTP) lists, as an MCP client reads it."""
+    import asyncio
+
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamablehttp_client
+
+    async def run():
+        url = f"http://127.0.0.1:{port}/mcp"
+        async with streamablehttp_client(url, headers={"Authorization": f"Bearer {TOKEN}"}) as (read, write, _):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                return {tool.name: tool for tool in (await session.list_tools()).tools}
+
+    return asyncio.run(run())
+
+
+def differences_between(name, theirs, ours):
+    flat = lambda definition: {"name": definition["name"], "description": definition["description"],
+                               **{f"input_schema.{key}": value
+                                  for key, value in definition["input_schema"].items()}}
+    theirs, ours = flat(theirs), flat(ours)
+    return [f"{name} {key}: SDK {json.dumps(theirs.get(key, '(absent)'))}, "
+            f"boxd {json.dumps(ours.get(key, '(absent)'))}"
+            for key in sorted(set(ours) | set(theirs)) if ours.get(key, ...) != theirs.get(key, ...)]
+
+
+@pytest.mark.skipif(REFERENCE_ONLY, reason="REFERENCE_ONLY=1: no boxd")
 def test_tool_definitions_are_the_sdks(tmp_path):
+    """The SDK's `beta_agent_toolset_20260401` tool definitions (`to_dict()`) are what boxd's MCP server
+    lists, key for key; agentscope's `/mcp/list_tools` lists the same but for the `required: []` its
+    contract always writes (the SDK leaves `required` out of `bash`, whose arguments are all optional)."""
     sdk = {tool.to_dict()["name"]: tool.to_dict()
            for tool in beta_agent_toolset_20260401(AgentToolContext(workdir=str(tmp_path)))}
     assert sorted(sdk) == sorted(TOOL_NAMES)
@@ -610,22 +650,26 @@ def test_tool_definitions_are_the_sdks(tmp_path):
     workspace.mkdir()
     server = Boxd(workspace)
     try:
+        over_mcp = mcp_tools_list(server.port)
         with server.client() as client:
             listed = client.list_tools()
     finally:
         server.stop()
-    group = listed.get("anthropic", {})
     differences = []
+    group = listed.get("anthropic", {})
     for name in TOOL_NAMES:
+        assert name in over_mcp, f"{name} is not in boxd's MCP tools/list"
+        tool = over_mcp[name]
+        differences += differences_between(
+            name, sdk[name], {"name": tool.name, "description": tool.description, "input_schema": tool.inputSchema})
         assert name in group, f"{name} is not listed in the anthropic group: {sorted(group)}"
         function = group[name]["json_schema"]["function"]
-        ours = {"name": function["name"], "description": function["description"],
-                **{f"input_schema.{key}": value for key, value in function["parameters"].items()}}
-        theirs = {"name": sdk[name]["name"], "description": sdk[name]["description"],
-                  **{f"input_schema.{key}": value for key, value in sdk[name]["input_schema"].items()}}
-        differences += [f"{name} {key}: SDK {json.dumps(theirs.get(key, '(absent)'))}, "
-                        f"boxd {json.dumps(ours.get(key, '(absent)'))}"
-                        for key in sorted(set(ours) | set(theirs)) if ours.get(key, ...) != theirs.get(key, ...)]
+        parameters = dict(function["parameters"])
+        if parameters.get("required") == [] and "required" not in sdk[name]["input_schema"]:
+            del parameters["required"]
+        differences += differences_between(
+            f"{name} (/mcp/list_tools)", sdk[name],
+            {"name": function["name"], "description": function["description"], "input_schema": parameters})
     assert not differences, "\n".join(differences)
     for other_group, tools in listed.items():
         if other_group != "anthropic":
