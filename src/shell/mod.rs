@@ -10,15 +10,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use schemars::JsonSchema;
-use serde::Deserialize;
-use serde_json::json;
-use tokio::io::AsyncReadExt;
-use tokio::time::{Instant, sleep_until};
-
 use crate::core::admission::Admission;
-use crate::core::child::{self, ChildGroup, Grouping};
-use crate::core::deadline::Deadline;
+use crate::core::child::{
+    self, AtTimeout, OutputSink, RunBounds, exit_code_like_python, run_captured,
+};
 use crate::core::error::ApiError;
 use crate::core::utf8::Utf8Boundary;
 use crate::tools::{
@@ -26,10 +21,12 @@ use crate::tools::{
     ToolResult, ToolSpec, timeout_argument,
 };
 use output::CappedOutput;
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::json;
 
 /// The exit code `timeout(1)` uses; scripts and agents already read it as "timed out".
 const TIMED_OUT_EXIT_CODE: i32 = 124;
-const READ_CHUNK: usize = 64 * 1024;
 
 #[derive(Debug, Clone)]
 pub struct ShellLimits {
@@ -121,78 +118,32 @@ pub async fn run(
     limits: &ShellLimits,
     progress: Option<&ProgressSink>,
 ) -> std::io::Result<ShellOutcome> {
-    let mut child = child::spawn_piped("/bin/sh", &["-c", command], cwd)?;
-    // Until the shell exits, dropping this (the caller went away: a client disconnect drops the request
-    // future) kills the group, so an abandoned command does not run on unobserved.
-    let mut group = ChildGroup::of(Some(child.id()), Grouping::OwnGroup);
-    let (Some(mut stdout), Some(mut stderr)) = (child.stdout.take(), child.stderr.take()) else {
-        return Err(std::io::Error::other("child pipes missing"));
+    let mut stdout = Stream {
+        kept: CappedOutput::new(limits.max_output_bytes),
+        progress: Progress::new(progress, "stdout"),
     };
-
-    let mut stdout_buf = CappedOutput::new(limits.max_output_bytes);
-    let mut stderr_buf = CappedOutput::new(limits.max_output_bytes);
-    let mut stdout_chunk = vec![0u8; READ_CHUNK];
-    let mut stderr_chunk = vec![0u8; READ_CHUNK];
-    let (mut stdout_open, mut stderr_open) = (true, true);
-    let mut stdout_progress = Progress::new(progress, "stdout");
-    let mut stderr_progress = Progress::new(progress, "stderr");
-
-    let started = Instant::now();
-    let timeout_at = Deadline::from(started, timeout).instant();
-    let mut exit_status = None;
-    let mut drain_until = None;
-    let mut timed_out = false;
-
-    loop {
-        if exit_status.is_some() && !stdout_open && !stderr_open {
-            break;
-        }
-        tokio::select! {
-            read = stdout.read(&mut stdout_chunk), if stdout_open => match read {
-                Ok(0) | Err(_) => {
-                    stdout_open = false;
-                    stdout_progress.finish();
-                }
-                Ok(n) => {
-                    stdout_buf.push(&stdout_chunk[..n]);
-                    stdout_progress.report(&stdout_chunk[..n]);
-                }
-            },
-            read = stderr.read(&mut stderr_chunk), if stderr_open => match read {
-                Ok(0) | Err(_) => {
-                    stderr_open = false;
-                    stderr_progress.finish();
-                }
-                Ok(n) => {
-                    stderr_buf.push(&stderr_chunk[..n]);
-                    stderr_progress.report(&stderr_chunk[..n]);
-                }
-            },
-            status = child.wait(), if exit_status.is_none() => {
-                exit_status = Some(status?);
-                if let Some(group) = group.as_mut() {
-                    group.leader_reaped();
-                    // What the shell left running in the background may go on (as upstream lets it),
-                    // unless the command timed out.
-                    if !timed_out {
-                        group.disarm();
-                    }
-                }
-                drain_until = Some(Deadline::after(limits.drain).instant());
-            },
-            _ = sleep_until(timeout_at), if !timed_out && exit_status.is_none() => {
-                timed_out = true;
-                if let Some(group) = group.take() {
-                    tracing::info!(?timeout, "command timed out; stopping its process group");
-                    group.terminate_then_kill(limits.kill_grace);
-                }
-            },
-            _ = sleep_until(drain_until.unwrap_or(timeout_at)), if drain_until.is_some() => break,
-        }
-    }
-
-    let mut stderr_text = stderr_buf.into_text();
-    let returncode = if timed_out {
+    let mut stderr = Stream {
+        kept: CappedOutput::new(limits.max_output_bytes),
+        progress: Progress::new(progress, "stderr"),
+    };
+    let bounds = RunBounds {
+        timeout,
+        drain: limits.drain,
+        at_timeout: AtTimeout::TerminateThenKill {
+            grace: limits.kill_grace,
+        },
+    };
+    let finished = run_captured(
+        "/bin/sh",
+        &["-c", command],
+        cwd,
+        &bounds,
+        &mut stdout,
+        &mut stderr,
+    )
+    .await?;
+    let mut stderr_text = stderr.kept.into_text();
+    let returncode = if finished.timed_out {
         if !stderr_text.is_empty() && !stderr_text.ends_with('\n') {
             stderr_text.push('\n');
         }
@@ -202,13 +153,30 @@ pub async fn run(
         ));
         TIMED_OUT_EXIT_CODE
     } else {
-        exit_status.map(exit_code_like_python).unwrap_or(-1)
+        finished.status.map(exit_code_like_python).unwrap_or(-1)
     };
     Ok(ShellOutcome {
-        stdout: stdout_buf.into_text(),
+        stdout: stdout.kept.into_text(),
         stderr: stderr_text,
         returncode,
     })
+}
+
+/// One stream of a command: kept (capped) for the result, and reported as it comes when streaming.
+struct Stream<'a> {
+    kept: CappedOutput,
+    progress: Progress<'a>,
+}
+
+impl OutputSink for Stream<'_> {
+    fn push(&mut self, chunk: &[u8]) {
+        self.kept.push(chunk);
+        self.progress.report(chunk);
+    }
+
+    fn finish(&mut self) {
+        self.progress.finish();
+    }
 }
 
 /// Output events of a streaming call, for one stream, cut at UTF-8 character boundaries.
@@ -253,15 +221,6 @@ impl<'a> Progress<'a> {
             sink.send(event);
         }
     }
-}
-
-/// Upstream (Python's asyncio) reports death by signal N as `-N`; keep that.
-fn exit_code_like_python(status: std::process::ExitStatus) -> i32 {
-    use std::os::unix::process::ExitStatusExt;
-    status
-        .code()
-        .or_else(|| status.signal().map(|signal| -signal))
-        .unwrap_or(-1)
 }
 
 #[cfg(test)]

@@ -6,14 +6,8 @@
 use std::path::Path;
 use std::time::Duration;
 
-use tokio::io::AsyncReadExt;
-use tokio::time::{Instant, sleep_until};
-
-use crate::core::child::{self, ChildGroup, Grouping};
-use crate::core::deadline::Deadline;
+use crate::core::child::{AtTimeout, OutputSink, RunBounds, exit_code_like_python, run_captured};
 use crate::core::utf8::Utf8Boundary;
-
-const READ_CHUNK: usize = 64 * 1024;
 
 pub struct RunLimits {
     pub timeout: Duration,
@@ -97,6 +91,12 @@ impl Captured {
     }
 }
 
+impl OutputSink for Captured {
+    fn push(&mut self, chunk: &[u8]) {
+        Captured::push(self, chunk);
+    }
+}
+
 /// Runs `command` with `shell -c` in `cwd`. An error only when the shell cannot be started.
 pub async fn run(
     shell: &str,
@@ -104,81 +104,36 @@ pub async fn run(
     cwd: &Path,
     limits: &RunLimits,
 ) -> std::io::Result<Ran> {
-    let mut child = child::spawn_piped(shell, &["-c", command], cwd)?;
-    // Until the shell exits, dropping this (the caller went away, or the timeout) kills the group.
-    let mut group = ChildGroup::of(Some(child.id()), Grouping::OwnGroup);
-    let (Some(mut stdout), Some(mut stderr)) = (child.stdout.take(), child.stderr.take()) else {
-        return Err(std::io::Error::other("the command's pipes are missing"));
+    let mut stdout = Captured::new(limits.max_output_bytes);
+    let mut stderr = Captured::new(limits.max_output_bytes);
+    let bounds = RunBounds {
+        timeout: limits.timeout,
+        drain: limits.drain,
+        at_timeout: AtTimeout::Kill {
+            wait: limits.kill_wait,
+        },
     };
-
-    let mut stdout_kept = Captured::new(limits.max_output_bytes);
-    let mut stderr_kept = Captured::new(limits.max_output_bytes);
-    let mut stdout_chunk = vec![0u8; READ_CHUNK];
-    let mut stderr_chunk = vec![0u8; READ_CHUNK];
-    let (mut stdout_open, mut stderr_open) = (true, true);
-
-    let timeout_at = Deadline::after(limits.timeout).instant();
-    let mut exit_status = None;
-    // Once set, the loop ends there whatever is still open: after the exit (the drain) or the kill.
-    let mut stop_at: Option<Instant> = None;
-    let mut timed_out = false;
-
-    loop {
-        if exit_status.is_some() && !stdout_open && !stderr_open {
-            break;
-        }
-        tokio::select! {
-            read = stdout.read(&mut stdout_chunk), if stdout_open => match read {
-                Ok(0) | Err(_) => stdout_open = false,
-                Ok(n) => stdout_kept.push(stdout_chunk.get(..n).unwrap_or_default()),
-            },
-            read = stderr.read(&mut stderr_chunk), if stderr_open => match read {
-                Ok(0) | Err(_) => stderr_open = false,
-                Ok(n) => stderr_kept.push(stderr_chunk.get(..n).unwrap_or_default()),
-            },
-            status = child.wait(), if exit_status.is_none() => {
-                exit_status = Some(status?);
-                if let Some(group) = group.as_mut() {
-                    group.leader_reaped();
-                    // What the command left running in the background goes on, as it would after
-                    // the same command in a terminal.
-                    group.disarm();
-                }
-                if !timed_out {
-                    stop_at = Some(Deadline::after(limits.drain).instant());
-                }
-            },
-            () = sleep_until(timeout_at), if !timed_out && exit_status.is_none() => {
-                timed_out = true;
-                tracing::info!(timeout = ?limits.timeout, "shell command timed out; killing its process group");
-                // Dropped armed: SIGKILL to the whole group.
-                drop(group.take());
-                stop_at = Some(Deadline::after(limits.kill_wait).instant());
-            },
-            () = sleep_until(stop_at.unwrap_or(timeout_at)), if stop_at.is_some() => break,
-        }
-    }
-
-    let outcome = if timed_out {
+    let finished = run_captured(
+        shell,
+        &["-c", command],
+        cwd,
+        &bounds,
+        &mut stdout,
+        &mut stderr,
+    )
+    .await?;
+    let outcome = if finished.timed_out {
         Outcome::Timeout
     } else {
-        exit_status.map_or(Outcome::Exit(-1), |status| {
+        finished.status.map_or(Outcome::Exit(-1), |status| {
             Outcome::Exit(exit_code_like_python(status))
         })
     };
     Ok(Ran {
-        stdout: stdout_kept,
-        stderr: stderr_kept,
+        stdout,
+        stderr,
         outcome,
     })
-}
-
-fn exit_code_like_python(status: std::process::ExitStatus) -> i32 {
-    use std::os::unix::process::ExitStatusExt;
-    status
-        .code()
-        .or_else(|| status.signal().map(|signal| signal.saturating_neg()))
-        .unwrap_or(-1)
 }
 
 #[cfg(test)]

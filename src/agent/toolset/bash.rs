@@ -95,7 +95,8 @@ impl BashSessions {
             *shell = Shell::Running(Box::new(self.start()?));
             return Ok(Block::text("bash session restarted".to_owned()));
         }
-        let Some(command) = command.filter(|command| !command.is_empty()) else {
+        // A blank command would break the framing and end the shell (the reference's fate for it).
+        let Some(command) = command.filter(|command| !command.trim().is_empty()) else {
             return Err("bash: command is required".to_owned());
         };
         let given = timeout_ms.filter(|ms| *ms != 0);

@@ -2,6 +2,7 @@
 //! Xvfb, Chromium and adb): how they are started, what they inherit and what they must not, how their
 //! groups are signalled and stopped, their stderr, and what a previous (or a killed) boxd left behind.
 
+mod captured;
 mod environment;
 mod fork;
 mod group;
@@ -12,6 +13,7 @@ mod reaper;
 mod spawn;
 mod stderr;
 
+pub use captured::{AtTimeout, OutputSink, RunBounds, exit_code_like_python, run_captured};
 pub use environment::{
     runtime_environment, runtime_environment_set, set_runtime_environment, withhold_from_children,
 };
