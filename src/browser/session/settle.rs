@@ -16,6 +16,11 @@ use crate::tools::ToolError;
 pub const SETTLE_CAP: Duration = Duration::from_secs(3);
 /// The DOM is settled when it has not changed for this long.
 const QUIET: Duration = Duration::from_millis(100);
+/// DOM changes this long before an action count as its own (the page's clock and boxd's are read a
+/// round trip apart).
+const ACTION_SLACK: Duration = Duration::from_millis(5);
+/// The look that tells an action set nothing off; past it, the ordinary settle decides.
+const UNCHANGED_LOOK_TIMEOUT: Duration = Duration::from_secs(1);
 /// Installed in every document before its scripts run: the time of the last DOM change since the
 /// document finished loading (0: none), so a settle after the load event can tell at once that nothing
 /// moved, instead of waiting out a quiet window. Changes while the parser builds the page are no sign
@@ -27,7 +32,7 @@ pub(super) const WATCH_MUTATIONS: &str = "(() => { const key = Symbol.for('boxd.
     if (document.readyState === 'complete') state.last = performance.now(); }).observe(document, \
     { subtree: true, childList: true, attributes: true, characterData: true }); })()";
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy)]
 pub struct Marks {
     pub navigation_requested: u64,
     pub documents: u64,
@@ -36,6 +41,29 @@ pub struct Marks {
     pub loads: u64,
     /// The main frame was loading (a page whose load never fired still is).
     pub loading: bool,
+    /// When they were taken: just before an action, so its effects can be told from what came before.
+    pub taken: Instant,
+}
+
+impl Marks {
+    /// The same events seen (whenever the marks were taken).
+    pub fn same_events(&self, other: &Marks) -> bool {
+        (
+            self.navigation_requested,
+            self.documents,
+            self.dom_content_loaded,
+            self.stopped_loading,
+            self.loads,
+            self.loading,
+        ) == (
+            other.navigation_requested,
+            other.documents,
+            other.dom_content_loaded,
+            other.stopped_loading,
+            other.loads,
+            other.loading,
+        )
+    }
 }
 
 impl Running {
@@ -47,6 +75,7 @@ impl Running {
             stopped_loading: events.stopped_loading,
             loads: events.loads,
             loading: events.loading,
+            taken: Instant::now(),
         })
     }
 
@@ -110,10 +139,54 @@ impl Running {
         }
     }
 
-    /// Waits for what an action set off: a navigation it started to commit (its DOMContentLoaded),
-    /// then the DOM to be quiet for [`QUIET`]; all within [`SETTLE_CAP`], and never past a dialog.
+    /// Waits for what an action set off: nothing when it set nothing off (no navigation, no request,
+    /// no change of the DOM: answered at once), else a navigation it started to commit (its
+    /// DOMContentLoaded), then the DOM to be quiet for [`QUIET`]; all within [`SETTLE_CAP`], and never
+    /// past a dialog.
     pub async fn settle(&self, before: Marks) -> Result<(), ToolError> {
+        if self.unchanged_since(before).await? {
+            return Ok(());
+        }
         self.settle_until(before, Instant::now() + SETTLE_CAP).await
+    }
+
+    /// Whether the action taken right after `before` set nothing off, looked at once its page's
+    /// handlers ran (one task's hop, a message rather than a timer, which a paced page may hold back
+    /// for a frame: the handlers' promises and the tasks they queued run first): the page was
+    /// loaded and still is, no navigation was asked for, no request is in flight (the renderer reports
+    /// one a handler started before it answers the look), and the DOM did not change since the action
+    /// (nor within [`ACTION_SLACK`] before it). False, and the ordinary settle decides, on any doubt.
+    async fn unchanged_since(&self, before: Marks) -> Result<bool, ToolError> {
+        let calm = |running: &Running| -> Result<bool, ToolError> {
+            let now = running.marks()?;
+            running.events(|events| {
+                !before.loading
+                    && !events.loading
+                    && events.in_flight.is_empty()
+                    && events.dialog.is_none()
+                    && !events.crashed
+                    && now.navigation_requested == before.navigation_requested
+                    && now.documents == before.documents
+            })
+        };
+        if !calm(self)? || self.cdp().is_closed() {
+            return Ok(false);
+        }
+        let session = self.tab()?.session.clone();
+        let since = (before.taken.elapsed() + ACTION_SLACK).as_millis();
+        let look = format!(
+            "new Promise(resolve => {{ const action = performance.now() - {since}; \
+             const hop = new MessageChannel(); hop.port1.onmessage = () => {{ hop.port1.close(); \
+             const state = window[Symbol.for('boxd.settle')]; resolve(!!state && \
+             document.readyState === 'complete' && state.last < action); }}; \
+             hop.port2.postMessage(0); }})"
+        );
+        let looked = self
+            .evaluate_promise(&session, &look, UNCHANGED_LOOK_TIMEOUT)
+            .await;
+        let unchanged = matches!(&looked, Ok(Some(answer))
+            if answer.pointer("/result/value") == Some(&Value::Bool(true)));
+        Ok(unchanged && calm(self)?)
     }
 
     /// [`Running::settle`] within a deadline given by the caller (a navigation's whole wait shares

@@ -73,7 +73,7 @@ impl Running {
         if let Some(ahead) = self.ahead.take()
             && with_snapshot
             && ahead.session == self.tab()?.session
-            && ahead.marks == self.marks()?
+            && ahead.marks.same_events(&self.marks()?)
         {
             let (url, title) = ahead.location;
             let snapshot = self.render_snapshot(ahead.parts)?;

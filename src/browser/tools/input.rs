@@ -81,10 +81,16 @@ fn click(call: PageCall<'_>, args: ElementArguments) -> BoxFuture<'_, Result<Ans
         let point = running.center(element.node(), reference).await?;
         let before = running.marks()?;
         running
+            // Sent together, in order: a move alone is answered only at the next frame, while the
+            // press behind it makes the renderer dispatch it at once.
             .racing(async {
-                running.mouse_move(point, 0).await?;
-                running.mouse_press(point).await?;
-                running.mouse_release(point).await
+                futures_util::future::try_join3(
+                    running.mouse_move(point, 0),
+                    running.mouse_press(point),
+                    running.mouse_release(point),
+                )
+                .await
+                .map(drop)
             })
             .await?;
         running.settle(before).await?;
