@@ -693,3 +693,144 @@ async fn batch_paths_fields_are_capped() {
     assert_eq!(response.status().as_u16(), 413);
     assert!(workspace_names(&server).is_empty());
 }
+
+/// Sets an entry's mtime (a link's own), to the nanosecond.
+fn set_mtime(path: &std::path::Path, seconds: i64, nanos: i64) {
+    use std::os::unix::ffi::OsStrExt;
+    let c_path = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
+    let times = [libc::timespec {
+        tv_sec: seconds,
+        tv_nsec: nanos,
+    }; 2];
+    // SAFETY: `c_path` is NUL-terminated and `times` holds two valid timespecs.
+    let done = unsafe {
+        libc::utimensat(
+            libc::AT_FDCWD,
+            c_path.as_ptr(),
+            times.as_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    };
+    assert_eq!(done, 0, "utimensat {}", path.display());
+}
+
+/// A listing's answer, byte for byte, on a directory of every kind of entry: order (bytes, not
+/// locale), escapes, a name that is not UTF-8, links as links (in, out, dangling, to a directory, never
+/// entered), a FIFO, sizes only for files, mtimes before the epoch, staging files left out, depth.
+#[tokio::test]
+async fn listing_answers_byte_for_byte() {
+    use std::os::unix::ffi::OsStrExt;
+    let server = Server::start();
+    let mixed = server.ws("mixed");
+    std::fs::create_dir_all(mixed.join("a dir/deeper")).unwrap();
+    std::fs::write(mixed.join("a dir/deeper/x"), "").unwrap();
+    std::fs::write(mixed.join("a dir/inner.bin"), [0u8; 1234]).unwrap();
+    std::fs::write(mixed.join("b.txt"), "hello").unwrap();
+    std::fs::write(mixed.join("Zupper"), "z").unwrap();
+    std::fs::write(mixed.join(".hidden"), "h").unwrap();
+    std::fs::write(mixed.join(".boxd-upload-abc.tmp"), "staging").unwrap();
+    std::fs::write(mixed.join(".boxd-upload-abc.tmpx"), "not staging").unwrap();
+    std::fs::write(mixed.join("quo\"te\\and\ttab\u{e9}\u{1F600}"), "q").unwrap();
+    std::fs::write(mixed.join(std::ffi::OsStr::from_bytes(b"bad\xffname")), "b").unwrap();
+    symlink("b.txt", mixed.join("link-in")).unwrap();
+    symlink("a dir", mixed.join("link-dir")).unwrap();
+    symlink("/etc", mixed.join("link-out")).unwrap();
+    symlink("nowhere", mixed.join("dangling")).unwrap();
+    let fifo = std::ffi::CString::new(mixed.join("fifo").as_os_str().as_bytes()).unwrap();
+    // SAFETY: `fifo` is NUL-terminated.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+    for entry in [
+        "a dir/deeper/x",
+        "a dir/deeper",
+        "a dir/inner.bin",
+        "a dir",
+        ".hidden",
+        ".boxd-upload-abc.tmpx",
+        "quo\"te\\and\ttab\u{e9}\u{1F600}",
+        "link-in",
+        "link-dir",
+        "link-out",
+        "dangling",
+        "fifo",
+    ] {
+        set_mtime(&mixed.join(entry), 1_700_000_000, 123_456_789);
+    }
+    set_mtime(
+        &mixed.join(std::ffi::OsStr::from_bytes(b"bad\xffname")),
+        1_700_000_000,
+        999_999_999,
+    );
+    set_mtime(&mixed.join("b.txt"), -2, 500_000_000);
+    set_mtime(&mixed.join("Zupper"), -1, 999_999_999);
+
+    let root = server.ws("mixed").display().to_string();
+    let entry = |path: &str, kind: &str, size: Option<u64>, mtime_ms: i64| {
+        let name = path.rsplit('/').next().unwrap();
+        let size = size.map_or("null".to_owned(), |size| size.to_string());
+        format!(
+            r#"{{"path":{},"name":{},"type":"{kind}","size":{size},"mtime_ms":{mtime_ms}}}"#,
+            serde_json::to_string(&format!("{root}/{path}")).unwrap(),
+            serde_json::to_string(name).unwrap(),
+        )
+    };
+    let at = 1_700_000_000_123;
+    let top = |deep: bool| {
+        let mut entries = vec![
+            entry(".boxd-upload-abc.tmpx", "file", Some(11), at),
+            entry(".hidden", "file", Some(1), at),
+            entry("Zupper", "file", Some(1), 0),
+            entry("a dir", "dir", None, at),
+        ];
+        if deep {
+            entries.push(entry("a dir/deeper", "dir", None, at));
+            entries.push(entry("a dir/inner.bin", "file", Some(1234), at));
+        }
+        entries.extend([
+            entry("b.txt", "file", Some(5), -1_500),
+            entry("bad\u{FFFD}name", "file", Some(1), 1_700_000_000_999),
+            entry("dangling", "symlink", None, at),
+            entry("fifo", "other", None, at),
+            entry("link-dir", "symlink", None, at),
+            entry("link-in", "symlink", None, at),
+            entry("link-out", "symlink", None, at),
+            entry("quo\"te\\and\ttab\u{e9}\u{1F600}", "file", Some(1), at),
+        ]);
+        format!("[{}]", entries.join(","))
+    };
+    for (query, expected) in [
+        ("mixed", top(false)),
+        ("mixed&depth=2", top(true)),
+        (
+            "mixed/a%20dir&depth=1",
+            format!(
+                "[{},{}]",
+                entry("a dir/deeper", "dir", None, at),
+                entry("a dir/inner.bin", "file", Some(1234), at)
+            ),
+        ),
+        (
+            "mixed/a%20dir/deeper&depth=3",
+            format!("[{}]", entry("a dir/deeper/x", "file", Some(0), at)),
+        ),
+    ] {
+        let response = server
+            .get(&format!("/workspace/list?path={query}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200, "{query}");
+        assert_eq!(
+            response.headers()["content-type"],
+            "application/json",
+            "{query}"
+        );
+        assert_eq!(response.text().await.unwrap(), expected, "{query}");
+    }
+    std::fs::create_dir(server.ws("empty")).unwrap();
+    let empty = server
+        .get("/workspace/list?path=empty")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(empty.text().await.unwrap(), "[]");
+}

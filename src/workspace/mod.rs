@@ -11,6 +11,7 @@ use crate::core::confine::{Anchor, Dir, Workspace, WorkspacePath};
 use crate::core::entry::{EntryInfo, OpenError};
 use crate::core::staging as upload;
 
+use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
 
 use axum::Json;
@@ -368,16 +369,18 @@ struct ListQuery {
     depth: Option<u32>,
 }
 
+/// One hop to the blocking pool for the whole listing (locate, check, walk, serialise), and the JSON
+/// written as the walk goes: what `Json<Vec<EntryInfo>>` would write, without a record per entry.
 async fn list(
     State(workspace): State<Arc<Workspace>>,
     ApiQuery(query): ApiQuery<ListQuery>,
-) -> ApiResult<Json<Vec<EntryInfo>>> {
+) -> ApiResult<Response> {
     let depth = query.depth.unwrap_or(1);
     if depth == 0 {
         return Err(ApiError::BadRequest("depth must be at least 1".into()));
     }
-    let (target, held) = locate(&workspace, &query.path).await?;
-    blocking(move || {
+    let json = blocking(move || {
+        let (target, held) = workspace.locate(&query.path)?;
         let meta = held
             .metadata()
             .map_err(|err| ApiError::from_io(&err, &query.path))?;
@@ -390,47 +393,89 @@ async fn list(
         let dir = held
             .open_dir()
             .map_err(|err| ApiError::from_io(&err, &query.path))?;
-        let mut entries = Vec::new();
-        walk(&target.shown, &dir, depth, &mut entries)
+        let mut listing = Listing::default();
+        let mut shown = target.shown.to_string_lossy().into_owned();
+        listing
+            .walk(&mut shown, &dir, depth)
             .map_err(|err| ApiError::from_io(&err, &query.path))?;
-        Ok(Json(entries))
+        Ok(listing.finish())
     })
-    .await
+    .await?;
+    Ok((
+        [(
+            header::CONTENT_TYPE,
+            header::HeaderValue::from_static("application/json"),
+        )],
+        json,
+    )
+        .into_response())
 }
 
-/// Depth-first, names sorted; directories are entered by descriptor, by lstat type only, so a symlink
-/// is never followed (not even one swapped in for a directory while it is listed).
-fn walk(
-    shown: &std::path::Path,
-    dir: &Dir,
-    depth: u32,
-    out: &mut Vec<EntryInfo>,
-) -> std::io::Result<()> {
-    let mut children: Vec<_> = match dir.entries() {
-        Ok(entries) => entries
-            .into_iter()
-            .filter(|child| !is_staging_name(&child.name))
-            .collect(),
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(err) => return Err(err),
-    };
-    children.sort_by(|a, b| a.name.cmp(&b.name));
-    for child in children {
-        let Ok(meta) = dir.child_metadata(&child.name) else {
-            continue;
+/// A listing's JSON array, written entry by entry.
+#[derive(Default)]
+struct Listing {
+    json: Vec<u8>,
+}
+
+impl Listing {
+    /// Depth-first, names sorted; directories are entered by descriptor, by lstat type only, so a
+    /// symlink is never followed (not even one swapped in for a directory while it is listed). `shown`
+    /// is the directory's path as the answer shows it; it is extended for each entry and given back as
+    /// it came.
+    fn walk(&mut self, shown: &mut String, dir: &Dir, depth: u32) -> std::io::Result<()> {
+        let mut names = match dir.entry_names() {
+            Ok(names) => names,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(err) => return Err(err),
         };
-        let child_shown = shown.join(&child.name);
-        out.push(EntryInfo::from_metadata(&child_shown, &meta));
-        if meta.is_dir() && depth > 1 {
-            match dir.open_child(&child.name) {
-                Ok(sub) => walk(&child_shown, &sub, depth - 1, out)?,
-                // Gone, or no longer a directory, since it was listed.
-                Err(err) if vanished(&err) => {}
-                Err(err) => return Err(err),
+        names.retain(|name| !is_staging_name(std::ffi::OsStr::from_bytes(name.as_bytes())));
+        names.sort_unstable_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+        let own_length = shown.len();
+        // As `Path::join` does: a separator unless the path is empty or already ends with one. Lossy
+        // conversion piece by piece equals that of the whole, as pieces meet at a `/`.
+        if !shown.is_empty() && !shown.ends_with('/') {
+            shown.push('/');
+        }
+        let prefix_length = shown.len();
+        // About what each entry takes (its path twice, the rest ~70 bytes), to grow the buffer rarely.
+        let per_entry = prefix_length.saturating_mul(2).saturating_add(96);
+        self.json.reserve(names.len().saturating_mul(per_entry));
+        for name in &names {
+            // Gone since it was listed, or not ours to see: left out.
+            let Ok(stat) = dir.child_stat(name) else {
+                continue;
+            };
+            shown.truncate(prefix_length);
+            shown.push_str(&String::from_utf8_lossy(name.as_bytes()));
+            let entry = EntryInfo::from_stat(shown.as_str(), &shown[prefix_length..], &stat);
+            let is_dir = entry.kind == "dir";
+            self.push(&entry)?;
+            if is_dir && depth > 1 {
+                match dir.open_child(std::ffi::OsStr::from_bytes(name.as_bytes())) {
+                    Ok(sub) => self.walk(shown, &sub, depth - 1)?,
+                    // Gone, or no longer a directory, since it was listed.
+                    Err(err) if vanished(&err) => {}
+                    Err(err) => return Err(err),
+                }
             }
         }
+        shown.truncate(own_length);
+        Ok(())
     }
-    Ok(())
+
+    fn push(&mut self, entry: &EntryInfo<&str>) -> std::io::Result<()> {
+        self.json
+            .push(if self.json.is_empty() { b'[' } else { b',' });
+        serde_json::to_writer(&mut self.json, entry).map_err(std::io::Error::other)
+    }
+
+    fn finish(mut self) -> Vec<u8> {
+        if self.json.is_empty() {
+            self.json.push(b'[');
+        }
+        self.json.push(b']');
+        self.json
+    }
 }
 
 fn vanished(err: &std::io::Error) -> bool {

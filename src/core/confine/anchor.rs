@@ -88,6 +88,17 @@ pub struct Dir {
     fd: OwnedFd,
 }
 
+/// An entry's name as `readdir` gave it: a single component (never `.`, `..` or one with a `/`) by
+/// construction, so the `*at` calls can take it without another check or copy.
+#[derive(Debug)]
+pub struct EntryName(CString);
+
+impl EntryName {
+    pub fn as_bytes(&self) -> &[u8] {
+        self.0.to_bytes()
+    }
+}
+
 /// Opens `root` and, beneath it, the parent of `relative` (plain names only: the checked, symlink-free
 /// location). With `follow_last`, the final name was checked as a non-link (the check followed it),
 /// and is refused if it is one now.
@@ -566,6 +577,21 @@ impl Dir {
     /// `lstat` of an entry.
     pub fn child_metadata(&self, name: &OsStr) -> io::Result<Metadata> {
         at::metadata_at(self.fd.as_fd(), Some(&at::c_name(name)?))
+    }
+
+    /// Its entries' names, unsorted, `.` and `..` left out: for walks that `lstat` every entry anyway
+    /// ([`Dir::child_stat`]), with no per-entry type lookup.
+    pub fn entry_names(&self) -> io::Result<Vec<EntryName>> {
+        Ok(at::read_dir_names(self.fd.as_fd())?
+            .into_iter()
+            .map(EntryName)
+            .collect())
+    }
+
+    /// `lstat` of an entry as the kernel's `stat`: one `fstatat` relative to the held descriptor (a
+    /// link is described as itself), where [`Dir::child_metadata`] opens the entry to `fstat` it.
+    pub fn child_stat(&self, name: &EntryName) -> io::Result<libc::stat> {
+        at::lstat_at(self.fd.as_fd(), &name.0)
     }
 }
 

@@ -75,8 +75,8 @@ pub fn metadata_at(dir: BorrowedFd<'_>, name: Option<&CStr>) -> io::Result<Metad
     File::from(fd).metadata()
 }
 
-/// The type bits of `name` in `dir`, without following a link; cheaper than [`metadata_at`].
-pub fn file_type_at(dir: BorrowedFd<'_>, name: &CStr) -> io::Result<libc::mode_t> {
+/// `lstat` of `name` in `dir` as the kernel's `stat`: one `fstatat`, the link itself if it is one.
+pub fn lstat_at(dir: BorrowedFd<'_>, name: &CStr) -> io::Result<libc::stat> {
     // SAFETY: an all-zero `stat` is a valid value of this plain C struct.
     let mut stat: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: `name` is NUL-terminated, `stat` is a valid place to write, `dir` is open.
@@ -88,7 +88,12 @@ pub fn file_type_at(dir: BorrowedFd<'_>, name: &CStr) -> io::Result<libc::mode_t
             libc::AT_SYMLINK_NOFOLLOW,
         )
     })?;
-    Ok(stat.st_mode & libc::S_IFMT)
+    Ok(stat)
+}
+
+/// The type bits of `name` in `dir`, without following a link; cheaper than [`metadata_at`].
+pub fn file_type_at(dir: BorrowedFd<'_>, name: &CStr) -> io::Result<libc::mode_t> {
+    lstat_at(dir, name).map(|stat| stat.st_mode & libc::S_IFMT)
 }
 
 /// The type bits of what `fd` is.
@@ -148,20 +153,17 @@ pub struct DirEntry {
 
 /// The entries of a directory (without `.` and `..`), in the order the filesystem gives them.
 pub fn read_dir(dir: BorrowedFd<'_>) -> io::Result<Vec<DirEntry>> {
-    // A descriptor of its own: `closedir` closes it, and its offset is nobody else's.
-    let fd = reopen_dir(dir, libc::O_RDONLY)?.into_raw_fd();
-    // SAFETY: `fd` is an open directory descriptor; on success the stream owns it.
-    let stream = unsafe { libc::fdopendir(fd) };
-    if stream.is_null() {
-        let err = io::Error::last_os_error();
-        // SAFETY: the stream did not take `fd`: it is still ours to close.
-        drop(unsafe { OwnedFd::from_raw_fd(fd) });
-        return Err(err);
-    }
-    let listed = read_stream(stream);
-    // SAFETY: `stream` came from `fdopendir` and is closed once, here.
-    unsafe { libc::closedir(stream) };
-    Ok(listed?
+    let mut listed = Vec::new();
+    for_each_entry(dir, |name, d_type| {
+        let kind = match d_type {
+            libc::DT_DIR => Some(Kind::Dir),
+            libc::DT_LNK => Some(Kind::Symlink),
+            libc::DT_UNKNOWN => None,
+            _ => Some(Kind::Other),
+        };
+        listed.push((OsString::from_vec(name.to_bytes().to_vec()), kind));
+    })?;
+    Ok(listed
         .into_iter()
         .map(|(name, kind)| {
             let kind = kind.unwrap_or_else(|| {
@@ -175,6 +177,14 @@ pub fn read_dir(dir: BorrowedFd<'_>) -> io::Result<Vec<DirEntry>> {
         .collect())
 }
 
+/// The names of a directory's entries (without `.` and `..`), in the order the filesystem gives them:
+/// each a single component, as `readdir` gives it, ready for the `*at` calls.
+pub fn read_dir_names(dir: BorrowedFd<'_>) -> io::Result<Vec<CString>> {
+    let mut names = Vec::new();
+    for_each_entry(dir, |name, _| names.push(name.to_owned()))?;
+    Ok(names)
+}
+
 fn kind_of_mode(mode: libc::mode_t) -> Kind {
     match mode {
         libc::S_IFDIR => Kind::Dir,
@@ -183,9 +193,26 @@ fn kind_of_mode(mode: libc::mode_t) -> Kind {
     }
 }
 
-/// The entries `readdir` gives, with no kind where the filesystem does not fill `d_type`.
-fn read_stream(stream: *mut libc::DIR) -> io::Result<Vec<(OsString, Option<Kind>)>> {
-    let mut entries = Vec::new();
+/// Calls `visit` with each entry's name and `d_type` (`DT_UNKNOWN` where the filesystem does not fill
+/// it), `.` and `..` left out.
+fn for_each_entry(dir: BorrowedFd<'_>, visit: impl FnMut(&CStr, u8)) -> io::Result<()> {
+    // A descriptor of its own: `closedir` closes it, and its offset is nobody else's.
+    let fd = reopen_dir(dir, libc::O_RDONLY)?.into_raw_fd();
+    // SAFETY: `fd` is an open directory descriptor; on success the stream owns it.
+    let stream = unsafe { libc::fdopendir(fd) };
+    if stream.is_null() {
+        let err = io::Error::last_os_error();
+        // SAFETY: the stream did not take `fd`: it is still ours to close.
+        drop(unsafe { OwnedFd::from_raw_fd(fd) });
+        return Err(err);
+    }
+    let read = read_stream(stream, visit);
+    // SAFETY: `stream` came from `fdopendir` and is closed once, here.
+    unsafe { libc::closedir(stream) };
+    read
+}
+
+fn read_stream(stream: *mut libc::DIR, mut visit: impl FnMut(&CStr, u8)) -> io::Result<()> {
     loop {
         // `readdir` tells the end from an error only through errno.
         // SAFETY: errno is this thread's.
@@ -195,23 +222,17 @@ fn read_stream(stream: *mut libc::DIR) -> io::Result<Vec<(OsString, Option<Kind>
         if entry.is_null() {
             let err = io::Error::last_os_error();
             return match err.raw_os_error() {
-                Some(0) | None => Ok(entries),
+                Some(0) | None => Ok(()),
                 Some(_) => Err(err),
             };
         }
         // SAFETY: `readdir` returned a valid entry whose name is NUL-terminated; it stays valid
-        // until the next `readdir` on this stream, and is copied before that.
+        // until the next `readdir` on this stream, and `visit` only borrows it until then.
         let (name, d_type) = unsafe { (CStr::from_ptr((*entry).d_name.as_ptr()), (*entry).d_type) };
-        let name = name.to_bytes();
-        if name == b"." || name == b".." {
+        let bytes = name.to_bytes();
+        if bytes == b"." || bytes == b".." {
             continue;
         }
-        let kind = match d_type {
-            libc::DT_DIR => Some(Kind::Dir),
-            libc::DT_LNK => Some(Kind::Symlink),
-            libc::DT_UNKNOWN => None,
-            _ => Some(Kind::Other),
-        };
-        entries.push((OsString::from_vec(name.to_vec()), kind));
+        visit(name, d_type);
     }
 }
