@@ -461,3 +461,144 @@ async fn a_stalled_streaming_reader_cannot_get_the_shared_kernel_killed() {
     assert!(started.elapsed() < Duration::from_secs(30));
     drop(stalled);
 }
+
+/// The pids of boxd's kernels (children running the helper), read from `/proc` without a request.
+fn kernels_of(server: &Server) -> Vec<u32> {
+    let boxd = server.pid();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let parent = stat
+                .rsplit_once(')')
+                .and_then(|(_, fields)| fields.split_whitespace().nth(1))
+                .and_then(|parent| parent.parse::<u32>().ok());
+            let command = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            parent == Some(boxd) && String::from_utf8_lossy(&command).contains("IPython helper")
+        })
+        .collect()
+}
+
+/// Whether boxd holds no kernel over a short window (30 looks, 10 ms apart), asked without a request.
+async fn no_kernel_for_a_while(server: &Server) -> Result<(), Vec<u32>> {
+    for _ in 0..30 {
+        let kernels = kernels_of(server);
+        if !kernels.is_empty() {
+            return Err(kernels);
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    Ok(())
+}
+
+/// A sandbox nobody contacted holds no kernel; the first request of any kind (here `/livez`, which
+/// does not wait for it) starts one, and a cell then answers on it.
+#[tokio::test]
+async fn no_kernel_until_the_first_request_which_does_not_wait_for_it() {
+    let server = start();
+    assert_eq!(no_kernel_for_a_while(&server).await, Ok(()));
+    let asked = std::time::Instant::now();
+    let live = server.anonymous().get(server.url("/livez")).send().await;
+    assert_eq!(live.map(|answer| answer.status().as_u16()).ok(), Some(200));
+    assert!(
+        asked.elapsed() < Duration::from_secs(2),
+        "/livez waited {:?}",
+        asked.elapsed()
+    );
+    assert!(
+        common::eventually(common::SETTLE, || kernels_of(&server).len() == 1).await,
+        "no kernel after the first request: {:?}",
+        kernels_of(&server)
+    );
+    let answer = cell(&server, "print(6 * 7)").await;
+    assert_eq!(item(&answer, "stdout"), Some("42\n"), "{answer}");
+    let readiness: Value = server.get("/readyz").fetch_json().await;
+    assert_eq!(readiness["families"]["ipython"]["status"], "ready");
+}
+
+/// Before the first request `/readyz` can only be seen by that request: it says `starting` (503), and
+/// turns ready once the kernel it started is up.
+#[tokio::test]
+async fn readiness_asked_first_starts_the_kernel_and_turns_ready() {
+    let server = start();
+    let first: Value = server.get("/readyz").fetch_json().await;
+    assert_eq!(first["ready"], false, "{first}");
+    assert_eq!(
+        first["families"]["ipython"]["status"], "starting",
+        "{first}"
+    );
+    assert_eq!(first["families"]["shell"]["status"], "ready", "{first}");
+    let mut status = 0;
+    for _ in 0..400 {
+        status = server
+            .anonymous()
+            .get(server.url("/readyz/status"))
+            .fetch_status()
+            .await;
+        if status == 200 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(status, 200);
+    assert_eq!(kernels_of(&server).len(), 1);
+}
+
+/// `--kernel-start eager` keeps the former start: the kernel comes up with boxd, before any request.
+#[tokio::test]
+async fn the_eager_option_starts_the_kernel_with_boxd() {
+    let server = Server::start_with(&["--python", &python(), "--kernel-start", "eager"]);
+    assert!(
+        common::eventually(common::SETTLE, || kernels_of(&server).len() == 1).await,
+        "no kernel without a request under --kernel-start eager"
+    );
+    let answer = cell(&server, "print(6 * 7)").await;
+    assert_eq!(item(&answer, "stdout"), Some("42\n"), "{answer}");
+}
+
+/// A kernel past `--kernel-max-rss` is restarted after the cell that grew it (which answers whole),
+/// and the next cell's stdout starts with one line saying so and why.
+#[tokio::test]
+async fn a_kernel_over_its_rss_cap_is_recycled_between_cells() {
+    let server = Server::start_with(&["--python", &python(), "--kernel-max-rss", "200"]);
+    let first = cell(&server, "import os; kept = 1; print(os.getpid())").await;
+    let before: u32 = item(&first, "stdout")
+        .and_then(|pid| pid.trim().parse().ok())
+        .unwrap_or_else(|| panic!("the kernel's pid: {first}"));
+    let grown = cell(&server, "x = bytearray(300 * 2**20); print(len(x))").await;
+    assert_eq!(item(&grown, "stdout"), Some("314572800\n"), "{grown}");
+    assert_eq!(grown["isError"], false, "{grown}");
+    let next = cell(
+        &server,
+        "import os; print('kept' in globals(), os.getpid())",
+    )
+    .await;
+    let stdout = item(&next, "stdout").unwrap_or_default();
+    let (notice, rest) = stdout.split_once('\n').unwrap_or_default();
+    assert!(
+        notice.starts_with("[boxd: this is a fresh IPython kernel; the previous one was restarted between cells because its memory (RSS ")
+            && notice.contains("MiB) went over the cap of 200 MiB (--kernel-max-rss)"),
+        "{stdout}"
+    );
+    let (kept, after) = rest.trim().split_once(' ').unwrap_or_default();
+    assert_eq!(kept, "False", "{stdout}");
+    assert_ne!(after.parse::<u32>().ok(), Some(before), "{stdout}");
+    assert_eq!(kernels_of(&server).len(), 1);
+    let readiness: Value = server.get("/readyz").fetch_json().await;
+    let ipython = &readiness["families"]["ipython"];
+    assert_eq!(ipython["status"], "ready", "{readiness}");
+    assert_eq!(ipython["restarts"], 1, "{readiness}");
+    assert!(
+        ipython["last_exit"]
+            .as_str()
+            .is_some_and(|why| why.contains("over the cap of 200 MiB")),
+        "{readiness}"
+    );
+    // Only that one line: the cell after it starts clean.
+    let clean = cell(&server, "print(1)").await;
+    assert_eq!(item(&clean, "stdout"), Some("1\n"), "{clean}");
+}

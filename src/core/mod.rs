@@ -1,8 +1,8 @@
 //! What every family stands on and no family owns: the error type (plain data: `api` turns it into an
 //! answer), health, ownership of a shared resource, a concurrency cap (admission), deadlines, child
-//! supervision, the table of live processes, path confinement, staged writes, UTF-8 boundaries, memory,
-//! the claim, connections' peers, fresh secrets. Nothing here imports anything above it, nor the HTTP
-//! framework (`tests/layering.rs` checks both).
+//! supervision, the table of live processes, whether a client has come, path confinement, staged
+//! writes, UTF-8 boundaries, memory, the claim, connections' peers, fresh secrets. Nothing here imports
+//! anything above it, nor the HTTP framework (`tests/layering.rs` checks both).
 
 pub mod admission;
 pub mod child;
@@ -12,6 +12,7 @@ pub mod deadline;
 pub mod entry;
 pub mod error;
 pub mod file_size;
+pub mod first_request;
 pub mod health;
 pub mod live;
 pub mod memory;

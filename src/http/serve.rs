@@ -286,6 +286,7 @@ impl Connection {
             let service = service.clone();
             async move {
                 let _busy = crate::core::memory::busy();
+                crate::core::first_request::arrived();
                 let request = request.map(Body::new);
                 if restricted && !is_probe(request.uri().path()) {
                     return Ok::<Response, Infallible>(over_cap_response(max_connections));

@@ -1,5 +1,6 @@
-//! The `ipython` family: `run_ipython_cell` on one supervised kernel, warmed at start, restarted with
-//! backoff while it cannot start (the reason shows in `/readyz` and in each refused call).
+//! The `ipython` family: `run_ipython_cell` on one supervised kernel, started when the first request
+//! reaches boxd (or with boxd: `--kernel-start eager`), restarted with backoff while it cannot start (the
+//! reason shows in `/readyz` and in each refused call), and recycled between cells past an RSS cap.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -45,6 +46,22 @@ pub struct IpythonArgs {
     /// Default seconds before an IPython cell is interrupted.
     #[arg(long, env = "BOXD_CELL_TIMEOUT", default_value_t = 300.0)]
     pub cell_timeout: f64,
+    /// When the IPython kernel starts: at the first request of any kind that reaches boxd (which does
+    /// not wait for it), or with boxd.
+    #[arg(long, env = "BOXD_KERNEL_START", value_enum, default_value_t = KernelStart::OnFirstRequest)]
+    pub kernel_start: KernelStart,
+    /// MiB of resident memory (the kernel's process tree) past which the IPython kernel is restarted
+    /// between cells; 0: no cap.
+    #[arg(long, env = "BOXD_KERNEL_MAX_RSS", default_value_t = 2048)]
+    pub kernel_max_rss: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum KernelStart {
+    /// With boxd, before any client (the kernel's memory is paid by every idle sandbox).
+    Eager,
+    /// When the first request reaches boxd: a sandbox nobody contacted holds no kernel.
+    OnFirstRequest,
 }
 
 pub fn family(setup: &Setup, args: &IpythonArgs) -> Result<Arc<dyn Family>, String> {
@@ -58,6 +75,13 @@ pub fn family(setup: &Setup, args: &IpythonArgs) -> Result<Arc<dyn Family>, Stri
         interrupt_grace: INTERRUPT_GRACE,
         start_timeout: Duration::from_secs(60),
         max_output_bytes: setup.max_output,
+        wait_for_a_client: args.kernel_start == KernelStart::OnFirstRequest,
+        max_rss: match args.kernel_max_rss {
+            0 => None,
+            mib => Some(mib.checked_mul(super::MIB).ok_or_else(|| {
+                format!("--kernel-max-rss {mib}: more MiB than a process can hold")
+            })?),
+        },
     };
     let bridge = super::IpythonBridge::new(config.default_timeout);
     Ok(Arc::new(Ipython {
@@ -93,6 +117,18 @@ pub fn limits(args: &IpythonArgs) -> Vec<Limit> {
             "grace of an interrupted cell",
             seconds(INTERRUPT_GRACE),
             "the kernel is killed and restarts",
+        ),
+        Limit::new(
+            "ipython",
+            "resident memory (RSS) of the kernel and its children",
+            match args.kernel_max_rss {
+                0 => "none (`--kernel-max-rss 0`)".to_owned(),
+                mib => format!(
+                    "{mib} MiB (`--kernel-max-rss`), read after each cell and every {} between cells",
+                    seconds(super::RSS_CHECK_INTERVAL)
+                ),
+            },
+            "the kernel is restarted between cells, never during one (state lost); the next cell's stdout starts with a line saying so and why",
         ),
         Limit::new(
             "ipython",

@@ -3,7 +3,9 @@
 //! One worker task owns the kernel and takes cells from a queue, so cells run strictly FIFO, each answer
 //! holds only its own cell's output, and a client that disconnects mid-cell cannot desynchronise the pipe.
 //! A cell past its timeout is interrupted (SIGINT, state kept); one that ignores the interrupt gets its
-//! kernel killed and replaced. A kernel that dies is replaced on the next cell, which is told so.
+//! kernel killed and replaced. A kernel that dies is replaced on the next cell, which is told so; one
+//! whose memory grows past `--kernel-max-rss` is replaced between cells, and the next cell is told so.
+//! No kernel exists until the first request reaches boxd, unless `--kernel-start eager`.
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -23,6 +25,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::core::admission::BUSY_RETRY_AFTER_SECONDS;
 use crate::core::child::{self, Backoff, ChildGroup, Grouping, StderrTail};
 use crate::core::error::ApiError;
+use crate::core::first_request;
 use crate::core::health::Health;
 use crate::tools::{
     BadArguments, CallContext, CallToolResult, ContentItem, GENERIC_GROUP, ProgressSink, Tool,
@@ -31,6 +34,7 @@ use crate::tools::{
 use tokio_util::sync::CancellationToken;
 
 mod family;
+mod rss;
 
 const HELPER: &str = include_str!("helper.py");
 /// Cells waiting behind the running one, at most; one more is answered 429 with `Retry-After` at once.
@@ -41,6 +45,10 @@ const MAX_QUEUED_CELLS: usize = 16;
 const CELL_QUEUE_WAIT: Duration = Duration::from_secs(5);
 /// Answers carry whole cell outputs; a large buffer avoids ping-ponging the pipe in small reads.
 const ANSWER_BUFFER: usize = 1024 * 1024;
+/// How often an idle kernel's RSS is read (it is also read after each cell): a thread a cell left
+/// running may keep growing between cells.
+const RSS_CHECK_INTERVAL: Duration = Duration::from_secs(5);
+const MIB: u64 = 1024 * 1024;
 
 #[derive(Debug, Clone)]
 pub struct KernelConfig {
@@ -50,6 +58,10 @@ pub struct KernelConfig {
     pub interrupt_grace: Duration,
     pub start_timeout: Duration,
     pub max_output_bytes: usize,
+    /// No kernel until the first request reaches boxd (`--kernel-start on-first-request`).
+    pub wait_for_a_client: bool,
+    /// Bytes of RSS (the kernel's process tree) past which it is restarted between cells.
+    pub max_rss: Option<u64>,
 }
 
 /// The tool's arguments, as upstream's server declared them.
@@ -114,7 +126,8 @@ impl IpythonBridge {
         }
     }
 
-    /// Starts the worker, which warms a kernel at once so the first cell does not pay the start-up.
+    /// Starts the worker, which warms a kernel at once (or once a client comes) so the first cell does
+    /// not pay all of the start-up.
     pub fn run_worker(&self, config: KernelConfig, health: Health) {
         let cells = self
             .cells
@@ -267,6 +280,14 @@ async fn start_kernel(
 }
 
 async fn worker(config: KernelConfig, mut cells: mpsc::Receiver<QueuedCell>, health: Health) {
+    if config.wait_for_a_client && !first_request::has_come() {
+        // A call meanwhile waits for the family (as for any start): its own request starts the kernel.
+        health.starting(
+            "no kernel yet: it starts when the first request reaches boxd (--kernel-start on-first-request)",
+        );
+        first_request::wait().await;
+        health.starting("starting the kernel: a request came");
+    }
     let (first, _) = start_kernel(&config, &mut cells, &health, None).await;
     let mut kernel = Some(first);
     let mut lost_state: Option<String> = None;
@@ -291,6 +312,12 @@ async fn worker(config: KernelConfig, mut cells: mpsc::Receiver<QueuedCell>, hea
                 Some(cell) => cell,
                 None => break,
             },
+            () = tokio::time::sleep(RSS_CHECK_INTERVAL), if config.max_rss.is_some() && kernel.is_some() => {
+                if let Some(notice) = recycle_past_the_cap(&config, &mut kernel, &mut cells, &health).await {
+                    lost_state = Some(notice);
+                }
+                continue;
+            }
         };
         if cell.cancel.is_cancelled() || cell.reply.is_closed() {
             tracing::info!("skipping a queued cell whose caller went away");
@@ -380,7 +407,42 @@ async fn worker(config: KernelConfig, mut cells: mpsc::Receiver<QueuedCell>, hea
             }
         };
         let _ = cell.reply.send(result);
+        if let Some(notice) = recycle_past_the_cap(&config, &mut kernel, &mut cells, &health).await
+        {
+            lost_state = Some(notice);
+        }
     }
+}
+
+/// Between cells: replaces a kernel whose RSS (with its children's) is past `--kernel-max-rss` with a
+/// fresh one, warmed at once, and answers the line the next cell's stdout starts with.
+async fn recycle_past_the_cap(
+    config: &KernelConfig,
+    kernel: &mut Option<Kernel>,
+    cells: &mut mpsc::Receiver<QueuedCell>,
+    health: &Health,
+) -> Option<String> {
+    let cap = config.max_rss?;
+    let rss = kernel.as_ref()?.resident_bytes().await?;
+    if rss <= cap {
+        return None;
+    }
+    let (rss_mib, cap_mib) = (rss.div_ceil(MIB), cap / MIB);
+    tracing::warn!(
+        rss_mib,
+        cap_mib,
+        "the IPython kernel is over its RSS cap; restarting it between cells"
+    );
+    health.restarted(format!(
+        "recycled between cells: RSS {rss_mib} MiB over the cap of {cap_mib} MiB"
+    ));
+    // Dropping it kills its process group, which gives the memory back before the fresh one starts.
+    drop(kernel.take());
+    let (fresh, _) = start_kernel(config, cells, health, None).await;
+    *kernel = Some(fresh);
+    Some(format!(
+        "[boxd: this is a fresh IPython kernel; the previous one was restarted between cells because its memory (RSS {rss_mib} MiB) went over the cap of {cap_mib} MiB (--kernel-max-rss), and all earlier state is gone]\n"
+    ))
 }
 
 enum Execution {
@@ -403,6 +465,15 @@ struct Kernel {
 }
 
 impl Kernel {
+    /// Resident bytes of the kernel and every process below it; None once it is gone.
+    async fn resident_bytes(&self) -> Option<u64> {
+        let pid = self.child.id()?;
+        tokio::task::spawn_blocking(move || rss::tree_rss(pid))
+            .await
+            .ok()
+            .flatten()
+    }
+
     fn misses_the_claims_environment(&self) -> bool {
         child::runtime_environment().len() != self.runtime_variables
     }

@@ -162,10 +162,12 @@ impl Family for Sandboxd {
                 ),
             );
             for (listener, router) in [(grpc, grpc_router), (rest, rest_router)] {
-                let router = router.layer(axum::middleware::from_fn_with_state(
-                    self.claim.clone(),
-                    admission::require_claim,
-                ));
+                let router = router
+                    .layer(axum::middleware::from_fn_with_state(
+                        self.claim.clone(),
+                        admission::require_claim,
+                    ))
+                    .layer(axum::middleware::from_fn(note_the_request));
                 let listener = AdmittedListener::new(listener, admission::peer_rule());
                 tokio::spawn(serve(listener, router, self.stop.subscribe()));
             }
@@ -221,6 +223,15 @@ fn local(listener: &TcpListener) -> String {
         |_| "?".to_owned(),
         |address: SocketAddr| address.to_string(),
     )
+}
+
+/// A request on these listeners is a client come, as on boxd's own port (see `core::first_request`).
+async fn note_the_request(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    crate::core::first_request::arrived();
+    next.run(request).await
 }
 
 /// Serves `router` on `listener` (HTTP/1 and h2c) until `stop` flips, letting open calls finish.
