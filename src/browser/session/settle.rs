@@ -23,12 +23,16 @@ const ACTION_SLACK: Duration = Duration::from_millis(5);
 const UNCHANGED_LOOK_TIMEOUT: Duration = Duration::from_secs(1);
 /// Installed in every document before its scripts run: the time of the last DOM change since the
 /// document finished loading (0: none), so a settle after the load event can tell at once that nothing
-/// moved, instead of waiting out a quiet window. Changes while the parser builds the page are no sign
+/// moved, instead of waiting out a quiet window, and the time of the last navigation the page started
+/// (the Navigation API's `navigate`: a link, a form, a script; the browser's own report of it can come
+/// after a look at the page). Changes while the parser builds the page are no sign
 /// of pending work; changes after `load` (a load handler, a fetch's answer being rendered) are. It sits
 /// on the page's window under a registered symbol, not enumerable, so page code does not trip on it.
 pub(super) const WATCH_MUTATIONS: &str = "(() => { const key = Symbol.for('boxd.settle'); \
-    if (Object.prototype.hasOwnProperty.call(window, key)) return; const state = { last: 0 }; \
-    Object.defineProperty(window, key, { value: state }); new MutationObserver(() => { \
+    if (Object.prototype.hasOwnProperty.call(window, key)) return; const state = { last: 0, navigated: 0 }; \
+    Object.defineProperty(window, key, { value: state }); if (window.navigation) \
+    navigation.addEventListener('navigate', () => { state.navigated = performance.now(); }); \
+    new MutationObserver(() => { \
     if (document.readyState === 'complete') state.last = performance.now(); }).observe(document, \
     { subtree: true, childList: true, attributes: true, characterData: true }); })()";
 
@@ -153,7 +157,8 @@ impl Running {
     /// Whether the action taken right after `before` set nothing off, looked at once its page's
     /// handlers ran (one task's hop, a message rather than a timer, which a paced page may hold back
     /// for a frame: the handlers' promises and the tasks they queued run first): the page was
-    /// loaded and still is, no navigation was asked for, no request is in flight (the renderer reports
+    /// loaded and still is, no navigation was asked for (by the browser's report or the page's own
+    /// `navigate` event: a link to a download too), no request is in flight (the renderer reports
     /// one a handler started before it answers the look), and the DOM did not change since the action
     /// (nor within [`ACTION_SLACK`] before it). False, and the ordinary settle decides, on any doubt.
     async fn unchanged_since(&self, before: Marks) -> Result<bool, ToolError> {
@@ -178,7 +183,8 @@ impl Running {
             "new Promise(resolve => {{ const action = performance.now() - {since}; \
              const hop = new MessageChannel(); hop.port1.onmessage = () => {{ hop.port1.close(); \
              const state = window[Symbol.for('boxd.settle')]; resolve(!!state && \
-             document.readyState === 'complete' && state.last < action); }}; \
+             document.readyState === 'complete' && state.last < action && \
+             !(state.navigated >= action)); }}; \
              hop.port2.postMessage(0); }})"
         );
         let looked = self
