@@ -182,6 +182,9 @@ async fn serve(
     instance: String,
     handed: Option<init::handover::Received>,
 ) -> Result<(), String> {
+    // `boxd init` handed over: it is PID 1 (or a subreaper) and stops what boxd's children leave the
+    // moment boxd exits, whatever killed it (`init::supervise`), so no guard of boxd's own is needed.
+    let under_init = handed.is_some();
     let mut handed_listener = None;
     let mut handed_claim = None;
     if let Some(mut handed) = handed {
@@ -279,27 +282,40 @@ async fn serve(
             .map_err(|err| format!("cannot listen on {}:{}: {err}", args.host, args.port))?,
     };
     let address: SocketAddr = listener.local_addr().map_err(|err| err.to_string())?;
-    // Only once the port is ours: another live boxd of the same instance cannot exist then.
-    let previous = instance.clone();
-    let leftovers = tokio::task::spawn_blocking(move || core::child::stop_leftovers(&previous))
-        .await
-        .unwrap_or(0);
-    // Before any child exists: whatever kills boxd from now on, what its children leave is stopped.
-    core::child::spawn_reaper(instance);
-    if leftovers > 0 {
-        tracing::warn!(
-            leftovers,
-            "stopped processes a previous boxd of this workspace left running"
-        );
-    }
-    families.start();
+    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
+    // Only once the port is ours (another live boxd of the same instance cannot exist then), and before
+    // any child exists (each carries the instance's marker): what a previous boxd left is stopped, then
+    // the guard and the families start. Off the way of the listener: a `/proc` scan takes milliseconds
+    // on a busy host, and until the families start their tools and routes wait as for any family that
+    // is starting.
+    let starting = Arc::clone(&families);
+    let stopped = stop_rx.clone();
+    tokio::spawn(async move {
+        let previous = instance.clone();
+        let leftovers = tokio::task::spawn_blocking(move || core::child::stop_leftovers(&previous))
+            .await
+            .unwrap_or(0);
+        if leftovers > 0 {
+            tracing::warn!(
+                leftovers,
+                "stopped processes a previous boxd of this workspace left running"
+            );
+        }
+        if *stopped.borrow() {
+            return;
+        }
+        // Before any child exists: whatever kills boxd from now on, what its children leave is stopped.
+        if !under_init {
+            core::child::spawn_reaper(instance);
+        }
+        starting.start();
+    });
     tracing::info!(
         workspace = %workspace.root().display(),
         version = env!("CARGO_PKG_VERSION"),
         "boxd listening on http://{address}"
     );
 
-    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
     let stopping = Arc::clone(&families);
     tokio::spawn(async move {
         stop_requested.await;

@@ -29,6 +29,8 @@ const STABLE_RUN: Duration = Duration::from_secs(60);
 const STOP_GRACE: Duration = Duration::from_secs(8);
 /// The longest the loop sleeps when nothing is due (a wake-up costs nothing; it bounds every wait).
 const IDLE_WAKE: Duration = Duration::from_secs(3600);
+/// How long init has had nothing to do (no program started, no signal) before it releases its code pages.
+const SETTLE_BEFORE_RELEASE: Duration = Duration::from_secs(1);
 /// `boxd serve`'s exit status for flags or environment it rejects: the same start would fail again.
 const USAGE_ERROR: i32 = 2;
 /// Descriptors are first moved at or above this, so placing one at a low number cannot overwrite
@@ -341,18 +343,35 @@ pub fn run(mut programs: Vec<Program>, backoff: Backoff) -> ExitCode {
     // As PID 1 orphans come here anyway; elsewhere (tests, `boxd init` on a host) this makes them.
     // SAFETY: prctl with integer arguments.
     unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+    // When init gives back the code pages its last work mapped (see below).
+    let mut release_at = None;
     loop {
         let now = Instant::now();
         for program in programs.iter_mut() {
             if program.due.is_some_and(|due| due <= now) {
                 program.start(backoff);
+                release_at = now.checked_add(SETTLE_BEFORE_RELEASE);
             }
         }
         let next_due = programs.iter().filter_map(|program| program.due).min();
+        // Every program runs and nothing happened for a while (serve's hand-over is done): init only
+        // waits from here on, and the code pages its start and its last event mapped are given back
+        // (with the test build, 9.5 of its 11 MiB RSS; see `core::memory`).
+        if next_due.is_none() && release_at.is_some_and(|at| at <= now) {
+            crate::core::memory::release_code_pages();
+            release_at = None;
+        }
         let timeout = next_due.map_or(IDLE_WAKE, |due| {
             due.saturating_duration_since(Instant::now())
         });
-        if let Some(signal) = wait_for_signal(&signals, timeout)
+        let timeout = release_at.map_or(timeout, |at| {
+            timeout.min(at.saturating_duration_since(Instant::now()))
+        });
+        let signal = wait_for_signal(&signals, timeout);
+        if signal.is_some() {
+            release_at = Instant::now().checked_add(SETTLE_BEFORE_RELEASE);
+        }
+        if let Some(signal) = signal
             && matches!(signal, libc::SIGTERM | libc::SIGINT | libc::SIGQUIT)
         {
             eprintln!("boxd init: signal {signal}: stopping");
