@@ -531,7 +531,7 @@ async fn readiness_asked_first_starts_the_kernel_and_turns_ready() {
         first["families"]["ipython"]["status"], "starting",
         "{first}"
     );
-    assert_eq!(first["families"]["shell"]["status"], "ready", "{first}");
+    // The other families may still be starting too: the listener serves before they start.
     let mut status = 0;
     for _ in 0..400 {
         status = server
