@@ -12,15 +12,7 @@ use serde_json::{Value, json};
 /// The call's `isError` and its answer, read from the text (checked equal to `structuredContent`
 /// when the call succeeded).
 async fn shell(server: &Server, arguments: Value) -> (bool, Value) {
-    let result: Value = server
-        .post("/tools/shell")
-        .json(&arguments)
-        .send()
-        .await
-        .expect("request")
-        .json()
-        .await
-        .expect("json");
+    let result = server.tool_result("shell", &arguments).await;
     let is_error = result["isError"] == true;
     let text = result["content"][0]["text"].as_str().unwrap_or_default();
     if is_error {

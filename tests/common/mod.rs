@@ -144,17 +144,25 @@ impl Server {
             .expect("json")
     }
 
-    /// Calls `tool` through `POST /tools/TOOL`: whether it answered `isError`, and its first text.
-    pub async fn tool_text(&self, tool: &str, arguments: serde_json::Value) -> (bool, String) {
-        let result: serde_json::Value = self
-            .post(&format!("/tools/{tool}"))
-            .json(&arguments)
+    /// Calls `tool` through `POST /tools/TOOL`: its whole result.
+    pub async fn tool_result(
+        &self,
+        tool: &str,
+        arguments: &serde_json::Value,
+    ) -> serde_json::Value {
+        self.post(&format!("/tools/{tool}"))
+            .json(arguments)
             .send()
             .await
             .expect("request")
             .json()
             .await
-            .expect("json");
+            .expect("json")
+    }
+
+    /// Calls `tool` through `POST /tools/TOOL`: whether it answered `isError`, and its first text.
+    pub async fn tool_text(&self, tool: &str, arguments: serde_json::Value) -> (bool, String) {
+        let result = self.tool_result(tool, &arguments).await;
         let text = result["content"][0]["text"]
             .as_str()
             .unwrap_or_default()
