@@ -18,7 +18,6 @@ them alike. Prints one table and writes bench-out/agent_toolset.json. Run as `.v
 well under a minute.
 """
 import argparse
-import http.client
 import inspect
 import json
 import os
@@ -77,37 +76,19 @@ def make_tree(root):
 
 
 class ToolClient:
-    """`POST /tools/NAME` on one keep-alive connection, with the session header `bash` keys its shell by."""
+    """`POST /tools/NAME` on the server's keep-alive connection, with the session header `bash` keys its
+    shell by."""
 
-    def __init__(self, port):
-        self.port = port
-        self.conn = None
+    def __init__(self, server):
+        self.server = server
 
     def request(self, method, path, body=None):
-        headers = {"Authorization": f"Bearer {TOKEN}", "x-agentscope-runtime-session-id": SESSION}
-        if body is not None:
-            body = json.dumps(body)
-            headers["Content-Type"] = "application/json"
-        for attempt in (1, 2):
-            if self.conn is None:
-                self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
-            try:
-                self.conn.request(method, path, body=body, headers=headers)
-                response = self.conn.getresponse()
-                data = response.read()
-                break
-            except (BrokenPipeError, ConnectionResetError, http.client.RemoteDisconnected):
-                # boxd closed an idle keep-alive connection: the request never reached it.
-                self.conn = None
-                if attempt == 2:
-                    raise
-        if response.status >= 400:
-            raise RuntimeError(f"{method} {path} -> {response.status}: {data[:300]!r}")
-        return data
+        return self.server.request(path, body, method=method,
+                                   headers={"x-agentscope-runtime-session-id": SESSION})
 
     def call(self, tool, arguments):
         """The answer's text; a failed call (isError) stops the bench."""
-        result = json.loads(self.request("POST", f"/tools/{tool}", arguments))
+        result = self.request("POST", f"/tools/{tool}", arguments)
         if result.get("isError"):
             raise RuntimeError(f"boxd {tool} {arguments} failed: {result}")
         return "".join(item.get("text", "") for item in result["content"])
@@ -335,7 +316,7 @@ def main():
     try:
         root = pathlib.Path(boxd.dir).resolve()
         make_tree(root)
-        client = ToolClient(boxd.port)
+        client = ToolClient(boxd)
         floor = series(lambda: client.request("GET", "/healthz"))
         bash = PipedBash(root)
         boxd_answers, reference_answers = {}, {}

@@ -47,8 +47,8 @@ class Boxd:
         self.stop()
         raise RuntimeError(f"boxd {' '.join(args)} was not ready within {start_seconds} s")
 
-    def request(self, path, body, method="POST"):
-        headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+    def request(self, path, body, method="POST", headers=None):
+        headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json", **(headers or {})}
         payload = json.dumps(body) if body is not None else None
         for attempt in (1, 2):
             if self.conn is None:
