@@ -134,14 +134,11 @@ impl Server {
     }
 
     pub async fn shell(&self, command: &str) -> serde_json::Value {
-        self.post("/tools/run_shell_command")
-            .json(&serde_json::json!({ "command": command }))
-            .send()
-            .await
-            .expect("request")
-            .json()
-            .await
-            .expect("json")
+        self.tool_result(
+            "run_shell_command",
+            &serde_json::json!({ "command": command }),
+        )
+        .await
     }
 
     /// Calls `tool` through `POST /tools/TOOL`: its whole result.

@@ -32,6 +32,8 @@ pub const MAX_BASH_SESSIONS: usize = 32;
 pub const BASH_IDLE: Duration = Duration::from_secs(30 * 60);
 /// How often idle shells are looked for.
 const IDLE_CHECK: Duration = Duration::from_secs(60);
+/// Room after the marker for its line's exit code and line break (`-2147483648\n` at most).
+const MARKER_LINE_TAIL: usize = 32;
 /// Bytes read from the shell at once.
 const READ_BYTES: usize = 64 * 1024;
 
@@ -296,7 +298,14 @@ impl Bash {
                 kept.drain(..kept.len() - BASH_OUTPUT_LIMIT);
                 truncated = true;
             }
-            if let Some(at) = find_last(&kept, marker)
+            // Only what this read could have completed: the marker, and the short exit-code line
+            // behind it, end within the bytes just read.
+            let window = kept.len().saturating_sub(
+                read.saturating_add(marker.len())
+                    .saturating_add(MARKER_LINE_TAIL),
+            );
+            if let Some(at) = find_last(kept.get(window..).unwrap_or_default(), marker)
+                .map(|at| at.saturating_add(window))
                 && kept
                     .get(at.saturating_add(marker.len())..)
                     .is_some_and(|rest| rest.contains(&b'\n'))

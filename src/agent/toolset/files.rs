@@ -41,7 +41,7 @@ pub fn read(workspace: &Workspace, file_path: &str, view_range: Option<&[i64]>) 
     };
     let fs_error = |err: &io::Error| format!("read: {file_path}: {}", reason(err));
     let held = &resolved.held;
-    let meta = stat(held).map_err(|err| fs_error(&err))?;
+    let meta = held.metadata().map_err(|err| fs_error(&err))?;
     if !meta.is_file() {
         return Err(format!("read: {file_path}: not a regular file"));
     }
@@ -236,7 +236,7 @@ pub fn edit(
 ) -> Answer {
     let resolved = resolve(workspace, file_path).map_err(|err| format!("edit: {err}"))?;
     let fs_error = |err: &io::Error| format!("edit: {file_path}: {}", reason(err));
-    let meta = stat(&resolved.held).map_err(|err| fs_error(&err))?;
+    let meta = resolved.held.metadata().map_err(|err| fs_error(&err))?;
     if !meta.is_file() {
         return Err(format!("edit: {file_path}: not a regular file"));
     }
@@ -269,11 +269,6 @@ pub fn edit(
     Ok(Block::text(format!(
         "edited {file_path} ({replaced} replacement(s))"
     )))
-}
-
-/// `stat` of what the path names (the check followed every link on the way to it).
-fn stat(held: &Anchor) -> io::Result<std::fs::Metadata> {
-    held.metadata()
 }
 
 fn open(held: &Anchor) -> io::Result<std::fs::File> {
