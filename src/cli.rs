@@ -43,6 +43,21 @@ pub enum Command {
     WaitSocket(crate::init::wait_socket::WaitSocketArgs),
 }
 
+// `boxd serve`'s own command line, parsed without the other commands' (see `main`): building the
+// whole command tree (`limits` repeats every serve flag) cost a quarter of a millisecond of every start.
+// Not a doc comment, which clap would show as its description.
+#[derive(Debug, Parser)]
+#[command(
+    name = "boxd serve",
+    bin_name = "boxd serve",
+    version,
+    about = "Serve the HTTP API."
+)]
+pub struct ServeCommand {
+    #[command(flatten)]
+    pub args: ServeArgs,
+}
+
 #[derive(Debug, Args)]
 pub struct McpStdioArgs {
     /// The remote boxd: its base URL (`http://host:port`, or with `/fastapi`) or its `/mcp` endpoint.

@@ -68,7 +68,18 @@ fn main() -> std::process::ExitCode {
     {
         return core::child::reaper_main(std::env::args_os().skip(2));
     }
-    let cli = Cli::parse();
+    // Every start of every image runs `boxd serve`: its flags are parsed alone, as init's are.
+    let cli = if std::env::args_os()
+        .nth(1)
+        .is_some_and(|command| command == "serve")
+    {
+        let serve = cli::ServeCommand::parse_from(std::env::args_os().skip(1));
+        Cli {
+            command: Command::Serve(serve.args),
+        }
+    } else {
+        Cli::parse()
+    };
     if let Command::Limits(args) = &cli.command {
         print!("{}", limits::markdown(args));
         return std::process::ExitCode::SUCCESS;

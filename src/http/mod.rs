@@ -85,12 +85,16 @@ pub fn router(core: Core) -> Router {
         .merge(open_health)
         .merge(family_pages);
     let front = core.front;
-    let routes = public
-        .clone()
-        .merge(api.clone())
-        .nest("/fastapi", public.merge(api))
-        .merge(front.routes())
+    // One table serves both prefixes: `/fastapi/...` reaches it with the prefix taken off, and every
+    // other path through the fallback. Nesting copied every route under `/fastapi`, which doubled the
+    // table and made building it a third of the start-up before the first answer.
+    let served = public
+        .merge(api)
         .fallback(|| async { ApiError::NotFound("no such route".into()) });
+    let routes = Router::new()
+        .nest_service("/fastapi", served.clone())
+        .merge(front.routes())
+        .fallback_service(served);
     front
         .wrap(routes)
         .layer(middleware::from_fn_with_state(

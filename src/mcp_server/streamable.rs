@@ -38,7 +38,7 @@ impl ServerHandler for RegistryServer {
             .snapshot()
             .into_iter()
             .map(|tool| {
-                let schema = match &tool.input_schema {
+                let schema = match &*tool.input_schema {
                     Value::Object(schema) => schema.clone(),
                     _ => serde_json::Map::new(),
                 };

@@ -14,7 +14,7 @@ use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use super::schema::{SchemaDialect, input_schema};
+use super::schema::{InputSchema, SchemaDialect};
 use super::{CallContext, CallToolResult, ContentItem, Tool};
 use crate::core::error::{ApiError, ApiResult};
 
@@ -123,7 +123,7 @@ impl ToolSpec {
         }
     }
 
-    fn serve<A, F, Fut>(self, schema: Value, handler: F) -> Tool
+    fn serve<A, F, Fut>(self, schema: InputSchema, handler: F) -> Tool
     where
         A: DeserializeOwned + Send + 'static,
         F: Fn(A, CallContext) -> Fut + Send + Sync + 'static,
@@ -149,16 +149,12 @@ impl ToolSpec {
         let needs_schema = sdk_defaults_absent || matches!(rule, ReadingRule::AgainstSchema(_));
         let reading = Arc::new(ArgumentReading {
             name,
-            schema: if needs_schema {
-                schema.clone()
-            } else {
-                Value::Null
-            },
+            schema: needs_schema.then(|| schema.clone()),
             sdk_defaults_absent,
             rule,
         });
         let handler = Arc::new(handler);
-        Tool::with_context(
+        Tool::with_input_schema(
             group,
             name,
             &description,
@@ -216,7 +212,7 @@ where
         F: Fn(A, CallContext) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = ToolResult> + Send + 'static,
     {
-        let schema = input_schema::<A>(self.spec.dialect);
+        let schema = InputSchema::derived::<A>(self.spec.dialect);
         self.spec.serve(schema, handler)
     }
 }
@@ -224,7 +220,7 @@ where
 struct ArgumentReading {
     name: &'static str,
     /// The tool's schema, when the rule checks against it or the SDK's defaults are left out by it.
-    schema: Value,
+    schema: Option<InputSchema>,
     sdk_defaults_absent: bool,
     rule: ReadingRule,
 }
@@ -249,12 +245,13 @@ impl ArgumentReading {
     /// The one validation point of a built-in tool's call.
     fn read<A: DeserializeOwned>(&self, mut arguments: Value) -> Result<A, ToolError> {
         let name = self.name;
+        let schema = self.schema.as_deref().unwrap_or(&Value::Null);
         if self.sdk_defaults_absent {
-            leave_out_sdk_defaults(&self.schema, &mut arguments);
+            leave_out_sdk_defaults(schema, &mut arguments);
         }
         match &self.rule {
             ReadingRule::AgainstSchema(listing) => {
-                let issues = super::zod::issues(&self.schema, &arguments);
+                let issues = super::zod::issues(schema, &arguments);
                 if let Some(listed) = issues {
                     return Err(ToolError::Reported(match listing {
                         Listing::Named => format!("Invalid arguments for {name}: {listed}"),

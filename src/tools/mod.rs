@@ -9,9 +9,9 @@ mod zod;
 
 pub use context::{CallContext, PROGRESS_CAPACITY, ProgressSink};
 pub use declare::{BadArguments, Declared, ToolError, ToolResult, ToolSpec, invalid_arguments};
-pub use schema::SchemaDialect;
 #[cfg(test)]
 pub use schema::assert_actions_listed;
+pub use schema::{InputSchema, SchemaDialect};
 
 pub use result::{CallToolResult, ContentItem};
 
@@ -38,7 +38,7 @@ pub struct Tool {
     pub group: String,
     pub description: String,
     /// JSON schema of the arguments object.
-    pub input_schema: Value,
+    pub input_schema: InputSchema,
     handler: ToolHandler,
     /// The health of the family that admits each call (built-in tools); hosted tools have none.
     admission: Option<Health>,
@@ -71,6 +71,27 @@ impl Tool {
         name: &str,
         description: &str,
         input_schema: Value,
+        call: F,
+    ) -> Self
+    where
+        F: Fn(Value, CallContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ApiResult<CallToolResult>> + Send + 'static,
+    {
+        Tool::with_input_schema(
+            group,
+            name,
+            description,
+            InputSchema::ready(input_schema),
+            call,
+        )
+    }
+
+    /// [`Tool::with_context`] with a schema that may be derived later.
+    fn with_input_schema<F, Fut>(
+        group: &str,
+        name: &str,
+        description: &str,
+        input_schema: InputSchema,
         call: F,
     ) -> Self
     where
@@ -148,7 +169,7 @@ impl Tool {
     /// The entry shape of upstream's `/mcp/list_tools`. The full schema is kept (`$defs`, enums...), with
     /// `properties` and `required` always present as upstream guarantees.
     pub fn listing(&self) -> Value {
-        let mut parameters = match &self.input_schema {
+        let mut parameters = match &*self.input_schema {
             Value::Object(schema) => schema.clone(),
             _ => serde_json::Map::new(),
         };

@@ -3,8 +3,12 @@
 //! module writes the description in the dialect of the server the tool replaces, so what boxd
 //! advertises is upstream's text (held to it key by key by the test over `tests/upstream-schemas`).
 
+use std::ops::Deref;
+use std::sync::{Arc, LazyLock};
+
 use schemars::JsonSchema;
 use schemars::generate::SchemaSettings;
+use serde::Serialize;
 use serde_json::{Map, Value};
 
 /// How the server a tool replaces wrote its input schemas.
@@ -39,6 +43,53 @@ const KEY_ORDER: [&str; 9] = [
     "description",
     "$schema",
 ];
+
+/// A tool's input schema. A declared tool's is derived from its argument struct the first time it is
+/// asked for (a listing, a call that checks against it), not when boxd starts: deriving every family's
+/// took most of the families' share of the start before the first answer, and most sandboxes never
+/// list most of their tools.
+#[derive(Clone)]
+pub struct InputSchema(Arc<LazyLock<Value, Box<dyn FnOnce() -> Value + Send>>>);
+
+impl InputSchema {
+    /// A schema given as it is (a hosted server's, a hand-written one).
+    pub fn ready(schema: Value) -> InputSchema {
+        InputSchema(Arc::new(LazyLock::new(Box::new(move || schema))))
+    }
+
+    /// `A`'s schema in `dialect`, derived when first asked for.
+    pub fn derived<A: JsonSchema + 'static>(dialect: SchemaDialect) -> InputSchema {
+        InputSchema(Arc::new(LazyLock::new(Box::new(move || {
+            input_schema::<A>(dialect)
+        }))))
+    }
+}
+
+impl Deref for InputSchema {
+    type Target = Value;
+
+    fn deref(&self) -> &Value {
+        &self.0
+    }
+}
+
+impl Serialize for InputSchema {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        (**self).serialize(serializer)
+    }
+}
+
+impl PartialEq<Value> for InputSchema {
+    fn eq(&self, other: &Value) -> bool {
+        **self == *other
+    }
+}
+
+impl std::fmt::Debug for InputSchema {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        (**self).fmt(formatter)
+    }
+}
 
 /// `A`'s input schema as `dialect` writes it.
 pub fn input_schema<A: JsonSchema>(dialect: SchemaDialect) -> Value {
