@@ -213,3 +213,27 @@ async fn no_spare_before_a_cell_nor_when_turned_off() {
     assert_eq!(after["x_defined"], false, "{after}");
     assert_ne!(pid_of(&after), kernel);
 }
+
+/// A restart right after the answer that warmed the spare meets it still starting: it waits for the rest
+/// of that start (bounded by the start's timeout), and the spare answers as a fresh kernel.
+#[tokio::test]
+async fn a_restart_that_meets_the_spare_still_starting_waits_for_it() {
+    let server = start(&[]);
+    let (first, _) = fingerprint(&server).await;
+    let kernel = pid_of(&first);
+    let died = cell(&server, "x = 1\nimport os; os._exit(1)", 60.0).await;
+    assert_eq!(died["isError"], true, "{died}");
+    let (after, notice) = fingerprint(&server).await;
+    assert!(notice.contains("fresh IPython kernel"), "{notice}");
+    assert_eq!(after["x_defined"], false, "{after}");
+    assert_ne!(pid_of(&after), kernel);
+    assert_eq!(without_pid(after), without_pid(first));
+    // Whole after its first answer: magics registered, asyncio run.
+    let state = cell(
+        &server,
+        "import sys\nprint('IPython.core.magics' in sys.modules, type(sys.modules['asyncio']).__name__)",
+        60.0,
+    )
+    .await;
+    assert_eq!(item(&state, "stdout"), Some("True module\n"), "{state}");
+}

@@ -307,9 +307,10 @@ async fn replacement(
 /// the RSS cap) swaps it in instead of waiting for a fresh interpreter to import IPython. It is started
 /// by [`Kernel::start`] like any kernel (same user, environment with the claim's, process group, OOM
 /// score, limits, stderr, greeting), then finishes its start at once, as a kernel warmed before its first
-/// cell does: nothing tells it apart from a kernel started at the restart. It is warmed after a cell's
-/// answer, so a sandbox whose kernel ran no cell holds one Python process, and dropped after
-/// [`SPARE_IDLE`] without a cell. It is not a child of the kernel, so `--kernel-max-rss` never counts it.
+/// cell does (unless a restart already waits for it): nothing tells it apart from a kernel started at the
+/// restart. It is warmed after a cell's answer, so a sandbox whose kernel ran no cell holds one Python
+/// process, and dropped after [`SPARE_IDLE`] without a cell. It is not a child of the kernel, so
+/// `--kernel-max-rss` never counts it.
 #[derive(Default)]
 struct Spare {
     start: Option<SpareStart>,
@@ -317,11 +318,16 @@ struct Spare {
 
 /// The spare's start, in a task of its own so the worker serves cells meanwhile. Dropping it aborts the
 /// task, or drops the kernel the task made: either way that kernel's process group is killed.
-struct SpareStart(tokio::task::JoinHandle<Result<Kernel, String>>);
+struct SpareStart {
+    task: tokio::task::JoinHandle<Result<Kernel, String>>,
+    /// Set when a restart waits for this spare: its first cell then comes before the rest of its start
+    /// (which follows that cell's answer), as for a kernel started at the restart.
+    needed: Arc<AtomicBool>,
+}
 
 impl Drop for SpareStart {
     fn drop(&mut self) {
-        self.0.abort();
+        self.task.abort();
     }
 }
 
@@ -333,11 +339,18 @@ impl Spare {
             return;
         }
         let config = config.clone();
-        self.start = Some(SpareStart(tokio::spawn(async move {
-            let mut kernel = Kernel::start(&config).await?;
-            kernel.finish_start_while_idle().await;
-            Ok(kernel)
-        })));
+        let needed = Arc::new(AtomicBool::new(false));
+        let task = tokio::spawn({
+            let needed = Arc::clone(&needed);
+            async move {
+                let mut kernel = Kernel::start(&config).await?;
+                if !needed.load(Ordering::Acquire) {
+                    kernel.finish_start_while_idle().await;
+                }
+                Ok(kernel)
+            }
+        });
+        self.start = Some(SpareStart { task, needed });
     }
 
     fn is_kept(&self) -> bool {
@@ -352,7 +365,8 @@ impl Spare {
     /// claim's environment; else `None` (it is dropped), and the caller starts a kernel itself.
     async fn take(&mut self) -> Option<Kernel> {
         let mut start = self.start.take()?;
-        let mut kernel = match (&mut start.0).await {
+        start.needed.store(true, Ordering::Release);
+        let mut kernel = match (&mut start.task).await {
             Ok(Ok(kernel)) => kernel,
             Ok(Err(err)) => {
                 tracing::warn!("the spare IPython kernel did not start: {err}");
