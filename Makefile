@@ -182,6 +182,7 @@ BENCH_BIN ?= $(STATIC_BIN)
 bench: static setup
 	./bench/setup.sh
 	python3 bench/run.py --boxd $(BENCH_BIN)
+	python3 bench/kernel_restart.py --boxd $(BENCH_BIN)
 	python3 bench/computer.py --boxd $(BENCH_BIN)
 	python3 bench/mobile.py --boxd $(BENCH_BIN)
 	python3 bench/browser.py --boxd $(BENCH_BIN)

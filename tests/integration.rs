@@ -19,6 +19,7 @@ mod git_watcher;
 mod http_basics;
 mod init;
 mod ipython;
+mod ipython_restart;
 mod live;
 mod live_limits;
 mod load_limits;

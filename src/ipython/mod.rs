@@ -5,7 +5,9 @@
 //! A cell past its timeout is interrupted (SIGINT, state kept); one that ignores the interrupt gets its
 //! kernel killed and replaced. A kernel that dies is replaced on the next cell, which is told so; one
 //! whose memory grows past `--kernel-max-rss` is replaced between cells, and the next cell is told so.
-//! No kernel exists until the first request reaches boxd, unless `--kernel-start eager`.
+//! No kernel exists until the first request reaches boxd, unless `--kernel-start eager`. Once a cell has
+//! been answered, a spare kernel is kept started (see [`Spare`]), so a restart takes ~1 ms, not the
+//! ~0.2 s of a fresh interpreter importing IPython.
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -45,6 +47,9 @@ const MAX_QUEUED_CELLS: usize = 16;
 const CELL_QUEUE_WAIT: Duration = Duration::from_secs(5);
 /// Answers carry whole cell outputs; a large buffer avoids ping-ponging the pipe in small reads.
 const ANSWER_BUFFER: usize = 1024 * 1024;
+/// How long the spare kernel is kept while no cell comes (the next cell's answer warms a new one): a
+/// sandbox its agent left holds one Python process again.
+const SPARE_IDLE: Duration = Duration::from_secs(600);
 /// How often an idle kernel's RSS is read (it is also read after each cell): a thread a cell left
 /// running may keep growing between cells.
 const RSS_CHECK_INTERVAL: Duration = Duration::from_secs(5);
@@ -62,6 +67,8 @@ pub struct KernelConfig {
     pub wait_for_a_client: bool,
     /// Bytes of RSS (the kernel's process tree) past which it is restarted between cells.
     pub max_rss: Option<u64>,
+    /// Keep a spare kernel for restarts (`--kernel-spare on`).
+    pub spare: bool,
 }
 
 /// The tool's arguments, as upstream's server declared them.
@@ -279,6 +286,111 @@ async fn start_kernel(
     }
 }
 
+/// A kernel in place of one that is gone: the spare when it is fit to take over (waiting for the rest of
+/// its start if it is still starting), else a fresh start, as [`start_kernel`] does it.
+async fn replacement(
+    config: &KernelConfig,
+    cells: &mut mpsc::Receiver<QueuedCell>,
+    health: &Health,
+    spare: &mut Spare,
+    waiting: Option<QueuedCell>,
+) -> (Kernel, Option<QueuedCell>) {
+    if let Some(kernel) = spare.take().await {
+        tracing::info!("the spare IPython kernel takes over");
+        health.ready();
+        return (kernel, waiting);
+    }
+    start_kernel(config, cells, health, waiting).await
+}
+
+/// A kernel started ahead of need, so a restart (a cell that ignored its interrupt, a kernel that died,
+/// the RSS cap) swaps it in instead of waiting for a fresh interpreter to import IPython. It is started
+/// by [`Kernel::start`] like any kernel (same user, environment with the claim's, process group, OOM
+/// score, limits, stderr, greeting), then finishes its start at once, as a kernel warmed before its first
+/// cell does (unless a restart already waits for it): nothing tells it apart from a kernel started at the
+/// restart. It is warmed after a cell's answer, so a sandbox whose kernel ran no cell holds one Python
+/// process, and dropped after [`SPARE_IDLE`] without a cell. It is not a child of the kernel, so
+/// `--kernel-max-rss` never counts it.
+#[derive(Default)]
+struct Spare {
+    start: Option<SpareStart>,
+}
+
+/// The spare's start, in a task of its own so the worker serves cells meanwhile. Dropping it aborts the
+/// task, or drops the kernel the task made: either way that kernel's process group is killed.
+struct SpareStart {
+    task: tokio::task::JoinHandle<Result<Kernel, String>>,
+    /// Set when a restart waits for this spare: its first cell then comes before the rest of its start
+    /// (which follows that cell's answer), as for a kernel started at the restart.
+    needed: Arc<AtomicBool>,
+}
+
+impl Drop for SpareStart {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Spare {
+    /// Starts a spare unless one is kept (started, starting, or failed to start: that is learnt, and a
+    /// new one tried, at the next restart, so a Python that cannot start costs one attempt per restart).
+    fn warm(&mut self, config: &KernelConfig) {
+        if !config.spare || self.start.is_some() {
+            return;
+        }
+        let config = config.clone();
+        let needed = Arc::new(AtomicBool::new(false));
+        let task = tokio::spawn({
+            let needed = Arc::clone(&needed);
+            async move {
+                let mut kernel = Kernel::start(&config).await?;
+                if !needed.load(Ordering::Acquire) {
+                    kernel.finish_start_while_idle().await;
+                }
+                Ok(kernel)
+            }
+        });
+        self.start = Some(SpareStart { task, needed });
+    }
+
+    fn is_kept(&self) -> bool {
+        self.start.is_some()
+    }
+
+    fn discard(&mut self) {
+        self.start = None;
+    }
+
+    /// The spare, once its start is done (within the start's own timeout), if it is alive and has the
+    /// claim's environment; else `None` (it is dropped), and the caller starts a kernel itself.
+    async fn take(&mut self) -> Option<Kernel> {
+        let mut start = self.start.take()?;
+        start.needed.store(true, Ordering::Release);
+        let mut kernel = match (&mut start.task).await {
+            Ok(Ok(kernel)) => kernel,
+            Ok(Err(err)) => {
+                tracing::warn!("the spare IPython kernel did not start: {err}");
+                return None;
+            }
+            Err(err) => {
+                tracing::warn!("the spare IPython kernel's start failed: {err}");
+                return None;
+            }
+        };
+        if kernel.misses_the_claims_environment() {
+            tracing::info!(
+                "the spare IPython kernel predates the claim's environment; not using it"
+            );
+            return None;
+        }
+        if let Some(status) = kernel.exited().await {
+            tracing::warn!(%status, "the spare IPython kernel died while idle; starting a fresh one");
+            return None;
+        }
+        Some(kernel)
+    }
+}
+
 async fn worker(config: KernelConfig, mut cells: mpsc::Receiver<QueuedCell>, health: Health) {
     if config.wait_for_a_client && !first_request::has_come() {
         // A call meanwhile waits for the family (as for any start): its own request starts the kernel.
@@ -290,6 +402,8 @@ async fn worker(config: KernelConfig, mut cells: mpsc::Receiver<QueuedCell>, hea
     }
     let (first, _) = start_kernel(&config, &mut cells, &health, None).await;
     let mut kernel = Some(first);
+    let mut spare = Spare::default();
+    let mut last_answer = tokio::time::Instant::now();
     let mut lost_state: Option<String> = None;
     loop {
         let stale = kernel
@@ -303,7 +417,7 @@ async fn worker(config: KernelConfig, mut cells: mpsc::Receiver<QueuedCell>, hea
                 // route was closed), so a fresh one with the claim's env costs no state.
                 tracing::info!("restarting the IPython kernel with the claim's environment");
                 drop(kernel.take());
-                let (fresh, _) = start_kernel(&config, &mut cells, &health, None).await;
+                let (fresh, _) = replacement(&config, &mut cells, &health, &mut spare, None).await;
                 kernel = Some(fresh);
                 continue;
             }
@@ -313,9 +427,14 @@ async fn worker(config: KernelConfig, mut cells: mpsc::Receiver<QueuedCell>, hea
                 None => break,
             },
             () = tokio::time::sleep(RSS_CHECK_INTERVAL), if config.max_rss.is_some() && kernel.is_some() => {
-                if let Some(notice) = recycle_past_the_cap(&config, &mut kernel, &mut cells, &health).await {
+                if let Some(notice) = recycle_past_the_cap(&config, &mut kernel, &mut cells, &health, &mut spare).await {
                     lost_state = Some(notice);
                 }
+                continue;
+            }
+            () = tokio::time::sleep_until(last_answer + SPARE_IDLE), if spare.is_kept() => {
+                tracing::info!(idle = ?SPARE_IDLE, "no cell for a while: dropping the spare IPython kernel");
+                spare.discard();
                 continue;
             }
         };
@@ -349,7 +468,8 @@ async fn worker(config: KernelConfig, mut cells: mpsc::Receiver<QueuedCell>, hea
         let cell = match kernel {
             Some(_) => cell,
             None => {
-                let (fresh, waiting) = start_kernel(&config, &mut cells, &health, Some(cell)).await;
+                let (fresh, waiting) =
+                    replacement(&config, &mut cells, &health, &mut spare, Some(cell)).await;
                 kernel = Some(fresh);
                 match waiting {
                     Some(cell) => cell,
@@ -407,20 +527,24 @@ async fn worker(config: KernelConfig, mut cells: mpsc::Receiver<QueuedCell>, hea
             }
         };
         let _ = cell.reply.send(result);
-        if let Some(notice) = recycle_past_the_cap(&config, &mut kernel, &mut cells, &health).await
+        if let Some(notice) =
+            recycle_past_the_cap(&config, &mut kernel, &mut cells, &health, &mut spare).await
         {
             lost_state = Some(notice);
         }
+        last_answer = tokio::time::Instant::now();
+        spare.warm(&config);
     }
 }
 
 /// Between cells: replaces a kernel whose RSS (with its children's) is past `--kernel-max-rss` with a
-/// fresh one, warmed at once, and answers the line the next cell's stdout starts with.
+/// fresh one (the spare, or one started at once), and answers the line the next cell's stdout starts with.
 async fn recycle_past_the_cap(
     config: &KernelConfig,
     kernel: &mut Option<Kernel>,
     cells: &mut mpsc::Receiver<QueuedCell>,
     health: &Health,
+    spare: &mut Spare,
 ) -> Option<String> {
     let cap = config.max_rss?;
     let rss = kernel.as_ref()?.resident_bytes().await?;
@@ -436,9 +560,10 @@ async fn recycle_past_the_cap(
     health.restarted(format!(
         "recycled between cells: RSS {rss_mib} MiB over the cap of {cap_mib} MiB"
     ));
-    // Dropping it kills its process group, which gives the memory back before the fresh one starts.
+    // Dropping it kills its process group, which gives the memory back (before a fresh one starts, when
+    // there is no spare).
     drop(kernel.take());
-    let (fresh, _) = start_kernel(config, cells, health, None).await;
+    let (fresh, _) = replacement(config, cells, health, spare, None).await;
     *kernel = Some(fresh);
     Some(format!(
         "[boxd: this is a fresh IPython kernel; the previous one was restarted between cells because its memory (RSS {rss_mib} MiB) went over the cap of {cap_mib} MiB (--kernel-max-rss), and all earlier state is gone]\n"
