@@ -8,9 +8,11 @@
 //! writes them. Backend node ids are per renderer process: a node is named by the scope (the
 //! renderer's session, numbered by the caller) and its backend node id there, a [`NodeKey`].
 
+mod candidates;
 mod clickable;
 mod diff;
 mod view;
+pub use candidates::candidates;
 pub use clickable::{Looks, boxes, clickable};
 pub use diff::{Diff, diff};
 pub use view::{Layout, SnapshotOptions, View};

@@ -89,9 +89,13 @@ impl Refs {
     }
 
     /// Keeps `lines` as the latest snapshot of `view`, within [`MAX_BASELINES`] views and
-    /// [`MAX_BASELINE_BYTES`].
-    pub(super) fn remember(&mut self, view: SnapshotOptions, lines: Vec<String>) {
+    /// [`MAX_BASELINE_BYTES`]; a snapshot that is not `whole` (only a part of the view was asked
+    /// for) leaves none.
+    pub(super) fn remember(&mut self, view: SnapshotOptions, lines: Vec<String>, whole: bool) {
         self.baselines.retain(|(known, _)| *known != view);
+        if !whole {
+            return;
+        }
         let bytes = |lines: &[String]| lines.iter().map(String::len).sum::<usize>();
         let size = bytes(&lines);
         if size > MAX_BASELINE_BYTES {

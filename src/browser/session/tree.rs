@@ -11,6 +11,8 @@ use super::super::snapshot::{self, Layout, MAX_SNAPSHOT_CHARS, NodeKey, Snapshot
 use super::{CALL, Running, SLOW_CALL};
 use crate::tools::ToolError;
 
+/// Candidates of an interactive view asked of the accessibility tree at once.
+const BATCH: usize = 100;
 /// Child frames a snapshot walks at most (a page of endless nested iframes costs two calls per frame).
 pub const MAX_FRAMES: usize = 16;
 /// The largest accessibility tree of a tab's page a snapshot takes, in bytes of the browser's answer
@@ -75,7 +77,7 @@ impl Running {
             let (url, title) = self.location().await?;
             return Ok((url, title, None));
         };
-        let (location, parts) = self.fetch_parts().await?;
+        let (location, parts) = self.fetch_parts(options).await?;
         let snapshot = self.snapshot_of(parts, options).await?;
         Ok((location.0, location.1, Some(snapshot.answer())))
     }
@@ -90,13 +92,23 @@ impl Running {
         &mut self,
         options: &SnapshotOptions,
     ) -> Result<PageSnapshot, ToolError> {
-        let (_, parts) = self.fetch_parts().await?;
+        let (_, parts) = self.fetch_parts(options).await?;
         self.snapshot_of(parts, options).await
     }
 
-    /// The location and snapshot parts: those asked for ahead in this call when they are still the
-    /// page's, otherwise asked for now.
-    async fn fetch_parts(&mut self) -> Result<((String, String), SnapshotParts), ToolError> {
+    /// The location and snapshot parts: for an interactive view, those of its candidates alone (see
+    /// [`Running::interactive_parts`]); otherwise those asked for ahead in this call when they are
+    /// still the page's, or asked for now.
+    async fn fetch_parts(
+        &mut self,
+        options: &SnapshotOptions,
+    ) -> Result<((String, String), SnapshotParts), ToolError> {
+        if options.interactive_only {
+            self.ahead = None;
+            if let Some(parts) = self.interactive_parts(options).await? {
+                return Ok(parts);
+            }
+        }
         if let Some(ahead) = self.ahead.take()
             && ahead.session == self.tab()?.session
             && ahead.marks.same_events(&self.marks()?)
@@ -113,7 +125,7 @@ impl Running {
         mut parts: SnapshotParts,
         options: &SnapshotOptions,
     ) -> Result<PageSnapshot, ToolError> {
-        let viewport = if options.viewport_only && parts.too_large.is_none() {
+        let viewport = if options.viewport_only && parts.too_large.is_none() && !parts.narrowed {
             Some(self.viewport_rect().await?)
         } else {
             None
@@ -144,6 +156,141 @@ impl Running {
             number("clientWidth"),
             number("clientHeight"),
         ])
+    }
+
+    /// An interactive view's parts without the page's whole accessibility tree: the candidates
+    /// ([`snapshot::candidates`], from the DOM snapshot, already narrowed to the root and the
+    /// viewport) are asked of the accessibility tree one by one, all at once in batches, and only
+    /// until the size asked for is filled (all of them for a diff, which compares whole views). The
+    /// nodes are given as the children of one root, so they render as the whole tree's interactive
+    /// view does. `None` when the page has child frames (the whole tree's walk shows them), no DOM
+    /// snapshot, or the root is in a frame.
+    async fn interactive_parts(
+        &mut self,
+        options: &SnapshotOptions,
+    ) -> Result<Option<((String, String), SnapshotParts)>, ToolError> {
+        let session = self.tab()?.session.clone();
+        if !self.cdp().events.child_frames(&session).is_empty() {
+            return Ok(None);
+        }
+        let document = self.events(|events| events.documents)?;
+        let root = match &options.root_ref {
+            Some(reference) => {
+                let node = self.node_of(reference)?;
+                if node.session != session || !node.hosts.is_empty() {
+                    return Ok(None);
+                }
+                Some(node.backend)
+            }
+            None => None,
+        };
+        let viewport = async {
+            if options.viewport_only {
+                self.viewport_rect().await.map(Some)
+            } else {
+                Ok(None)
+            }
+        };
+        let (location, dom, viewport) = futures_util::future::join3(
+            self.location(),
+            self.cdp().call_bounded(
+                Some(&session),
+                "DOMSnapshot.captureSnapshot",
+                json!({"computedStyles": ["cursor"]}),
+                SLOW_CALL,
+                MAX_DOM_BYTES,
+            ),
+            viewport,
+        )
+        .await;
+        let (location, viewport) = (location?, viewport?);
+        let dom = match dom {
+            Ok((dom, _)) => dom,
+            Err(CdpError::Protocol(_) | CdpError::TooLarge { .. }) => return Ok(None),
+            Err(err) => return Err(err.into()),
+        };
+        // A same-process frame's document is in the DOM snapshot: the whole tree's walk shows it.
+        if dom["documents"].as_array().map_or(0, Vec::len) != 1 {
+            return Ok(None);
+        }
+        let looks = snapshot::clickable(&dom);
+        let candidates = snapshot::candidates(&dom, &looks, root, viewport);
+        drop(dom);
+        let cap = options
+            .max_chars
+            .unwrap_or(MAX_SNAPSHOT_CHARS)
+            .min(MAX_SNAPSHOT_CHARS);
+        let mut children = Vec::new();
+        let mut nodes = Vec::new();
+        // Characters the lines of the nodes so far take, about.
+        let mut estimate = 0usize;
+        let mut asked = 0;
+        while asked < candidates.len() && (options.diff || estimate <= cap) {
+            let batch = candidates
+                .get(asked..candidates.len().min(asked + BATCH))
+                .unwrap_or_default();
+            asked += batch.len();
+            let answers = futures_util::future::join_all(batch.iter().map(|backend| {
+                self.cdp().call(
+                    Some(&session),
+                    "Accessibility.getPartialAXTree",
+                    json!({"backendNodeId": backend, "fetchRelatives": false}),
+                    CALL,
+                )
+            }))
+            .await;
+            for (backend, answer) in batch.iter().zip(answers) {
+                let mut answer = match answer {
+                    Ok(answer) => answer,
+                    // Gone meanwhile.
+                    Err(CdpError::Protocol(_)) => continue,
+                    Err(err) => return Err(err.into()),
+                };
+                let Value::Array(found) = answer["nodes"].take() else {
+                    continue;
+                };
+                let Some(mut node) = found.into_iter().find(|node| {
+                    node.get("backendDOMNodeId").and_then(Value::as_i64) == Some(*backend)
+                }) else {
+                    continue;
+                };
+                let id = format!("c{}", nodes.len());
+                let text = |pointer: &str| {
+                    node.pointer(pointer)
+                        .and_then(Value::as_str)
+                        .map_or(0, str::len)
+                };
+                estimate += 32 + text("/name/value") + text("/value/value");
+                node["nodeId"] = json!(id);
+                node["parentId"] = json!("root");
+                node["childIds"] = json!([]);
+                children.push(id);
+                nodes.push(node);
+            }
+        }
+        let mut all = Vec::with_capacity(nodes.len() + 1);
+        all.push(
+            json!({"nodeId": "root", "ignored": false, "role": {"value": "RootWebArea"},
+                        "childIds": children}),
+        );
+        all.extend(nodes);
+        let parts = SnapshotParts {
+            document,
+            nodes: all,
+            scopes: vec![(session, None)],
+            clickable: looks
+                .into_iter()
+                .map(|(node, looks)| ((0, node), looks))
+                .collect(),
+            frames: HashMap::new(),
+            frames_cut: false,
+            frames_over_budget: false,
+            too_large: None,
+            boxes: HashMap::new(),
+            narrowed: true,
+            unlisted: candidates.get(asked..).unwrap_or_default().to_vec(),
+        };
+        Ok(Some((location, parts)))
     }
 
     pub(super) async fn location_and_snapshot_parts(
@@ -194,6 +341,8 @@ impl Running {
                     frames_over_budget: false,
                     too_large: Some(bytes),
                     boxes: HashMap::new(),
+                    narrowed: false,
+                    unlisted: Vec::new(),
                 });
             }
             Err(err) => return Err(err.into()),
@@ -233,6 +382,8 @@ impl Running {
             frames_over_budget: frames.over_budget,
             too_large: None,
             boxes,
+            narrowed: false,
+            unlisted: Vec::new(),
         })
     }
 
@@ -258,7 +409,7 @@ impl Running {
         }
         self.tab_mut()?.refs.sync(parts.document);
         // The root as the snapshot's trees name it: a ref the tab never gave fails here, loudly.
-        let root = match &options.root_ref {
+        let root = match options.root_ref.as_ref().filter(|_| !parts.narrowed) {
             Some(reference) => {
                 let node = self.node_of(reference)?;
                 let scope = parts
@@ -285,7 +436,7 @@ impl Running {
             let host = host.and_then(|(parent, owner)| Some((*scopes.get(parent)?, owner)));
             scopes.push(tab.refs.scope(session, host));
         }
-        let rendered = snapshot::render_view(
+        let mut rendered = snapshot::render_view(
             &parts.nodes,
             &parts.frames,
             &parts.clickable,
@@ -301,6 +452,20 @@ impl Running {
             && let Some(reference) = &options.root_ref
         {
             return Err(gone(reference));
+        }
+        // Candidates past the size: left out as the cut's own lines are, the first named.
+        let mut unnamed = 0;
+        if !parts.unlisted.is_empty() {
+            let scope = scopes.first().copied().unwrap_or(usize::MAX);
+            let count = parts.unlisted.len();
+            rendered.cut_lines += count;
+            rendered.total_lines += count;
+            rendered.rest_elements += count;
+            let room = snapshot::MAX_NAMED_REFS.saturating_sub(rendered.rest.len());
+            for backend in parts.unlisted.iter().take(room) {
+                rendered.rest.push(tab.refs.assign((scope, *backend), 0));
+            }
+            unnamed = count.saturating_sub(room);
         }
         let key = options.view_key();
         let baseline = if options.diff {
@@ -336,7 +501,7 @@ impl Running {
         match baseline {
             Some(Some(diff)) => {
                 diff_answer(&mut answer, &diff, total_lines, options.max_chars);
-                tab.refs.remember(key, rendered.lines);
+                tab.refs.remember(key, rendered.lines, true);
                 return Ok(answer);
             }
             Some(None) => answer.notes.push(
@@ -346,14 +511,16 @@ impl Running {
             ),
             None => {}
         }
-        tab.refs.remember(key, rendered.lines);
+        // A view whose candidates were not all asked for is no whole view to compare with.
+        tab.refs
+            .remember(key, rendered.lines, parts.unlisted.is_empty());
         if !rendered.deeper.is_empty() {
             answer.notes.push(format!(
                 "- Depth cut: {} elements nested deeper than {} levels are not shown; they are \
                  under {} (pass one as root to read its part).",
                 rendered.deeper_elements,
                 options.max_depth.unwrap_or(0),
-                named(&rendered.deeper)
+                named(&rendered.deeper, 0)
             ));
         }
         if rendered.cut_lines > 0 {
@@ -378,7 +545,7 @@ impl Running {
                      narrow or widen it). Refs of the lines shown work.",
                     rendered.cut_lines,
                     rendered.rest_elements,
-                    named(&rendered.rest)
+                    named(&rendered.rest, unnamed)
                 )
             });
         }
@@ -586,6 +753,10 @@ pub(super) struct SnapshotParts {
     too_large: Option<usize>,
     /// The boxes of the page's own document, for a view of what the viewport shows.
     boxes: HashMap<i64, [f64; 4]>,
+    /// The nodes are an interactive view's candidates, already narrowed to its root and viewport.
+    narrowed: bool,
+    /// Candidates of such a view not asked for: past the size asked for.
+    unlisted: Vec<i64>,
 }
 
 /// A snapshot as an answer shows it: its heading line, its YAML (none when there is nothing to show:
@@ -623,12 +794,14 @@ impl PageSnapshot {
     }
 }
 
-/// A list of refs as a note names them: the first ones, and how many more.
-fn named(refs: &[String]) -> String {
+/// A list of refs as a note names them: the first ones, and how many more (`unnamed` more past the
+/// list).
+fn named(refs: &[String], unnamed: usize) -> String {
     let shown = refs.len().min(snapshot::MAX_NAMED_REFS);
-    let mut text = refs[..shown].join(", ");
-    if refs.len() > shown {
-        text.push_str(&format!(" and {} more", refs.len() - shown));
+    let mut text = refs.get(..shown).unwrap_or_default().join(", ");
+    let more = refs.len() - shown + unnamed;
+    if more > 0 {
+        text.push_str(&format!(" and {more} more"));
     }
     text
 }
