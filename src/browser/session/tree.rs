@@ -226,8 +226,15 @@ impl Running {
         let mut estimate = 0usize;
         let mut asked = 0;
         while asked < candidates.len() && (options.diff || estimate <= cap) {
+            // The first batch is what the size likely holds (a line takes some 32 characters), so
+            // that a budget is mostly filled in one round.
+            let size = if asked == 0 {
+                (cap / 32).clamp(BATCH, 5 * BATCH)
+            } else {
+                BATCH
+            };
             let batch = candidates
-                .get(asked..candidates.len().min(asked + BATCH))
+                .get(asked..candidates.len().min(asked + size))
                 .unwrap_or_default();
             asked += batch.len();
             let answers = futures_util::future::join_all(batch.iter().map(|backend| {
