@@ -29,9 +29,35 @@ PAGES = ROOT / "tests" / "browser"
 CHROMIUM = "/usr/bin/chromium"
 
 
+def big_page(rows=1000):
+    """10 000 elements: `rows` rows of ten (a wrapper, a heading, a paragraph with a span, a link, a button,
+    a field, a list of two items)."""
+    body = "".join(
+        f'<div class="row"><h3>Row {n}</h3><p>Some text for row {n} <span>detail {n}</span></p>'
+        f'<a href="#row-{n}">Link {n}</a><button data-n="{n}">Button {n}</button>'
+        f'<input aria-label="Field {n}"><ul><li>first {n}</li><li>second {n}</li></ul></div>'
+        for n in range(rows))
+    return f"<!doctype html><html><head><title>Big</title></head><body>{body}</body></html>".encode()
+
+
+BIG_PAGE = "/big-10000.html"
+
+
 class QuietHandler(http.server.SimpleHTTPRequestHandler):
+    """The pages of tests/browser, and BIG_PAGE (made here: 10 000 elements)."""
+
     def log_message(self, *args):
         pass
+
+    def do_GET(self):
+        if self.path != BIG_PAGE:
+            return super().do_GET()
+        body = big_page()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
 
 
 def serve_pages():
@@ -131,8 +157,8 @@ def interleaved(servers, call, count, budget_seconds):
     return rows
 
 
-def workload(servers, site):
-    """Every row for both servers (name -> server): results[name][row]."""
+def workload(servers, site, only=None):
+    """Every row (or those of `only`) for both servers (name -> server): results[name][row]."""
     page = f"{site}/form.html"
     results = {name: {} for name in servers}
     for name, server in servers.items():
@@ -147,9 +173,14 @@ def workload(servers, site):
         tool(server, "browser_snapshot", {})
 
     def row(label, call, count, budget):
+        if only is not None and label not in only:
+            return
         for name, figures in interleaved(servers, call, count, budget).items():
             results[name][label] = figures
 
+    big_rows(servers, site, row, results, only)
+    if only is not None and not set(only) & set(ROWS[:6]):
+        return results
     row("navigate+snapshot", navigate_and_snapshot, 30, 60)
     row("snapshot", lambda server: tool(server, "browser_snapshot", {}), 30, 60)
     refs = {}
@@ -167,7 +198,29 @@ def workload(servers, site):
     return results
 
 
-ROWS = ["navigate+snapshot", "snapshot", "click", "click (no change)", "type", "take_screenshot"]
+BIG = "snapshot, 10 000 elements"
+BIG_BUDGET = "same, interactive 2k tok"
+ROWS = ["navigate+snapshot", "snapshot", "click", "click (no change)", "type", "take_screenshot", BIG, BIG_BUDGET]
+# boxd's own arguments on the 10 000-element page: interactive elements only, within 2 000 tokens. The
+# reference has no such arguments: its row is its whole snapshot, the only one it gives.
+BUDGET = {"interactive": True, "max_tokens": 2000}
+
+
+def big_rows(servers, site, row, results, only):
+    """The 10 000-element page's snapshot, whole and (boxd) interactive within 2 000 tokens, with the size of
+    each answer."""
+    if only is not None and not {BIG, BIG_BUDGET} & set(only):
+        return
+    for name, server in servers.items():
+        tool(server, "browser_navigate", {"url": f"{site}{BIG_PAGE}"})
+        whole = tool(server, "browser_snapshot", {})
+        budgeted = tool(server, "browser_snapshot", BUDGET if name == "boxd" else {})
+        if "Button 0" not in whole or "Button 0" not in budgeted:
+            raise RuntimeError(f"unexpected big page on {name}:\n{whole[:2000]}")
+        results[name]["big_answer_chars"] = {BIG: len(whole), BIG_BUDGET: len(budgeted)}
+    row(BIG, lambda server: tool(server, "browser_snapshot", {}), 15, 120)
+    row(BIG_BUDGET, lambda server: tool(server, "browser_snapshot", BUDGET if server is servers.get("boxd") else {}),
+        15, 120)
 
 
 def main():
@@ -178,6 +231,8 @@ def main():
     parser.add_argument("--reference-chromium", default=CHROMIUM)
     # As the browser image runs it: both sides headed, on /usr/bin/chromium, on an Xvfb display.
     parser.add_argument("--headed", action="store_true")
+    # Only these rows (e.g. --rows "snapshot, 10 000 elements;same, interactive 2k tok"); all by default.
+    parser.add_argument("--rows", help="rows to run, separated by ';'")
     args = parser.parse_args()
     xvfb = start_xvfb() if args.headed else None
     try:
@@ -235,7 +290,8 @@ def run(args):
             "command": "node", "args": [str(REFERENCE), "--config", str(config)],
             "env": {"PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD": "1"}}}}})
         results["memory"]["reference_before"] = memory(host.proc.pid)
-        results.update(workload({"reference": host, "boxd": native}, site))
+        only = args.rows.split(";") if args.rows else None
+        results.update(workload({"reference": host, "boxd": native}, site, only))
         for name, server in (("reference", host), ("boxd", native)):
             results["memory"][f"{name}_after"] = memory(server.proc.pid)
     finally:
@@ -244,13 +300,20 @@ def run(args):
         pages.shutdown()
     OUT.mkdir(exist_ok=True)
     (OUT / ("browser-headed.json" if args.headed else "browser.json")).write_text(json.dumps(results, indent=2))
-    print(f"{'browser action':<18} {'reference p50/p95 ms':>22} {'boxd p50/p95 ms':>18} {'ratio p50':>10}")
+    print(f"{'browser action':<26} {'reference p50/p95 ms':>22} {'boxd p50/p95 ms':>18} {'ratio p50':>10}")
     ref_first, box_first = results["reference"]["first_navigate"]["ms"], results["boxd"]["first_navigate"]["ms"]
-    print(f"{'first navigate':<18} {ref_first:>21.1f} {box_first:>18.1f} {box_first / ref_first:>10.3f}")
+    print(f"{'first navigate':<26} {ref_first:>21.1f} {box_first:>18.1f} {box_first / ref_first:>10.3f}")
     for action in ROWS:
+        if action not in results["boxd"]:
+            continue
         ref_row, box = results["reference"][action], results["boxd"][action]
-        print(f"{action:<18} {ref_row['p50_ms']:>10.1f} /{ref_row['p95_ms']:>9.1f}"
+        print(f"{action:<26} {ref_row['p50_ms']:>10.1f} /{ref_row['p95_ms']:>9.1f}"
               f" {box['p50_ms']:>8.1f} /{box['p95_ms']:>7.1f} {box['p50_ms'] / ref_row['p50_ms']:>10.3f}")
+    if "big_answer_chars" in results["boxd"]:
+        print(f"{'answer characters':<26} {'reference':>22} {'boxd':>18}")
+        for action in (BIG, BIG_BUDGET):
+            print(f"{action:<26} {results['reference']['big_answer_chars'][action]:>22}"
+                  f" {results['boxd']['big_answer_chars'][action]:>18}")
     print(f"{'memory MiB':<18} {'server RSS':>10} {'node PSS':>8} {'chromium PSS':>12}")
     for key, row in results["memory"].items():
         print(f"{key:<18} {row['server_mib']:>10.1f} {row['helpers_mib']:>8.1f} {row['chromium_mib']:>12.1f}")

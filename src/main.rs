@@ -453,22 +453,66 @@ mod tests {
     /// Upstream's listing of every built-in tool (description and input schema, exactly as the
     /// servers boxd replaces advertise them), kept in `tests/upstream-schemas/<group>.json`: what a
     /// tool advertises is derived from its declaration, and this holds the derivation to upstream's
-    /// text key by key (names, types, required, enums, defaults, descriptions). `BOXD_BLESS=1`
-    /// rewrites the files from the code, for a tool that is new or changed on purpose.
+    /// text key by key (names, types, required, enums, defaults, descriptions). The optional
+    /// arguments boxd adds to an upstream tool are listed by name in
+    /// `tests/upstream-schemas/extensions.json` (group -> tool -> names): each must be advertised,
+    /// optional, and not upstream's, and the rest of the listing is held to upstream's as it is.
+    /// `BOXD_BLESS=1` rewrites the files from the code (extensions left out), for a tool that is new
+    /// or changed on purpose.
     #[tokio::test]
     async fn every_tool_advertises_upstream_s_listing() {
-        let mut by_group: std::collections::BTreeMap<
-            String,
-            serde_json::Map<String, serde_json::Value>,
-        > = Default::default();
-        for tool in every_tool() {
-            by_group.entry(tool.group.clone()).or_default().insert(
-                tool.name.clone(),
-                serde_json::json!({"description": tool.description, "inputSchema": tool.input_schema}),
-            );
-        }
+        type Listing = serde_json::Map<String, serde_json::Value>;
         let folder =
             std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/upstream-schemas");
+        let extensions_path = folder.join("extensions.json");
+        let extensions: std::collections::BTreeMap<
+            String,
+            std::collections::BTreeMap<String, Vec<String>>,
+        > = serde_json::from_str(&std::fs::read_to_string(&extensions_path).unwrap_or_default())
+            .unwrap_or_else(|err| panic!("{}: {err}", extensions_path.display()));
+        let mut by_group: std::collections::BTreeMap<String, Listing> = Default::default();
+        let mut extended = 0;
+        for tool in every_tool() {
+            let mut schema = tool.input_schema.clone();
+            let added = extensions
+                .get(&tool.group)
+                .and_then(|tools| tools.get(&tool.name));
+            for name in added.into_iter().flatten() {
+                let required = schema["required"]
+                    .as_array()
+                    .is_some_and(|list| list.iter().any(|item| item == name.as_str()));
+                assert!(
+                    !required,
+                    "{}: boxd's argument {name} is required",
+                    tool.name
+                );
+                let removed = schema["properties"]
+                    .as_object_mut()
+                    .and_then(|properties| properties.remove(name));
+                assert!(
+                    removed.is_some(),
+                    "{}: boxd's argument {name} is listed in {} but not advertised",
+                    tool.name,
+                    extensions_path.display()
+                );
+                extended += 1;
+            }
+            by_group.entry(tool.group.clone()).or_default().insert(
+                tool.name.clone(),
+                serde_json::json!({"description": tool.description, "inputSchema": schema}),
+            );
+        }
+        let listed: usize = extensions
+            .values()
+            .flat_map(|tools| tools.values())
+            .map(Vec::len)
+            .sum();
+        assert_eq!(
+            extended,
+            listed,
+            "{} names a tool that does not exist",
+            extensions_path.display()
+        );
         let bless = std::env::var_os("BOXD_BLESS").is_some();
         for (group, listing) in by_group {
             let path = folder.join(format!("{group}.json"));
@@ -477,12 +521,10 @@ mod tests {
                 assert!(std::fs::write(&path, text).is_ok(), "{}", path.display());
                 continue;
             }
-            let recorded: serde_json::Map<String, serde_json::Value> =
+            let recorded: Listing =
                 serde_json::from_str(&std::fs::read_to_string(&path).unwrap_or_default())
                     .unwrap_or_else(|err| panic!("{}: {err}", path.display()));
-            let names = |map: &serde_json::Map<String, serde_json::Value>| -> Vec<String> {
-                map.keys().cloned().collect()
-            };
+            let names = |map: &Listing| -> Vec<String> { map.keys().cloned().collect() };
             assert_eq!(names(&listing), names(&recorded), "tools of group {group}");
             for (name, advertised) in &listing {
                 assert_eq!(

@@ -8,8 +8,14 @@
 //! writes them. Backend node ids are per renderer process: a node is named by the scope (the
 //! renderer's session, numbered by the caller) and its backend node id there, a [`NodeKey`].
 
+mod candidates;
 mod clickable;
-pub use clickable::{Looks, clickable};
+mod diff;
+mod view;
+pub use candidates::candidates;
+pub use clickable::{Looks, boxes, clickable};
+pub use diff::{Diff, diff};
+pub use view::{Layout, SnapshotOptions, View};
 
 use std::collections::HashMap;
 
@@ -114,7 +120,9 @@ fn parse(node: &Value) -> Option<(&str, Node<'_>)> {
 }
 
 /// One rendered node before indentation: its head (`- role "name" ...`) and children; `role` and
-/// `acts` (it or something in it can be acted on) decide what a long sibling run may hide.
+/// `acts` (it or something in it can be acted on) decide what a long sibling run may hide; `actionable`
+/// (it itself can be acted on) and its ref are what a view keeps of it.
+#[derive(Clone)]
 enum Item {
     Text(String),
     Element {
@@ -123,6 +131,8 @@ enum Item {
         children: Vec<Item>,
         role: String,
         acts: bool,
+        actionable: bool,
+        reference: Option<String>,
     },
     /// A plain notice of siblings left out (written as a YAML comment, no page content).
     Collapsed {
@@ -136,6 +146,28 @@ pub struct Snapshot {
     /// Lines left out by the cap (0 when it is whole).
     pub cut_lines: usize,
     pub total_lines: usize,
+    /// Every line of the view, uncut (what a later diff compares with).
+    pub lines: Vec<String>,
+    /// The refs of the subtrees the cap left out whole, in document order, then how many elements
+    /// (lines with a ref) it left out in all.
+    pub rest: Vec<String>,
+    pub rest_elements: usize,
+    /// The refs of the elements whose children the depth left out, and how many elements were left
+    /// out below them.
+    pub deeper: Vec<String>,
+    pub deeper_elements: usize,
+    /// The view's root was not met in the page (its element is gone): the snapshot is empty.
+    pub root_missing: bool,
+}
+
+/// Refs a cut's notice names at most (the rest are counted).
+pub const MAX_NAMED_REFS: usize = 12;
+
+/// A written line: its text (indented), its depth, and the ref it shows.
+struct Line {
+    text: String,
+    indent: usize,
+    reference: Option<String>,
 }
 
 /// One document's accessibility tree, by node id.
@@ -166,11 +198,13 @@ pub struct Frame {
     pub nodes: Vec<Value>,
 }
 
-/// Where `build` is: the frame's number (0: the page) and the scope of its node ids.
+/// Where `build` is: the frame's number (0: the page) and the scope of its node ids, and whether the
+/// node is off the viewport (only when the view asks for what the viewport shows).
 #[derive(Debug, Clone, Copy)]
 struct Place {
     frame: usize,
     scope: usize,
+    outside: bool,
 }
 
 /// What `build` carries down: the child frames' trees (with their scope) by the node of their
@@ -181,16 +215,36 @@ struct Context<'a, 'r> {
     next_frame: usize,
     clickable: &'r HashMap<NodeKey, Looks>,
     reference: &'r mut dyn FnMut(NodeKey, usize) -> String,
+    /// The page's boxes and viewport, when only what is in the viewport is shown.
+    layout: Option<&'r Layout>,
+    /// The node whose subtree alone is shown, and its items once built.
+    root: Option<NodeKey>,
+    found: Option<Vec<Item>>,
 }
 
 /// Renders the tree of `nodes` (the answer of `Accessibility.getFullAXTree`, scope 0), with the trees
 /// of child frames (by the node of the element that hosts each) nested where they are hosted;
 /// `clickable` names the elements that look clickable, which are shown with a ref whatever their
-/// role; `reference` gives the ref of a DOM node in a frame (0: the page itself).
+/// role; `reference` gives the ref of a DOM node in a frame (0: the page itself). The whole page,
+/// as upstream shows it (see [`render_view`] for a part of it).
+#[cfg(test)]
 pub fn render(
     nodes: &[Value],
     frames: &HashMap<NodeKey, Frame>,
     clickable: &HashMap<NodeKey, Looks>,
+    reference: &mut dyn FnMut(NodeKey, usize) -> String,
+) -> Snapshot {
+    render_view(nodes, frames, clickable, &View::default(), reference)
+}
+
+/// [`render`] of what `view` asks for: a subtree, the interactive elements, those in the viewport,
+/// down to a depth, within a number of characters. Every node gets its ref whatever the view shows,
+/// so the refs of a node are the same in every view of the page.
+pub fn render_view(
+    nodes: &[Value],
+    frames: &HashMap<NodeKey, Frame>,
+    clickable: &HashMap<NodeKey, Looks>,
+    view: &View,
     reference: &mut dyn FnMut(NodeKey, usize) -> String,
 ) -> Snapshot {
     let main = tree(nodes);
@@ -202,32 +256,134 @@ pub fn render(
         next_frame: 1,
         clickable,
         reference,
+        layout: view.layout.as_ref(),
+        root: view.root,
+        found: None,
     };
-    let items = match main.root {
-        Some(root) => build(&main, &mut context, Place { frame: 0, scope: 0 }, root, 0),
+    let mut items = match main.root {
+        Some(root) => build(
+            &main,
+            &mut context,
+            Place {
+                frame: 0,
+                scope: 0,
+                outside: false,
+            },
+            root,
+            0,
+        ),
         None => Vec::new(),
     };
+    let mut root_missing = false;
+    if view.root.is_some() {
+        match context.found.take() {
+            Some(found) => items = found,
+            None => {
+                items = Vec::new();
+                root_missing = true;
+            }
+        }
+    }
+    if view.interactive_only {
+        items = view::interactive(items);
+    }
+    let (mut deeper, mut deeper_elements) = (Vec::new(), 0);
+    if let Some(depth) = view.max_depth {
+        view::cut_below(&mut items, depth, &mut deeper, &mut deeper_elements);
+    }
     let mut lines = Vec::new();
     write(&items, 0, &mut lines);
     let total_lines = lines.len();
+    let cap = view
+        .max_chars
+        .unwrap_or(MAX_SNAPSHOT_CHARS)
+        .min(MAX_SNAPSHOT_CHARS);
     let mut yaml = String::new();
     let mut kept = 0;
     for line in &lines {
-        if yaml.len() + line.len() + 1 > MAX_SNAPSHOT_CHARS {
+        if yaml.len() + line.text.len() + 1 > cap {
             break;
         }
-        yaml.push_str(line);
+        yaml.push_str(&line.text);
         yaml.push('\n');
         kept += 1;
     }
+    let (rest, rest_elements) = rest_of(&lines, kept);
     Snapshot {
         yaml: yaml.trim_end().to_owned(),
         cut_lines: total_lines - kept,
         total_lines,
+        lines: lines.into_iter().map(|line| line.text).collect(),
+        rest,
+        rest_elements,
+        deeper,
+        deeper_elements,
+        root_missing,
     }
 }
 
+/// What the cap left out, from line `kept` on: the refs of the subtrees it left out whole (those of
+/// lines not nested in another left-out line; a left-out line without a ref of its own, such as text,
+/// is named by the nearest shown line holding it), and how many lines with a ref it left out.
+fn rest_of(lines: &[Line], kept: usize) -> (Vec<String>, usize) {
+    let mut named: Vec<String> = Vec::new();
+    let mut elements = 0;
+    let mut outer = usize::MAX;
+    // The lines holding the current one (indent, ref), outermost first.
+    let mut holders: Vec<(usize, Option<&String>)> = Vec::new();
+    for (at, line) in lines.iter().enumerate() {
+        while holders
+            .last()
+            .is_some_and(|(indent, _)| *indent >= line.indent)
+        {
+            holders.pop();
+        }
+        let holder = holders.iter().rev().find_map(|(_, reference)| *reference);
+        holders.push((line.indent, line.reference.as_ref()));
+        if at < kept {
+            continue;
+        }
+        if line.reference.is_some() {
+            elements += 1;
+        }
+        if line.indent > outer {
+            continue;
+        }
+        outer = line.indent;
+        // Lines of one owner follow each other.
+        if let Some(owner) = line.reference.as_ref().or(holder)
+            && named.last() != Some(owner)
+        {
+            named.push(owner.clone());
+        }
+    }
+    (named, elements)
+}
+
+/// The items of node `id` (none, its own, or its children's when it is only nesting); those of the
+/// view's root are kept aside as they are built.
 fn build(tree: &Tree, context: &mut Context, place: Place, id: &str, depth: usize) -> Vec<Item> {
+    let items = build_node(tree, context, place, id, depth);
+    if let Some(root) = context.root
+        && context.found.is_none()
+        && tree
+            .nodes
+            .get(id)
+            .and_then(|node| node.backend)
+            .is_some_and(|backend| (place.scope, backend) == root)
+    {
+        context.found = Some(items.clone());
+    }
+    items
+}
+
+fn build_node(
+    tree: &Tree,
+    context: &mut Context,
+    mut place: Place,
+    id: &str,
+    depth: usize,
+) -> Vec<Item> {
     let Some(node) = tree.nodes.get(id) else {
         return Vec::new();
     };
@@ -241,6 +397,13 @@ fn build(tree: &Tree, context: &mut Context, place: Place, id: &str, depth: usiz
     if looks == Some(Looks::Invisible) {
         return Vec::new();
     }
+    // Outside the viewport (when only what it shows is asked for): a node without a box of its own
+    // is where its parent is.
+    if let Some(layout) = context.layout
+        && let Some(outside) = layout.outside(place.frame, place.scope, node.backend)
+    {
+        place.outside = outside;
+    }
     let looks = looks.filter(|_| node.liftable && node.role != "RootWebArea");
     let flattened = looks.is_none()
         && (node.ignored
@@ -252,7 +415,7 @@ fn build(tree: &Tree, context: &mut Context, place: Place, id: &str, depth: usiz
         _ if flattened => {}
         "InlineTextBox" | "ListMarker" | "LineBreak" => return Vec::new(),
         "StaticText" => {
-            return if node.name.trim().is_empty() {
+            return if node.name.trim().is_empty() || place.outside {
                 Vec::new()
             } else {
                 vec![Item::Text(node.name.to_owned())]
@@ -272,6 +435,7 @@ fn build(tree: &Tree, context: &mut Context, place: Place, id: &str, depth: usiz
         children.extend(build(tree, context, place, child, depth + 1));
     }
     if node.role == "Iframe"
+        && !place.outside
         && let Some(backend) = node.backend
         && let Some((scope, inner)) = context.frames.remove(&(place.scope, backend))
         && let Some(root) = inner.root
@@ -282,13 +446,21 @@ fn build(tree: &Tree, context: &mut Context, place: Place, id: &str, depth: usiz
         children.extend(build(
             &inner,
             context,
-            Place { frame, scope },
+            Place {
+                frame,
+                scope,
+                outside: false,
+            },
             root,
             depth + 1,
         ));
     }
     let children = collapse(merge_text(children));
     if flattened {
+        return children;
+    }
+    // Off the viewport, only as the container of something in it.
+    if place.outside && children.is_empty() {
         return children;
     }
     let role = match node.role {
@@ -344,7 +516,7 @@ fn build(tree: &Tree, context: &mut Context, place: Place, id: &str, depth: usiz
     for state in states.iter().flatten() {
         head.push_str(&format!(" [{state}]"));
     }
-    if let Some(own_ref) = own_ref {
+    if let Some(own_ref) = &own_ref {
         head.push_str(&format!(" [ref={own_ref}]"));
     }
     // Said only where the role does not already tell that it can be clicked.
@@ -388,8 +560,8 @@ fn build(tree: &Tree, context: &mut Context, place: Place, id: &str, depth: usiz
     if let Some(url) = url {
         children.push(Item::Text(format!("\u{0}/url: {url}")));
     }
-    let acts = looks.is_some()
-        || INTERACTIVE.contains(&role)
+    let actionable = looks.is_some() || INTERACTIVE.contains(&role);
+    let acts = actionable
         || children
             .iter()
             .any(|child| matches!(child, Item::Element { acts: true, .. }));
@@ -399,6 +571,8 @@ fn build(tree: &Tree, context: &mut Context, place: Place, id: &str, depth: usiz
         children,
         role: role.to_owned(),
         acts,
+        actionable,
+        reference: own_ref,
     }]
 }
 
@@ -479,22 +653,28 @@ fn merge_text(items: Vec<Item>) -> Vec<Item> {
     merged
 }
 
-fn write(items: &[Item], indent: usize, lines: &mut Vec<String>) {
+fn write(items: &[Item], indent: usize, lines: &mut Vec<Line>) {
     let pad = "  ".repeat(indent);
+    let plain = |text: String| Line {
+        text,
+        indent,
+        reference: None,
+    };
     for item in items {
         match item {
             Item::Text(text) => match text.strip_prefix('\u{0}') {
-                Some(url) => lines.push(format!("{pad}- {url}")),
-                None => lines.push(format!("{pad}- text: {}", scalar(text.trim()))),
+                Some(url) => lines.push(plain(format!("{pad}- {url}"))),
+                None => lines.push(plain(format!("{pad}- text: {}", scalar(text.trim())))),
             },
-            Item::Collapsed { count, role } => lines.push(format!(
+            Item::Collapsed { count, role } => lines.push(plain(format!(
                 "{pad}# {count} more {role} elements like those above are not shown (nothing in them \
                  to click or type in; a screenshot or PDF shows their content)"
-            )),
+            ))),
             Item::Element {
                 head,
                 inline,
                 children,
+                reference,
                 ..
             } => {
                 let mut line = format!("{pad}{head}");
@@ -504,7 +684,11 @@ fn write(items: &[Item], indent: usize, lines: &mut Vec<String>) {
                 } else if !children.is_empty() {
                     line.push(':');
                 }
-                lines.push(line);
+                lines.push(Line {
+                    text: line,
+                    indent,
+                    reference: reference.clone(),
+                });
                 if inline.is_none() {
                     write(children, indent + 1, lines);
                 }
@@ -751,5 +935,172 @@ mod tests {
         assert_eq!(lines[MAX_REPEATED + 2], "  - link \"Go\" [ref=e999]");
         assert_eq!(lines.last(), Some(&"- button \"After\" [ref=e2]"));
         assert!(!snapshot.yaml.contains("Row 10"));
+    }
+
+    /// A page of two sections, each a heading, text and a button, and a link at the end.
+    fn sections() -> Vec<Value> {
+        let mut link = node("9", "link", "More", &["10"], 9);
+        link["properties"] =
+            json!([{"name": "url", "value": {"type": "string", "value": "http://x/more"}}]);
+        vec![
+            node("1", "RootWebArea", "", &["2", "5", "9"], 1),
+            node("2", "region", "First", &["3", "4", "11"], 2),
+            node("3", "heading", "One", &[], 3),
+            node("4", "button", "Go one", &[], 4),
+            node("11", "StaticText", "Some text", &[], 11),
+            node("5", "region", "Second", &["6", "7"], 5),
+            node("6", "heading", "Two", &[], 6),
+            node("7", "group", "", &["8"], 7),
+            node("8", "button", "Go two", &[], 8),
+            link,
+            node("10", "StaticText", "More", &[], 10),
+        ]
+    }
+
+    fn view_of(nodes: &[Value], view: &View) -> Snapshot {
+        render_view(
+            nodes,
+            &HashMap::new(),
+            &HashMap::new(),
+            view,
+            &mut |(_, backend), _| format!("e{backend}"),
+        )
+    }
+
+    #[test]
+    fn a_view_keeps_the_interactive_elements_a_subtree_or_levels() {
+        let nodes = sections();
+        let whole = view_of(&nodes, &View::default());
+        assert_eq!(
+            whole.yaml,
+            render(
+                &nodes,
+                &HashMap::new(),
+                &HashMap::new(),
+                &mut |(_, b), _| format!("e{b}")
+            )
+            .yaml
+        );
+        let interactive = view_of(
+            &nodes,
+            &View {
+                interactive_only: true,
+                ..View::default()
+            },
+        );
+        assert_eq!(
+            interactive.yaml,
+            [
+                "- button \"Go one\" [ref=e4]",
+                "- button \"Go two\" [ref=e8]",
+                "- link \"More\" [ref=e9]:",
+                "  - /url: http://x/more",
+            ]
+            .join("\n")
+        );
+        let second = view_of(
+            &nodes,
+            &View {
+                root: Some((0, 5)),
+                ..View::default()
+            },
+        );
+        assert_eq!(
+            second.yaml,
+            [
+                "- region \"Second\" [ref=e5]:",
+                "  - heading \"Two\" [ref=e6]",
+                "  - group [ref=e7]:",
+                "    - button \"Go two\" [ref=e8]",
+            ]
+            .join("\n")
+        );
+        let gone = view_of(
+            &nodes,
+            &View {
+                root: Some((0, 99)),
+                ..View::default()
+            },
+        );
+        assert!(gone.root_missing && gone.yaml.is_empty());
+        let top = view_of(
+            &nodes,
+            &View {
+                max_depth: Some(1),
+                ..View::default()
+            },
+        );
+        assert_eq!(
+            top.yaml,
+            [
+                "- region \"First\" [ref=e2]",
+                "- region \"Second\" [ref=e5]",
+                "- link \"More\" [ref=e9]:",
+                "  - /url: http://x/more",
+            ]
+            .join("\n")
+        );
+        assert_eq!(
+            (top.deeper, top.deeper_elements),
+            (vec!["e2".to_owned(), "e5".to_owned()], 5)
+        );
+    }
+
+    #[test]
+    fn a_cut_names_the_refs_of_what_it_left_out() {
+        let nodes = sections();
+        let cut = view_of(
+            &nodes,
+            &View {
+                max_chars: Some(60),
+                ..View::default()
+            },
+        );
+        // `- region "First" [ref=e2]:` and its heading fit; its button, its text, the second
+        // region and the link do not.
+        assert_eq!(cut.yaml.lines().count(), 2, "{}", cut.yaml);
+        assert_eq!(cut.rest, ["e4", "e2", "e5", "e9"]);
+        assert_eq!(cut.rest_elements, 6);
+        assert_eq!(cut.total_lines, cut.lines.len());
+    }
+
+    #[test]
+    fn a_view_of_the_viewport_keeps_what_is_in_it_and_what_holds_it() {
+        let nodes = sections();
+        let boxes = HashMap::from([
+            (2, [0.0, 0.0, 800.0, 400.0]),
+            (3, [0.0, 0.0, 800.0, 40.0]),
+            (4, [0.0, 50.0, 80.0, 20.0]),
+            (11, [0.0, 80.0, 80.0, 20.0]),
+            // The second region starts below the viewport; a fixed button of it shows.
+            (5, [0.0, 2000.0, 800.0, 400.0]),
+            (6, [0.0, 2000.0, 800.0, 40.0]),
+            (8, [10.0, 10.0, 80.0, 20.0]),
+            (9, [0.0, 3000.0, 80.0, 20.0]),
+            (10, [0.0, 3000.0, 80.0, 20.0]),
+        ]);
+        let visible = view_of(
+            &nodes,
+            &View {
+                layout: Some(Layout {
+                    viewport: [0.0, 0.0, 1024.0, 768.0],
+                    boxes,
+                }),
+                ..View::default()
+            },
+        );
+        assert_eq!(
+            visible.yaml,
+            [
+                "- region \"First\" [ref=e2]:",
+                "  - heading \"One\" [ref=e3]",
+                "  - button \"Go one\" [ref=e4]",
+                "  - text: Some text",
+                "- region \"Second\" [ref=e5]:",
+                "  - group [ref=e7]:",
+                "    - button \"Go two\" [ref=e8]",
+            ]
+            .join("\n")
+        );
     }
 }

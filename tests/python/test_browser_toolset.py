@@ -331,8 +331,11 @@ def test_forms_reading_and_scripts(toolset, site, boxd):
     assert "heading" not in interactive
     shallow = texts(run(toolset, "read_page", depth=1))[0]
     assert all(not line.startswith(" ") for line in shallow.splitlines())
+    # The far link is below the viewport: only the whole page ("all") shows it.
+    assert "Far link" not in page
+    assert "Far link" in texts(run(toolset, "read_page", filter="all"))[0]
     color = ref_of(interactive, "combobox", "Color")
-    subtree = texts(run(toolset, "read_page", ref=f"ref_{color}"))[0]
+    subtree = texts(run(toolset, "read_page", ref=f"ref_{color}", filter="all"))[0]
     assert subtree.startswith('- combobox "Color"') and "Green" in subtree
     assert "refs look like ref_7" in refused(toolset, "read_page", ref="e3")
 

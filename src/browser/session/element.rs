@@ -50,6 +50,11 @@ fn snapshot_ref_number(reference: &str) -> Option<u64> {
 }
 
 impl Running {
+    /// The node a ref names, or an error saying to take a new snapshot.
+    pub fn node_of(&mut self, reference: &str) -> Result<Located, ToolError> {
+        self.node_in_style(reference, &SNAPSHOT_REFS)
+    }
+
     /// The node a ref of `style` names, or an error saying how to get a current one.
     pub fn node_in_style(
         &mut self,

@@ -2,11 +2,16 @@
 
 use std::collections::HashMap;
 
-use super::super::snapshot::NodeKey;
+use super::super::snapshot::{NodeKey, SnapshotOptions};
 
 /// Refs kept per tab before the oldest document's are forgotten (a page that churns nodes forever
 /// would otherwise grow the map without bound).
 const MAX_REFS: usize = 200_000;
+/// Views whose latest snapshot lines a tab keeps for a diff (the oldest is forgotten first).
+const MAX_BASELINES: usize = 4;
+/// Bytes of snapshot lines a tab keeps for diffs; a snapshot larger alone is not kept (a diff of its
+/// view then shows the whole snapshot again).
+const MAX_BASELINE_BYTES: usize = 8 * 1024 * 1024;
 /// Renderer sessions refs are kept for before all of them are forgotten (a page whose frames keep
 /// moving to new processes would otherwise grow the list without bound).
 const MAX_SCOPES: usize = 1024;
@@ -29,6 +34,9 @@ pub struct Refs {
     scopes: Vec<Scope>,
     next: u64,
     document: u64,
+    /// The lines of the latest snapshot of each view on this document, what a diff compares with,
+    /// oldest first.
+    baselines: Vec<(SnapshotOptions, Vec<String>)>,
 }
 
 /// A ref's DOM node, and how to reach it.
@@ -67,8 +75,40 @@ impl Refs {
             self.by_node.clear();
             self.by_ref.clear();
             self.scopes.clear();
+            self.baselines.clear();
             self.document = document;
         }
+    }
+
+    /// The lines of the latest snapshot of `view` on this document.
+    pub(super) fn baseline(&self, view: &SnapshotOptions) -> Option<&[String]> {
+        self.baselines
+            .iter()
+            .find(|(known, _)| known == view)
+            .map(|(_, lines)| lines.as_slice())
+    }
+
+    /// Keeps `lines` as the latest snapshot of `view`, within [`MAX_BASELINES`] views and
+    /// [`MAX_BASELINE_BYTES`]; a snapshot that is not `whole` (only a part of the view was asked
+    /// for) leaves none.
+    pub(super) fn remember(&mut self, view: SnapshotOptions, lines: Vec<String>, whole: bool) {
+        self.baselines.retain(|(known, _)| *known != view);
+        if !whole {
+            return;
+        }
+        let bytes = |lines: &[String]| lines.iter().map(String::len).sum::<usize>();
+        let size = bytes(&lines);
+        if size > MAX_BASELINE_BYTES {
+            return;
+        }
+        let mut held: usize = self.baselines.iter().map(|(_, kept)| bytes(kept)).sum();
+        while !self.baselines.is_empty()
+            && (self.baselines.len() >= MAX_BASELINES || held + size > MAX_BASELINE_BYTES)
+        {
+            let (_, dropped) = self.baselines.remove(0);
+            held = held.saturating_sub(bytes(&dropped));
+        }
+        self.baselines.push((view, lines));
     }
 
     /// The scope of the renderer reached by `session`, added (hosted by `host`) if new. A session

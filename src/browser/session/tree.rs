@@ -7,10 +7,12 @@ use std::collections::HashMap;
 use serde_json::{Value, json};
 
 use super::super::cdp::CdpError;
-use super::super::snapshot::{self, MAX_SNAPSHOT_CHARS, NodeKey};
+use super::super::snapshot::{self, Layout, MAX_SNAPSHOT_CHARS, NodeKey, SnapshotOptions, View};
 use super::{CALL, Running, SLOW_CALL};
 use crate::tools::ToolError;
 
+/// Candidates of an interactive view asked of the accessibility tree at once.
+const BATCH: usize = 100;
 /// Child frames a snapshot walks at most (a page of endless nested iframes costs two calls per frame).
 pub const MAX_FRAMES: usize = 16;
 /// The largest accessibility tree of a tab's page a snapshot takes, in bytes of the browser's answer
@@ -64,28 +66,231 @@ impl Running {
         Ok(lines)
     }
 
-    /// The current page's URL and title, and (when `with_snapshot`) its accessibility snapshot as
-    /// YAML with refs. The browser's work for all of it is asked for at once.
+    /// The current page's URL and title, and (when asked, with these options) its accessibility
+    /// snapshot as the answer shows it. The browser's work for all of it is asked for at once.
     pub async fn location_and_snapshot(
         &mut self,
-        with_snapshot: bool,
+        snapshot: Option<&SnapshotOptions>,
     ) -> Result<(String, String, Option<String>), ToolError> {
+        let Some(options) = snapshot else {
+            self.ahead = None;
+            let (url, title) = self.location().await?;
+            return Ok((url, title, None));
+        };
+        let (location, parts) = self.fetch_parts(options).await?;
+        let snapshot = self.snapshot_of(parts, options).await?;
+        Ok((location.0, location.1, Some(snapshot.answer())))
+    }
+
+    /// The current page's snapshot with these options, as [`PageSnapshot`] (for a tool that writes
+    /// its answer otherwise than `browser_snapshot`).
+    #[allow(
+        dead_code,
+        reason = "the agent toolset's read_page (branch browser-toolset) calls it"
+    )]
+    pub async fn page_snapshot(
+        &mut self,
+        options: &SnapshotOptions,
+    ) -> Result<PageSnapshot, ToolError> {
+        let (_, parts) = self.fetch_parts(options).await?;
+        self.snapshot_of(parts, options).await
+    }
+
+    /// The location and snapshot parts: for an interactive view, those of its candidates alone (see
+    /// [`Running::interactive_parts`]); otherwise those asked for ahead in this call when they are
+    /// still the page's, or asked for now.
+    async fn fetch_parts(
+        &mut self,
+        options: &SnapshotOptions,
+    ) -> Result<((String, String), SnapshotParts), ToolError> {
+        if options.interactive_only {
+            self.ahead = None;
+            if let Some(parts) = self.interactive_parts(options).await? {
+                return Ok(parts);
+            }
+        }
         if let Some(ahead) = self.ahead.take()
-            && with_snapshot
             && ahead.session == self.tab()?.session
             && ahead.marks.same_events(&self.marks()?)
         {
-            let (url, title) = ahead.location;
-            let snapshot = self.render_snapshot(ahead.parts)?;
-            return Ok((url, title, Some(snapshot)));
+            return Ok((ahead.location, ahead.parts));
         }
-        if !with_snapshot {
-            let (url, title) = self.location().await?;
-            return Ok((url, title, None));
+        self.location_and_snapshot_parts().await
+    }
+
+    /// Renders `parts` as `options` ask, reading the viewport first when only what it shows is asked
+    /// for.
+    async fn snapshot_of(
+        &mut self,
+        mut parts: SnapshotParts,
+        options: &SnapshotOptions,
+    ) -> Result<PageSnapshot, ToolError> {
+        let viewport = if options.viewport_only && parts.too_large.is_none() && !parts.narrowed {
+            Some(self.viewport_rect().await?)
+        } else {
+            None
+        };
+        let layout = viewport.map(|viewport| Layout {
+            viewport,
+            boxes: std::mem::take(&mut parts.boxes),
+        });
+        self.render_snapshot(parts, options, layout)
+    }
+
+    /// The viewport in the document's CSS pixels: `[x, y, width, height]`.
+    async fn viewport_rect(&self) -> Result<[f64; 4], ToolError> {
+        let session = self.tab()?.session.clone();
+        let metrics = self
+            .cdp()
+            .call(Some(&session), "Page.getLayoutMetrics", json!({}), CALL)
+            .await?;
+        let viewport = metrics
+            .get("cssVisualViewport")
+            .or_else(|| metrics.get("cssLayoutViewport"))
+            .cloned()
+            .unwrap_or_default();
+        let number = |key: &str| viewport.get(key).and_then(Value::as_f64).unwrap_or(0.0);
+        Ok([
+            number("pageX"),
+            number("pageY"),
+            number("clientWidth"),
+            number("clientHeight"),
+        ])
+    }
+
+    /// An interactive view's parts without the page's whole accessibility tree: the candidates
+    /// ([`snapshot::candidates`], from the DOM snapshot, already narrowed to the root and the
+    /// viewport) are asked of the accessibility tree one by one, all at once in batches, and only
+    /// until the size asked for is filled (all of them for a diff, which compares whole views). The
+    /// nodes are given as the children of one root, so they render as the whole tree's interactive
+    /// view does. `None` when the page has child frames (the whole tree's walk shows them), no DOM
+    /// snapshot, or the root is in a frame.
+    async fn interactive_parts(
+        &mut self,
+        options: &SnapshotOptions,
+    ) -> Result<Option<((String, String), SnapshotParts)>, ToolError> {
+        let session = self.tab()?.session.clone();
+        if !self.cdp().events.child_frames(&session).is_empty() {
+            return Ok(None);
         }
-        let (location, parts) = self.location_and_snapshot_parts().await?;
-        let snapshot = self.render_snapshot(parts)?;
-        Ok((location.0, location.1, Some(snapshot)))
+        let document = self.events(|events| events.documents)?;
+        let root = match &options.root_ref {
+            Some(reference) => {
+                let node = self.node_of(reference)?;
+                if node.session != session || !node.hosts.is_empty() {
+                    return Ok(None);
+                }
+                Some(node.backend)
+            }
+            None => None,
+        };
+        let viewport = async {
+            if options.viewport_only {
+                self.viewport_rect().await.map(Some)
+            } else {
+                Ok(None)
+            }
+        };
+        let (location, dom, viewport) = futures_util::future::join3(
+            self.location(),
+            self.cdp().call_bounded(
+                Some(&session),
+                "DOMSnapshot.captureSnapshot",
+                json!({"computedStyles": ["cursor"]}),
+                SLOW_CALL,
+                MAX_DOM_BYTES,
+            ),
+            viewport,
+        )
+        .await;
+        let (location, viewport) = (location?, viewport?);
+        let dom = match dom {
+            Ok((dom, _)) => dom,
+            Err(CdpError::Protocol(_) | CdpError::TooLarge { .. }) => return Ok(None),
+            Err(err) => return Err(err.into()),
+        };
+        // A same-process frame's document is in the DOM snapshot: the whole tree's walk shows it.
+        if dom["documents"].as_array().map_or(0, Vec::len) != 1 {
+            return Ok(None);
+        }
+        let looks = snapshot::clickable(&dom);
+        let candidates = snapshot::candidates(&dom, &looks, root, viewport);
+        drop(dom);
+        let cap = options
+            .max_chars
+            .unwrap_or(MAX_SNAPSHOT_CHARS)
+            .min(MAX_SNAPSHOT_CHARS);
+        let mut children = Vec::new();
+        let mut nodes = Vec::new();
+        // Characters the lines of the nodes so far take, about.
+        let mut estimate = 0usize;
+        let mut asked = 0;
+        while asked < candidates.len() && (options.diff || estimate <= cap) {
+            let batch = candidates
+                .get(asked..candidates.len().min(asked + BATCH))
+                .unwrap_or_default();
+            asked += batch.len();
+            let answers = futures_util::future::join_all(batch.iter().map(|backend| {
+                self.cdp().call(
+                    Some(&session),
+                    "Accessibility.getPartialAXTree",
+                    json!({"backendNodeId": backend, "fetchRelatives": false}),
+                    CALL,
+                )
+            }))
+            .await;
+            for (backend, answer) in batch.iter().zip(answers) {
+                let mut answer = match answer {
+                    Ok(answer) => answer,
+                    // Gone meanwhile.
+                    Err(CdpError::Protocol(_)) => continue,
+                    Err(err) => return Err(err.into()),
+                };
+                let Value::Array(found) = answer["nodes"].take() else {
+                    continue;
+                };
+                let Some(mut node) = found.into_iter().find(|node| {
+                    node.get("backendDOMNodeId").and_then(Value::as_i64) == Some(*backend)
+                }) else {
+                    continue;
+                };
+                let id = format!("c{}", nodes.len());
+                let text = |pointer: &str| {
+                    node.pointer(pointer)
+                        .and_then(Value::as_str)
+                        .map_or(0, str::len)
+                };
+                estimate += 32 + text("/name/value") + text("/value/value");
+                node["nodeId"] = json!(id);
+                node["parentId"] = json!("root");
+                node["childIds"] = json!([]);
+                children.push(id);
+                nodes.push(node);
+            }
+        }
+        let mut all = Vec::with_capacity(nodes.len() + 1);
+        all.push(
+            json!({"nodeId": "root", "ignored": false, "role": {"value": "RootWebArea"},
+                        "childIds": children}),
+        );
+        all.extend(nodes);
+        let parts = SnapshotParts {
+            document,
+            nodes: all,
+            scopes: vec![(session, None)],
+            clickable: looks
+                .into_iter()
+                .map(|(node, looks)| ((0, node), looks))
+                .collect(),
+            frames: HashMap::new(),
+            frames_cut: false,
+            frames_over_budget: false,
+            too_large: None,
+            boxes: HashMap::new(),
+            narrowed: true,
+            unlisted: candidates.get(asked..).unwrap_or_default().to_vec(),
+        };
+        Ok(Some((location, parts)))
     }
 
     pub(super) async fn location_and_snapshot_parts(
@@ -135,18 +340,26 @@ impl Running {
                     frames_cut: false,
                     frames_over_budget: false,
                     too_large: Some(bytes),
+                    boxes: HashMap::new(),
+                    narrowed: false,
+                    unlisted: Vec::new(),
                 });
             }
             Err(err) => return Err(err.into()),
         };
         let mut frames = frames?;
-        // Without it the snapshot only lacks the refs of elements that merely look clickable.
+        let mut boxes = HashMap::new();
+        // Without it the snapshot only lacks the refs of elements that merely look clickable (and a
+        // view of the viewport shows the whole page).
         match dom {
-            Ok((dom, _)) => frames.clickable.extend(
-                snapshot::clickable(&dom)
-                    .into_iter()
-                    .map(|(node, looks)| ((0, node), looks)),
-            ),
+            Ok((dom, _)) => {
+                frames.clickable.extend(
+                    snapshot::clickable(&dom)
+                        .into_iter()
+                        .map(|(node, looks)| ((0, node), looks)),
+                );
+                boxes = snapshot::boxes(&dom);
+            }
             Err(CdpError::Protocol(message)) => {
                 tracing::debug!("no DOM snapshot for clickable elements: {message}");
             }
@@ -168,22 +381,54 @@ impl Running {
             frames_cut: frames.cut,
             frames_over_budget: frames.over_budget,
             too_large: None,
+            boxes,
+            narrowed: false,
+            unlisted: Vec::new(),
         })
     }
 
-    fn render_snapshot(&mut self, parts: SnapshotParts) -> Result<String, ToolError> {
+    fn render_snapshot(
+        &mut self,
+        parts: SnapshotParts,
+        options: &SnapshotOptions,
+        layout: Option<Layout>,
+    ) -> Result<PageSnapshot, ToolError> {
         if let Some(bytes) = parts.too_large {
-            return Ok(format!(
-                "- Page Snapshot: the page is too large to snapshot (its accessibility tree is {} \
-                 MiB, over the {} MiB bound); no refs were given. The browser and its tabs are \
-                 unharmed. See the page with browser_take_screenshot, or navigate to a narrower \
-                 page (a section's own address, a search or filter with fewer results).",
-                bytes.div_ceil(1024 * 1024),
-                MAX_TREE_BYTES / (1024 * 1024)
-            ));
+            return Ok(PageSnapshot {
+                heading: format!(
+                    "- Page Snapshot: the page is too large to snapshot (its accessibility tree is \
+                     {} MiB, over the {} MiB bound); no refs were given. The browser and its tabs \
+                     are unharmed. See the page with browser_take_screenshot, or navigate to a \
+                     narrower page (a section's own address, a search or filter with fewer \
+                     results).",
+                    bytes.div_ceil(1024 * 1024),
+                    MAX_TREE_BYTES / (1024 * 1024)
+                ),
+                ..PageSnapshot::default()
+            });
         }
+        self.tab_mut()?.refs.sync(parts.document);
+        // The root as the snapshot's trees name it: a ref the tab never gave fails here, loudly.
+        let root = match options.root_ref.as_ref().filter(|_| !parts.narrowed) {
+            Some(reference) => {
+                let node = self.node_of(reference)?;
+                let scope = parts
+                    .scopes
+                    .iter()
+                    .position(|(session, _)| *session == node.session)
+                    .ok_or_else(|| gone(reference))?;
+                Some((scope, node.backend))
+            }
+            None => None,
+        };
+        let view = View {
+            interactive_only: options.interactive_only,
+            layout,
+            max_depth: options.max_depth,
+            root,
+            max_chars: options.max_chars,
+        };
         let tab = self.tab_mut()?;
-        tab.refs.sync(parts.document);
         // The snapshot's scopes as the tab's refs number them (a host's scope comes before the
         // scopes it hosts).
         let mut scopes: Vec<usize> = Vec::with_capacity(parts.scopes.len());
@@ -191,10 +436,11 @@ impl Running {
             let host = host.and_then(|(parent, owner)| Some((*scopes.get(parent)?, owner)));
             scopes.push(tab.refs.scope(session, host));
         }
-        let rendered = snapshot::render(
+        let mut rendered = snapshot::render_view(
             &parts.nodes,
             &parts.frames,
             &parts.clickable,
+            &view,
             &mut |(scope, backend), frame| {
                 // Every scope of the trees is in the list; an unknown one gets a ref that never
                 // resolves rather than another renderer's node.
@@ -202,33 +448,112 @@ impl Running {
                 tab.refs.assign((scope, backend), frame)
             },
         );
-        let mut text = format!("- Page Snapshot\n```yaml\n{}\n```", rendered.yaml);
+        if rendered.root_missing
+            && let Some(reference) = &options.root_ref
+        {
+            return Err(gone(reference));
+        }
+        // Candidates past the size: left out as the cut's own lines are, the first named.
+        let mut unnamed = 0;
+        if !parts.unlisted.is_empty() {
+            let scope = scopes.first().copied().unwrap_or(usize::MAX);
+            let count = parts.unlisted.len();
+            rendered.cut_lines += count;
+            rendered.total_lines += count;
+            rendered.rest_elements += count;
+            let room = snapshot::MAX_NAMED_REFS.saturating_sub(rendered.rest.len());
+            for backend in parts.unlisted.iter().take(room) {
+                rendered.rest.push(tab.refs.assign((scope, *backend), 0));
+            }
+            unnamed = count.saturating_sub(room);
+        }
+        let key = options.view_key();
+        let baseline = if options.diff {
+            Some(
+                tab.refs
+                    .baseline(&key)
+                    .map(|lines| snapshot::diff(lines, &rendered.lines)),
+            )
+        } else {
+            None
+        };
+        let mut answer = PageSnapshot {
+            heading: "- Page Snapshot".to_owned(),
+            yaml: Some(rendered.yaml),
+            ..PageSnapshot::default()
+        };
         if parts.frames_cut {
-            text.push_str(&format!(
-                "\n- Frames cut: the page has more than {MAX_FRAMES} frames; the contents of \
+            answer.notes.push(format!(
+                "- Frames cut: the page has more than {MAX_FRAMES} frames; the contents of \
                  {MAX_FRAMES} are shown, the other iframe lines are empty. Navigate to a frame's own \
                  address to see its content."
             ));
         }
         if parts.frames_over_budget {
-            text.push_str(&format!(
-                "\n- Frames cut: the page's frames hold more than {} MiB of content together; the \
+            answer.notes.push(format!(
+                "- Frames cut: the page's frames hold more than {} MiB of content together; the \
                  frames past it are shown empty. Navigate to a frame's own address to see its \
                  content.",
                 MAX_FRAME_BYTES / (1024 * 1024)
             ));
         }
-        if rendered.cut_lines > 0 {
-            text.push_str(&format!(
-                "\n- Snapshot cut: {} of {} lines shown (the first {MAX_SNAPSHOT_CHARS} characters, \
-                 in document order; scrolling does not change which). Refs of the lines shown work. \
-                 To reach the rest, navigate to a narrower page (a section's own address, a search \
-                 or filter with fewer results), or see it with browser_take_screenshot.",
-                rendered.total_lines - rendered.cut_lines,
-                rendered.total_lines
+        let total_lines = rendered.total_lines;
+        match baseline {
+            Some(Some(diff)) => {
+                diff_answer(&mut answer, &diff, total_lines, options.max_chars);
+                tab.refs.remember(key, rendered.lines, true);
+                return Ok(answer);
+            }
+            Some(None) => answer.notes.push(
+                "- Diff: there is no earlier snapshot of this view on this page (a navigation \
+                 starts anew): the whole snapshot is shown, and the next diff compares with it."
+                    .to_owned(),
+            ),
+            None => {}
+        }
+        // A view whose candidates were not all asked for is no whole view to compare with.
+        tab.refs
+            .remember(key, rendered.lines, parts.unlisted.is_empty());
+        if !rendered.deeper.is_empty() {
+            answer.notes.push(format!(
+                "- Depth cut: {} elements nested deeper than {} levels are not shown; they are \
+                 under {} (pass one as root to read its part).",
+                rendered.deeper_elements,
+                options.max_depth.unwrap_or(0),
+                named(&rendered.deeper, 0)
             ));
         }
-        Ok(text)
+        if rendered.cut_lines > 0 {
+            let shown = total_lines - rendered.cut_lines;
+            answer.notes.push(if options.is_upstream() {
+                format!(
+                    "- Snapshot cut: {shown} of {total_lines} lines shown (the first \
+                     {MAX_SNAPSHOT_CHARS} characters, in document order; scrolling does not \
+                     change which). Refs of the lines shown work. To reach the rest, navigate to \
+                     a narrower page (a section's own address, a search or filter with fewer \
+                     results), or see it with browser_take_screenshot."
+                )
+            } else {
+                let cap = options
+                    .max_chars
+                    .unwrap_or(MAX_SNAPSHOT_CHARS)
+                    .min(MAX_SNAPSHOT_CHARS);
+                format!(
+                    "- Snapshot cut: {shown} of {total_lines} lines shown (the first {cap} \
+                     characters); {} lines with {} elements are not shown. They are under {} \
+                     (pass one as root to read its part; interactive, depth and a larger size \
+                     narrow or widen it). Refs of the lines shown work.",
+                    rendered.cut_lines,
+                    rendered.rest_elements,
+                    named(&rendered.rest, unnamed)
+                )
+            });
+        }
+        answer.rest = rendered.rest;
+        answer.rest_elements = rendered.rest_elements;
+        answer.deeper = rendered.deeper;
+        answer.deeper_elements = rendered.deeper_elements;
+        Ok(answer)
     }
 
     /// The accessibility trees of the page's child frames, by the node of the `<iframe>` hosting
@@ -426,4 +751,111 @@ pub(super) struct SnapshotParts {
     /// The page's accessibility tree was larger than [`MAX_TREE_BYTES`] (its length): the answer
     /// says so in place of the snapshot.
     too_large: Option<usize>,
+    /// The boxes of the page's own document, for a view of what the viewport shows.
+    boxes: HashMap<i64, [f64; 4]>,
+    /// The nodes are an interactive view's candidates, already narrowed to its root and viewport.
+    narrowed: bool,
+    /// Candidates of such a view not asked for: past the size asked for.
+    unlisted: Vec<i64>,
+}
+
+/// A snapshot as an answer shows it: its heading line, its YAML (none when there is nothing to show:
+/// a page too large, a diff without changes) and the notes after it (what was cut, and how to read
+/// it), with what was cut as data for a tool that words it otherwise.
+#[derive(Debug, Default)]
+pub struct PageSnapshot {
+    pub heading: String,
+    pub yaml: Option<String>,
+    /// The YAML is a diff against the tab's previous snapshot (its block is fenced as one).
+    pub diff: bool,
+    pub notes: Vec<String>,
+    /// Refs of the subtrees the size cap left out (the first [`snapshot::MAX_NAMED_REFS`]), and
+    /// the elements it left out in all.
+    pub rest: Vec<String>,
+    pub rest_elements: usize,
+    /// Refs of the elements whose children the depth left out, and the elements left out.
+    pub deeper: Vec<String>,
+    pub deeper_elements: usize,
+}
+
+impl PageSnapshot {
+    /// As `browser_snapshot` answers: the heading, the YAML in a fenced block, the notes.
+    pub fn answer(&self) -> String {
+        let mut text = self.heading.clone();
+        if let Some(yaml) = &self.yaml {
+            let fence = if self.diff { "diff" } else { "yaml" };
+            text.push_str(&format!("\n```{fence}\n{yaml}\n```"));
+        }
+        for note in &self.notes {
+            text.push('\n');
+            text.push_str(note);
+        }
+        text
+    }
+}
+
+/// A list of refs as a note names them: the first ones, and how many more (`unnamed` more past the
+/// list).
+fn named(refs: &[String], unnamed: usize) -> String {
+    let shown = refs.len().min(snapshot::MAX_NAMED_REFS);
+    let mut text = refs.get(..shown).unwrap_or_default().join(", ");
+    let more = refs.len() - shown + unnamed;
+    if more > 0 {
+        text.push_str(&format!(" and {more} more"));
+    }
+    text
+}
+
+/// A root ref whose element is not in the page any more.
+fn gone(reference: &str) -> ToolError {
+    ToolError::Reported(format!(
+        "The element of ref {reference} is no longer in the page (it was removed or replaced). \
+         Take a new snapshot (browser_snapshot) and use a ref from it."
+    ))
+}
+
+/// A diff as the answer shows it: the changed lines under a heading that counts them, cut at the
+/// size asked for; or a heading saying nothing changed.
+fn diff_answer(
+    answer: &mut PageSnapshot,
+    diff: &snapshot::Diff,
+    total_lines: usize,
+    max_chars: Option<usize>,
+) {
+    if diff.is_empty() {
+        answer.heading = format!(
+            "- Page Snapshot: unchanged since this tab's previous snapshot of this view ({total_lines} \
+             lines); its refs stand."
+        );
+        answer.yaml = None;
+        return;
+    }
+    answer.heading = format!(
+        "- Page Snapshot: changes since this tab's previous snapshot of this view ({} added, {} \
+         removed, {} changed; `+ ` added lines, `- ` removed ones, the others unchanged lines \
+         holding them; refs not shown stand)",
+        diff.added, diff.removed, diff.changed
+    );
+    let cap = max_chars
+        .unwrap_or(MAX_SNAPSHOT_CHARS)
+        .min(MAX_SNAPSHOT_CHARS);
+    let mut yaml = String::new();
+    let mut kept = 0;
+    for line in &diff.lines {
+        if yaml.len() + line.len() + 1 > cap {
+            break;
+        }
+        yaml.push_str(line);
+        yaml.push('\n');
+        kept += 1;
+    }
+    answer.yaml = Some(yaml.trim_end().to_owned());
+    answer.diff = true;
+    if kept < diff.lines.len() {
+        answer.notes.push(format!(
+            "- Diff cut: {kept} of {} lines shown (the first {cap} characters); take the snapshot \
+             without diff, or of a part (root), to see the rest.",
+            diff.lines.len()
+        ));
+    }
 }

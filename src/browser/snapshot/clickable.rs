@@ -140,6 +140,46 @@ pub fn clickable(dom: &Value) -> HashMap<i64, Looks> {
     found
 }
 
+/// The boxes of the elements and text of the snapshot's own document (its first; a frame's are its
+/// own), by backend node id, as `[x, y, width, height]` in CSS pixels of the document; a node with
+/// several boxes (a split inline) gets the box around them all.
+pub fn boxes(dom: &Value) -> HashMap<i64, [f64; 4]> {
+    let Some(document) = list(&dom["documents"]).first() else {
+        return HashMap::new();
+    };
+    let backends = list(&document["nodes"]["backendNodeId"]);
+    let layout = &document["layout"];
+    let bounds = list(&layout["bounds"]);
+    let mut found: HashMap<i64, [f64; 4]> = HashMap::new();
+    for (at, node) in list(&layout["nodeIndex"]).iter().enumerate() {
+        let Some(backend) = node
+            .as_u64()
+            .and_then(|index| usize::try_from(index).ok())
+            .and_then(|index| backends.get(index))
+            .and_then(Value::as_i64)
+        else {
+            continue;
+        };
+        let Some(rect) = bounds.get(at).and_then(Value::as_array) else {
+            continue;
+        };
+        let side = |index: usize| rect.get(index).and_then(Value::as_f64).unwrap_or(0.0);
+        let (x, y, width, height) = (side(0), side(1), side(2), side(3));
+        found
+            .entry(backend)
+            .and_modify(|known| {
+                let right = (known[0] + known[2]).max(x + width);
+                let bottom = (known[1] + known[3]).max(y + height);
+                known[0] = known[0].min(x);
+                known[1] = known[1].min(y);
+                known[2] = right - known[0];
+                known[3] = bottom - known[1];
+            })
+            .or_insert([x, y, width, height]);
+    }
+    found
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

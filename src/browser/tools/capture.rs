@@ -10,6 +10,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 use super::super::session::{Capture, Image, Running};
+use super::super::snapshot::{MAX_SNAPSHOT_CHARS, SnapshotOptions};
 use super::{Answer, Browser, BrowserTool, Declared, NoArguments, PageCall, Policy};
 use crate::tools::{ContentItem, ToolError};
 
@@ -53,9 +54,77 @@ pub(super) fn declarations() -> Vec<Declared> {
     ]
 }
 
-/// The answer is the page, with its snapshot.
-fn snapshot(_: PageCall<'_>, _: NoArguments) -> BoxFuture<'_, Result<Answer, ToolError>> {
-    Box::pin(async move { Ok(Answer::page(String::new())) })
+/// Characters a token stands for in `max_tokens` (the usual estimate for English text and markup).
+const CHARS_PER_TOKEN: usize = 4;
+
+/// boxd's own arguments (upstream's call takes none, and answers as upstream's): a part of the page,
+/// within a size, or its changes.
+#[derive(Deserialize, JsonSchema)]
+struct SnapshotArguments {
+    #[schemars(
+        description = "Only elements that can be acted on (buttons, links, fields, elements that look clickable), without text or layout. Default false."
+    )]
+    interactive: Option<bool>,
+    #[schemars(
+        description = "Only what is within the viewport (what a screenshot shows) and the elements holding it. Default false."
+    )]
+    visible: Option<bool>,
+    #[schemars(
+        description = "Levels of nesting shown (1: the top level only). The answer names the refs whose children were left out."
+    )]
+    depth: Option<f64>,
+    #[schemars(
+        description = "Exact target element reference from the page snapshot: only its subtree is shown."
+    )]
+    root: Option<String>,
+    #[schemars(
+        description = "Size of the answer's snapshot at most, in tokens (4 characters each; at most 12500). What is cut is named, with the refs to pass as root to read it."
+    )]
+    max_tokens: Option<f64>,
+    #[schemars(
+        description = "Only the changes since this tab's previous snapshot with the same interactive, visible, depth and root (a navigation starts anew). Default false."
+    )]
+    diff: Option<bool>,
+}
+
+/// A count argument: a whole number from 1 up.
+fn count(name: &str, value: Option<f64>) -> Result<Option<usize>, ToolError> {
+    match value {
+        None => Ok(None),
+        Some(value) if value.fract() == 0.0 && (1.0..=1e9).contains(&value) => {
+            Ok(Some(value as usize))
+        }
+        Some(value) => Err(ToolError::Reported(format!(
+            "{name} must be a whole number from 1 up (got {value})."
+        ))),
+    }
+}
+
+/// The answer is the page, with its snapshot as the arguments ask; a root ref the tab never gave is
+/// refused before anything is fetched.
+fn snapshot(
+    call: PageCall<'_>,
+    arguments: SnapshotArguments,
+) -> BoxFuture<'_, Result<Answer, ToolError>> {
+    Box::pin(async move {
+        let max_tokens = count("max_tokens", arguments.max_tokens)?;
+        let options = SnapshotOptions {
+            interactive_only: arguments.interactive.unwrap_or(false),
+            viewport_only: arguments.visible.unwrap_or(false),
+            max_depth: count("depth", arguments.depth)?,
+            root_ref: arguments.root,
+            max_chars: max_tokens.map(|tokens| {
+                tokens
+                    .saturating_mul(CHARS_PER_TOKEN)
+                    .min(MAX_SNAPSHOT_CHARS)
+            }),
+            diff: arguments.diff.unwrap_or(false),
+        };
+        if let Some(root) = &options.root_ref {
+            call.page.node_of(root)?;
+        }
+        Ok(Answer::Snapshot(options))
+    })
 }
 
 #[derive(Deserialize, JsonSchema)]

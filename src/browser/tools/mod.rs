@@ -23,6 +23,7 @@ use super::GROUP;
 use super::events::DownloadLimits;
 use super::launch::Options;
 use super::session::{Capture, Running, Session};
+use super::snapshot::SnapshotOptions;
 use super::toolset;
 use crate::core::confine::AllowedDirs;
 use crate::core::confine::Workspace;
@@ -100,6 +101,8 @@ enum Answer {
     /// A line saying what was done (none when empty), then the page: modal state, downloads, tabs,
     /// URL, title and (when `snapshot`, and the page can give one) its snapshot.
     Page { done: String, snapshot: bool },
+    /// The page with its snapshot as these options ask (`browser_snapshot`).
+    Snapshot(SnapshotOptions),
     /// The page's answer, made while this screenshot is captured; saved under the name asked for.
     Screenshot {
         capture: Capture,
@@ -337,10 +340,15 @@ impl Browser {
                 session.close().await;
                 return Ok(vec![text(said)]);
             }
-            Answer::Page { done, snapshot } => (done, snapshot, None),
-            Answer::Screenshot { capture, filename } => {
-                (String::new(), true, Some((capture, filename)))
+            Answer::Page { done, snapshot } => {
+                (done, snapshot.then(SnapshotOptions::default), None)
             }
+            Answer::Snapshot(options) => (String::new(), Some(options), None),
+            Answer::Screenshot { capture, filename } => (
+                String::new(),
+                Some(SnapshotOptions::default()),
+                Some((capture, filename)),
+            ),
         };
         let downloads = self.downloads_lines(page).await;
         let answer = page_answer(page, snapshot, downloads).await;
@@ -390,7 +398,7 @@ async fn admit(page: &mut Running, tool: &str, policy: Policy) -> Result<(), Too
 /// the snapshot.
 async fn page_answer(
     running: &mut Running,
-    snapshot: bool,
+    snapshot: Option<SnapshotOptions>,
     downloads: Vec<String>,
 ) -> Result<String, ToolError> {
     let mut lines = Vec::new();
@@ -418,7 +426,7 @@ async fn page_answer(
         lines.push("### Current tab".to_owned());
     }
     let (url, title, snapshot) = running
-        .location_and_snapshot(snapshot && !blocked && !crashed)
+        .location_and_snapshot(snapshot.filter(|_| !blocked && !crashed).as_ref())
         .await?;
     lines.push(format!("- Page URL: {url}"));
     lines.push(format!("- Page Title: {title}"));

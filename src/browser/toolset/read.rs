@@ -5,6 +5,7 @@
 use serde_json::Value;
 
 use super::super::session::{SLOW_CALL, SNAPSHOT_REFS};
+use super::super::snapshot::SnapshotOptions;
 use super::input::{PageFilter, ReadPage};
 use super::{Act, Outcome, TOOLSET_REFS};
 use crate::tools::ToolError;
@@ -18,43 +19,43 @@ const DEFAULT_DEPTH: i64 = 15;
 /// Matches `find` answers at most.
 pub const MAX_MATCHES: usize = 20;
 
-/// Roles a model acts on (read_page's `interactive` filter keeps these and what looks clickable).
-const INTERACTIVE: &[&str] = &[
-    "button",
-    "checkbox",
-    "combobox",
-    "link",
-    "listbox",
-    "menuitem",
-    "menuitemcheckbox",
-    "menuitemradio",
-    "option",
-    "radio",
-    "searchbox",
-    "slider",
-    "spinbutton",
-    "switch",
-    "tab",
-    "textbox",
-    "treeitem",
-];
+/// The page's snapshot in the view `options` ask for, as the toolset shows it: its YAML lines with
+/// `[ref_N]` refs, and the refs of the parts the size cap and the depth left out (with how many
+/// elements each left out).
+struct Tree {
+    lines: Vec<String>,
+    rest: Vec<String>,
+    rest_elements: usize,
+    deeper: Vec<String>,
+    deeper_elements: usize,
+}
 
-/// The page's snapshot as the toolset shows it: its YAML lines with `[ref_N]` refs, and whether the
-/// snapshot's own cap cut it.
-async fn tree_lines(act: &mut Act<'_>) -> Result<(Vec<String>, bool), ToolError> {
-    let (_, _, snapshot) = act.running.location_and_snapshot(true).await?;
-    let snapshot = snapshot.unwrap_or_default();
-    let Some((_, yaml)) = snapshot.split_once("```yaml\n") else {
+async fn tree(act: &mut Act<'_>, options: &SnapshotOptions) -> Result<Tree, ToolError> {
+    let snapshot = act.running.page_snapshot(options).await?;
+    let Some(yaml) = snapshot.yaml else {
         // No tree (a page too large to snapshot): what the snapshot says instead.
         return Err(ToolError::Reported(
             snapshot
+                .heading
                 .trim_start_matches("- Page Snapshot: ")
                 .replace("browser_take_screenshot", "screenshot"),
         ));
     };
-    let (yaml, after) = yaml.split_once("\n```").unwrap_or((yaml, ""));
-    let cut = after.contains("Snapshot cut");
-    Ok((yaml.lines().map(toolset_refs).collect(), cut))
+    let refs = |refs: &[String]| -> Vec<String> {
+        refs.iter()
+            .map(|reference| match (SNAPSHOT_REFS.number)(reference) {
+                Some(number) => format!("ref_{number}"),
+                None => reference.clone(),
+            })
+            .collect()
+    };
+    Ok(Tree {
+        lines: yaml.lines().map(toolset_refs).collect(),
+        rest: refs(&snapshot.rest),
+        rest_elements: snapshot.rest_elements,
+        deeper: refs(&snapshot.deeper),
+        deeper_elements: snapshot.deeper_elements,
+    })
 }
 
 /// A snapshot line with its refs (`[ref=e7]`, `[ref=f1e7]`) written as the toolset writes them
@@ -83,11 +84,6 @@ fn toolset_refs(line: &str) -> String {
     out
 }
 
-/// A line's nesting level (two spaces each).
-fn level(line: &str) -> usize {
-    (line.len() - line.trim_start_matches(' ').len()) / 2
-}
-
 /// The ref a line carries (`[ref_7]`), if any.
 fn line_ref(line: &str) -> Option<&str> {
     let start = line.find("[ref_")?;
@@ -104,65 +100,69 @@ fn line_role(line: &str) -> &str {
         .unwrap_or_default()
 }
 
+/// The page's tree (the playwright tools' snapshot, in the view the input asks for): `filter`
+/// omitted shows what is in the viewport, `interactive` the elements one acts on there, `all` the
+/// whole page; `depth` levels of nesting; `ref` that element's subtree; within [`MAX_READ_CHARS`],
+/// with the refs to read what was left out.
 pub async fn read_page(mut act: Act<'_>, input: ReadPage) -> Result<Outcome, ToolError> {
     let depth = input.depth.unwrap_or(DEFAULT_DEPTH);
     let depth = usize::try_from(depth)
         .map_err(|_| ToolError::Reported(format!("depth must be 0 or more, not {depth}.")))?;
-    let (mut lines, cut) = tree_lines(&mut act).await?;
-    if let Some(wanted) = input.reference.as_deref() {
-        let number = (TOOLSET_REFS.number)(wanted).ok_or_else(|| {
-            ToolError::Reported(format!(
-                "{wanted:?} is not a ref from read_page or find (refs look like ref_7). {}",
-                TOOLSET_REFS.take
-            ))
-        })?;
-        let wanted = format!("ref_{number}");
-        let start = lines
-            .iter()
-            .position(|line| line_ref(line) == Some(wanted.as_str()))
-            .ok_or_else(|| {
-                ToolError::Reported(format!(
-                    "Ref {wanted} is not in the page's tree now (the page changed, or it is past \
-                     the first {MAX_READ_CHARS} characters of the tree); {}",
-                    TOOLSET_REFS.renew
-                ))
-            })?;
-        let root = level(&lines[start]);
-        let end = lines[start + 1..]
-            .iter()
-            .position(|line| level(line) <= root)
-            .map_or(lines.len(), |offset| start + 1 + offset);
-        lines = lines[start..end]
-            .iter()
-            .map(|line| line.get(root * 2..).unwrap_or(line.as_str()).to_owned())
-            .collect();
-    }
-    lines.retain(|line| level(line) < depth.max(1));
-    if input.filter == Some(PageFilter::Interactive) {
-        lines = lines
-            .into_iter()
-            .filter(|line| {
-                line_ref(line).is_some()
-                    && (INTERACTIVE.contains(&line_role(line)) || line.contains("[cursor=pointer]"))
-            })
-            .map(|line| line.trim_start().to_owned())
-            .collect();
-    }
-    let mut text = lines.join("\n");
-    if text.chars().count() > MAX_READ_CHARS {
-        text = text.chars().take(MAX_READ_CHARS).collect();
-        let kept = text.rfind('\n').unwrap_or(text.len());
-        text.truncate(kept);
+    let root_ref = match input.reference.as_deref() {
+        Some(reference) => {
+            // Checked here so a stale ref is refused in the toolset's words.
+            act.running
+                .element_in_style(reference, &TOOLSET_REFS)
+                .await?;
+            let number = (TOOLSET_REFS.number)(reference).unwrap_or_default();
+            Some(format!("e{number}"))
+        }
+        None => None,
+    };
+    let options = SnapshotOptions {
+        interactive_only: input.filter == Some(PageFilter::Interactive),
+        viewport_only: input.filter != Some(PageFilter::All),
+        max_depth: Some(depth.max(1)),
+        root_ref,
+        max_chars: Some(MAX_READ_CHARS),
+        diff: false,
+    };
+    let tree = tree(&mut act, &options).await?;
+    let mut text = tree.lines.join("\n");
+    if !tree.rest.is_empty() {
         text.push_str(&format!(
-            "\n(cut at {MAX_READ_CHARS} characters: narrow with ref or a smaller depth)"
+            "\n(cut at {MAX_READ_CHARS} characters: {} more elements are not shown, under {}; read \
+             one with ref)",
+            tree.rest_elements,
+            named(&tree.rest, tree.rest_elements)
         ));
-    } else if cut {
+    }
+    if !tree.deeper.is_empty() {
         text.push_str(&format!(
-            "\n(the page's tree is longer than {MAX_READ_CHARS} characters; its first part is \
-             shown: narrow with ref or a smaller depth)"
+            "\n({} elements nested deeper than {} levels are not shown, under {}; read one with ref \
+             or a larger depth)",
+            tree.deeper_elements,
+            depth.max(1),
+            named(&tree.deeper, tree.deeper_elements)
         ));
+    }
+    if text.is_empty() {
+        text = if input.filter == Some(PageFilter::All) {
+            "(the page shows nothing)".to_owned()
+        } else {
+            "(nothing in the viewport: scroll, or read_page with filter \"all\")".to_owned()
+        };
     }
     Ok(Outcome::Text(text))
+}
+
+/// Refs a note names (the first ones the snapshot gave), saying when there are more.
+fn named(refs: &[String], elements: usize) -> String {
+    let mut text = refs.join(", ");
+    if elements > refs.len() {
+        text.push_str(", ...");
+    }
+    text
 }
 
 /// Words of a description that say nothing of which element is meant.
@@ -214,7 +214,8 @@ pub async fn find(mut act: Act<'_>, query: &str) -> Result<Outcome, ToolError> {
                 .into(),
         ));
     }
-    let (lines, _) = tree_lines(&mut act).await?;
+    // The whole page, as the playwright tools' snapshot shows it.
+    let lines = tree(&mut act, &SnapshotOptions::default()).await?.lines;
     let mut scored: Vec<(usize, usize, String)> = lines
         .iter()
         .enumerate()
@@ -380,6 +381,5 @@ mod tests {
         assert_eq!(toolset_refs("- text: [ref=x]"), "- text: [ref=x]");
         assert_eq!(line_ref("  - link \"a\" [ref_3]"), Some("ref_3"));
         assert_eq!(line_role("  - link \"a\" [ref_3]"), "link");
-        assert_eq!(level("    - x"), 2);
     }
 }
