@@ -32,7 +32,7 @@ impl Family for BrowserFamily {
     }
 
     fn reserved_groups(&self) -> Vec<&'static str> {
-        vec![super::GROUP]
+        vec![super::GROUP, super::toolset::GROUP]
     }
 
     /// Chromium's renderers run web pages: when they run as their own user, that user may not reach
@@ -214,6 +214,31 @@ pub fn limits(args: &BrowserArgs) -> Vec<Limit> {
             "downloads of one browser run (`browser_close` starts the count again)",
             format!("{} (`--browser-max-downloads`)", count(downloads.max_count)),
             "later ones are cancelled at once, and the answer says so",
+        ),
+        Limit::new(
+            "browser",
+            "one `browser_toolset` read_page, find, get_page_text, read_console, read_network or \
+             javascript_exec answer",
+            format!("{} characters", super::toolset::MAX_READ_CHARS),
+            "cut, with a line saying so (read_page: narrow with `ref` or a smaller `depth`)",
+        ),
+        Limit::new(
+            "browser",
+            "matches one `browser_toolset` find answers",
+            count(super::toolset::MAX_MATCHES),
+            "the best ones",
+        ),
+        Limit::new(
+            "browser",
+            "one `browser_toolset` wait or hold_key",
+            format!("{} s", super::toolset::MAX_WAIT_SECONDS),
+            "refused, an isError answer",
+        ),
+        Limit::new(
+            "browser",
+            "dismissed dialogs one `browser_toolset` browser_state lists",
+            count(super::toolset::MAX_DIALOGS),
+            "one more entry counts the rest",
         ),
         Limit::new(
             "browser",

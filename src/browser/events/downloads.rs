@@ -46,7 +46,11 @@ pub(super) struct DownloadPolicy {
 #[derive(Debug, Clone)]
 pub struct Download {
     pub guid: String,
+    /// Where it is served from, as the browser reported it (cut like every page text).
+    pub url: String,
     pub suggested: String,
+    /// Bytes received so far, as the browser last reported.
+    pub received: u64,
     pub state: DownloadState,
     /// Its final name in the downloads directory, once boxd gave it one.
     pub saved: Option<String>,
@@ -124,7 +128,9 @@ impl Events {
                 };
                 downloads.push_back(Download {
                     guid,
+                    url: field("url"),
                     suggested: field("suggestedFilename"),
+                    received: 0,
                     state,
                     saved: None,
                     announced: false,
@@ -154,6 +160,8 @@ impl Events {
                     policy.cancels.push(download.guid.clone());
                     return true;
                 }
+                // A byte count is a whole number well within f64's exact range.
+                download.received = received.max(0.0) as u64;
                 download.state = match params["state"].as_str() {
                     Some("completed") => DownloadState::Completed,
                     Some("canceled") => DownloadState::Canceled,

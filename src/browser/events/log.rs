@@ -21,17 +21,24 @@ pub struct Request {
     pub method: String,
     pub url: String,
     pub status: Option<(i64, String)>,
+    /// The answer's MIME type (cut), once answered.
+    pub mime: Option<String>,
+    /// The browser's clock (seconds) when it was sent, and when it finished or failed.
+    pub sent_at: Option<f64>,
+    pub done_at: Option<f64>,
 }
 
 impl Request {
     /// What it holds, for [`MAX_LOG_BYTES`] (its fields are cut as they arrive).
     pub(super) fn size(&self) -> usize {
         let reason = self.status.as_ref().map_or(0, |(_, reason)| reason.len());
+        let mime = self.mime.as_ref().map_or(0, String::len);
         self.id
             .len()
             .saturating_add(self.method.len())
             .saturating_add(self.url.len())
             .saturating_add(reason)
+            .saturating_add(mime)
     }
 }
 
@@ -41,6 +48,9 @@ impl Request {
 pub struct Log<T> {
     entries: VecDeque<(T, usize)>,
     bytes: usize,
+    /// Entries ever kept (dropped and cleared ones too): where a reader that reads each entry once
+    /// stands (see [`Log::since`]).
+    pushed: u64,
 }
 
 impl<T> Default for Log<T> {
@@ -48,6 +58,7 @@ impl<T> Default for Log<T> {
         Log {
             entries: VecDeque::new(),
             bytes: 0,
+            pushed: 0,
         }
     }
 }
@@ -65,6 +76,15 @@ impl<T> Log<T> {
         }
         self.bytes = self.bytes.saturating_add(size);
         self.entries.push_back((item, size));
+        self.pushed = self.pushed.wrapping_add(1);
+    }
+
+    /// The entries kept after the first `seen` ever pushed (those dropped meanwhile are gone), and
+    /// the count to pass next time.
+    pub fn since(&self, seen: u64) -> (Vec<&T>, u64) {
+        let new = usize::try_from(self.pushed.saturating_sub(seen)).unwrap_or(usize::MAX);
+        let skip = self.entries.len().saturating_sub(new);
+        (self.iter().skip(skip).collect(), self.pushed)
     }
 
     pub fn iter(&self) -> impl DoubleEndedIterator<Item = &T> {

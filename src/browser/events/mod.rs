@@ -262,6 +262,9 @@ impl Events {
                             .and_then(Value::as_str)
                             .unwrap_or_default()),
                         status: None,
+                        mime: None,
+                        sent_at: params["timestamp"].as_f64(),
+                        done_at: None,
                     };
                     let size = request.size();
                     tab.requests.push(request, size);
@@ -278,12 +281,20 @@ impl Events {
                             .and_then(Value::as_str)
                             .unwrap_or_default()),
                     );
-                    tab.requests
-                        .update_last(id, |request| request.status = Some(status));
+                    let mime = params
+                        .pointer("/response/mimeType")
+                        .and_then(Value::as_str)
+                        .map(cut);
+                    tab.requests.update_last(id, |request| {
+                        request.status = Some(status);
+                        request.mime = mime;
+                    });
                 }
                 "Network.loadingFinished" | "Network.loadingFailed" => {
                     let id = params["requestId"].as_str().unwrap_or_default();
                     tab.in_flight.remove(id);
+                    let at = params["timestamp"].as_f64();
+                    tab.requests.update_last(id, |request| request.done_at = at);
                 }
                 "Page.javascriptDialogOpening" => {
                     tab.dialog = Some(Dialog {

@@ -12,35 +12,69 @@ use crate::tools::ToolError;
 pub const FRAME_GONE: &str = "The frame of that element is no longer in the page (it was removed or \
     navigated). Take a new snapshot (browser_snapshot) and use a ref from it.";
 
+/// How a family of tools writes refs and tells the model to get a current one: the snapshot's
+/// `e7` (the playwright tools) or the toolset's `ref_7`, both naming the tab's ref number 7.
+pub struct RefStyle {
+    /// The ref number a written ref names, if it is one of this style.
+    pub number: fn(&str) -> Option<u64>,
+    /// Where refs come from and what one looks like, for the refusal of one that is not.
+    pub from: &'static str,
+    pub example: &'static str,
+    /// The sentence saying how to get refs.
+    pub take: &'static str,
+    /// The clause (lower case, ending with its full stop) saying how to get a current ref.
+    pub renew: &'static str,
+}
+
+/// The playwright tools' refs: `e7`, and `f2e7` for a node of a child frame (the same number).
+pub const SNAPSHOT_REFS: RefStyle = RefStyle {
+    number: snapshot_ref_number,
+    from: "a page snapshot",
+    example: "e12",
+    take: "Take a snapshot (browser_snapshot) and use a ref from it.",
+    renew: "take a new snapshot (browser_snapshot) and use a ref from it.",
+};
+
+fn snapshot_ref_number(reference: &str) -> Option<u64> {
+    let trimmed = reference.trim();
+    // `f2e7` (a node of a child frame) and `e7` name the same node: numbers are per tab.
+    let unframed = match trimmed.strip_prefix('f') {
+        Some(rest) => {
+            let after = rest.trim_start_matches(|c: char| c.is_ascii_digit());
+            // `fe7` is no ref: an `f` carries the frame's number.
+            if after.len() == rest.len() { "" } else { after }
+        }
+        None => trimmed,
+    };
+    unframed.strip_prefix('e')?.parse::<u64>().ok()
+}
+
 impl Running {
     /// The node a ref names, or an error saying to take a new snapshot.
     pub fn node_of(&mut self, reference: &str) -> Result<Located, ToolError> {
+        self.node_in_style(reference, &SNAPSHOT_REFS)
+    }
+
+    /// The node a ref of `style` names, or an error saying how to get a current one.
+    pub fn node_in_style(
+        &mut self,
+        reference: &str,
+        style: &RefStyle,
+    ) -> Result<Located, ToolError> {
         let document = self.events(|events| events.documents)?;
         let tab = self.tab_mut()?;
         tab.refs.sync(document);
-        let trimmed = reference.trim();
-        // `f2e7` (a node of a child frame) and `e7` name the same node: numbers are per tab.
-        let unframed = match trimmed.strip_prefix('f') {
-            Some(rest) => {
-                let after = rest.trim_start_matches(|c: char| c.is_ascii_digit());
-                // `fe7` is no ref: an `f` carries the frame's number.
-                if after.len() == rest.len() { "" } else { after }
-            }
-            None => trimmed,
-        };
-        let number = unframed
-            .strip_prefix('e')
-            .and_then(|number| number.parse::<u64>().ok())
-            .ok_or_else(|| {
-                ToolError::Reported(format!(
-                    "{reference:?} is not a ref from a page snapshot (refs look like e12). Take a \
-                     snapshot (browser_snapshot) and use a ref from it."
-                ))
-            })?;
+        let renew = style.renew;
+        let number = (style.number)(reference).ok_or_else(|| {
+            ToolError::Reported(format!(
+                "{reference:?} is not a ref from {} (refs look like {}). {}",
+                style.from, style.example, style.take
+            ))
+        })?;
         tab.refs.locate(number).ok_or_else(|| {
             ToolError::Reported(format!(
                 "Ref {reference} not found in the current page. It is from an earlier page or was \
-                 never handed out; take a new snapshot (browser_snapshot) and use a ref from it."
+                 never handed out; {renew}"
             ))
         })
     }
@@ -48,12 +82,26 @@ impl Running {
     /// The JS object of a ref's element (in its renderer's session), checked to be still in the
     /// document.
     pub async fn element(&mut self, reference: &str) -> Result<Element, ToolError> {
-        let node = self.node_of(reference)?;
+        self.element_in_style(reference, &SNAPSHOT_REFS).await
+    }
+
+    /// [`Running::element`] for a ref of `style`.
+    pub async fn element_in_style(
+        &mut self,
+        reference: &str,
+        style: &RefStyle,
+    ) -> Result<Element, ToolError> {
+        let node = self.node_in_style(reference, style)?;
         let session = node.session.clone();
+        let mut renew = style.renew.chars();
+        let renew: String = renew
+            .next()
+            .map(|first| first.to_uppercase().chain(renew).collect())
+            .unwrap_or_default();
         let gone = || {
             ToolError::Reported(format!(
                 "The element of ref {reference} is no longer in the page (it was removed or \
-                 replaced). Take a new snapshot (browser_snapshot) and use a ref from it."
+                 replaced). {renew}"
             ))
         };
         let resolved = match self
@@ -87,6 +135,16 @@ impl Running {
             return Err(gone());
         }
         Ok(element)
+    }
+
+    /// Gives the file input `element` the files at `files` (paths the browser reads).
+    pub async fn set_input_files(
+        &self,
+        element: &Element,
+        files: &[String],
+    ) -> Result<(), ToolError> {
+        self.choose_files(&element.node.session, element.node.backend, files)
+            .await
     }
 
     /// Calls `function` with `this` = the object (of the renderer of `session`) and `arguments`

@@ -22,10 +22,12 @@ mod settle;
 mod tabs;
 mod tree;
 
-pub use page::{Capture, Image};
+pub use element::{RefStyle, SNAPSHOT_REFS};
+pub use page::{Capture, Clip, Image, MouseButton};
 use refs::Refs;
 use settle::Marks;
 pub use settle::SETTLE_CAP;
+pub use tabs::TabInfo;
 use tree::SnapshotParts;
 pub use tree::{MAX_DOM_BYTES, MAX_FRAME_BYTES, MAX_FRAMES, MAX_TREE_BYTES};
 
@@ -186,6 +188,19 @@ impl Session {
             running.new_tab(viewport).await?;
         }
         Ok(running)
+    }
+
+    /// The running browser with its tabs reconciled (tabs a page opened or closed meanwhile), without
+    /// starting one: `None` when none runs or it went away.
+    pub async fn synced(&mut self) -> Result<Option<&mut Running>, ToolError> {
+        let viewport = self.options.viewport;
+        match self.running.as_mut() {
+            Some(running) if !running.process.cdp.is_closed() => {
+                running.sync_tabs(viewport).await?;
+                Ok(Some(running))
+            }
+            _ => Ok(None),
+        }
     }
 
     /// Marks a tool call as running for its duration (the tabs' frames come at a call's pace).

@@ -30,6 +30,62 @@ pub struct Clip {
     y: f64,
     width: f64,
     height: f64,
+    /// How much the image is scaled up from CSS pixels.
+    scale: f64,
+}
+
+impl Clip {
+    /// The page region shown at viewport pixels `left, top` to `right, bottom` (in order, within the
+    /// viewport), captured scaled up by `scale`.
+    pub fn of_viewport(
+        layout: &Layout,
+        (left, top, right, bottom): (f64, f64, f64, f64),
+        scale: f64,
+    ) -> Clip {
+        Clip {
+            x: left + layout.scroll_x,
+            y: top + layout.scroll_y,
+            width: right - left,
+            height: bottom - top,
+            scale,
+        }
+    }
+}
+
+/// A mouse button, as the protocol names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MouseButton {
+    Left,
+    Middle,
+    Right,
+}
+
+impl MouseButton {
+    fn name(self) -> &'static str {
+        match self {
+            MouseButton::Left => "left",
+            MouseButton::Middle => "middle",
+            MouseButton::Right => "right",
+        }
+    }
+
+    /// Its bit in the protocol's `buttons` mask.
+    fn bit(self) -> i64 {
+        match self {
+            MouseButton::Left => 1,
+            MouseButton::Right => 2,
+            MouseButton::Middle => 4,
+        }
+    }
+}
+
+/// The viewport as the page lays it out: its size and how far the page is scrolled (CSS pixels).
+#[derive(Debug, Clone, Copy)]
+pub struct Layout {
+    pub width: f64,
+    pub height: f64,
+    pub scroll_x: f64,
+    pub scroll_y: f64,
 }
 
 /// How a navigation the browser accepted went on.
@@ -230,6 +286,15 @@ impl Running {
             .and_then(|entry| entry["id"].as_i64()))
     }
 
+    /// Loads the current page again.
+    pub async fn reload(&self) -> Result<(), ToolError> {
+        let session = self.tab()?.session.clone();
+        self.cdp()
+            .call(Some(&session), "Page.reload", json!({}), CALL)
+            .await?;
+        Ok(())
+    }
+
     /// Goes to history entry `entry` (an id [`Running::history_neighbour`] gave).
     pub async fn go_to_history_entry(&self, entry: i64) -> Result<(), ToolError> {
         let session = self.tab()?.session.clone();
@@ -380,7 +445,96 @@ impl Running {
             y: top + scroll_y,
             width,
             height,
+            scale: 1.0,
         })
+    }
+
+    /// The viewport's size and scroll offset, as the page lays it out.
+    pub async fn layout(&self) -> Result<Layout, ToolError> {
+        let session = self.tab()?.session.clone();
+        let metrics = self
+            .cdp()
+            .call(Some(&session), "Page.getLayoutMetrics", json!({}), CALL)
+            .await?;
+        let number = |pointer: &str| metrics.pointer(pointer).and_then(Value::as_f64);
+        Ok(Layout {
+            width: number("/cssLayoutViewport/clientWidth").unwrap_or(0.0),
+            height: number("/cssLayoutViewport/clientHeight").unwrap_or(0.0),
+            scroll_x: number("/cssVisualViewport/pageX").unwrap_or(0.0),
+            scroll_y: number("/cssVisualViewport/pageY").unwrap_or(0.0),
+        })
+    }
+
+    /// One mouse event at `point` (viewport CSS pixels): `kind` is the protocol's (`mousePressed`,
+    /// `mouseReleased`, `mouseMoved`), `held` the buttons down after it, `modifiers` the protocol's
+    /// mask.
+    pub async fn mouse_event(
+        &self,
+        kind: &str,
+        (x, y): (f64, f64),
+        button: Option<MouseButton>,
+        held: &[MouseButton],
+        click_count: i64,
+        modifiers: i64,
+    ) -> Result<(), ToolError> {
+        let session = &self.tab()?.session;
+        let buttons: i64 = held.iter().map(|button| button.bit()).sum();
+        let mut event =
+            json!({"type": kind, "x": x, "y": y, "buttons": buttons, "modifiers": modifiers});
+        if let Some(button) = button {
+            event["button"] = json!(button.name());
+            event["clickCount"] = json!(click_count);
+        }
+        self.cdp()
+            .call(Some(session), "Input.dispatchMouseEvent", event, CALL)
+            .await?;
+        Ok(())
+    }
+
+    /// A turn of the mouse wheel at `point` by `delta` CSS pixels (right and down positive).
+    pub async fn wheel(&self, (x, y): (f64, f64), (dx, dy): (f64, f64)) -> Result<(), ToolError> {
+        let session = &self.tab()?.session;
+        self.cdp()
+            .call(
+                Some(session),
+                "Input.dispatchMouseEvent",
+                json!({"type": "mouseWheel", "x": x, "y": y, "deltaX": dx, "deltaY": dy}),
+                CALL,
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Dismisses the dialog every tab shows (a `beforeunload` one keeps its page); what each said.
+    pub async fn dismiss_dialogs(&self) -> Result<Vec<super::super::events::Dialog>, ToolError> {
+        let mut dismissed = Vec::new();
+        for tab in &self.tabs {
+            let Some(dialog) = self
+                .cdp()
+                .events
+                .with(&tab.session, |events| events.dialog.clone())
+            else {
+                continue;
+            };
+            let answered = self
+                .cdp()
+                .call(
+                    Some(&tab.session),
+                    "Page.handleJavaScriptDialog",
+                    json!({"accept": false}),
+                    CALL,
+                )
+                .await;
+            // A dialog closed meanwhile (by the page, or with its tab) is gone all the same.
+            if let Err(err) = answered {
+                tracing::debug!("dismissing a dialog: {err}");
+            }
+            self.cdp()
+                .events
+                .with(&tab.session, |events| events.dialog = None);
+            dismissed.push(dialog);
+        }
+        Ok(dismissed)
     }
 
     /// Starts capturing the viewport, or `clip` of the page: a PNG when `raw`, else a JPEG.
@@ -394,7 +548,7 @@ impl Running {
         };
         if let Some(clip) = clip {
             params["clip"] = json!({"x": clip.x, "y": clip.y, "width": clip.width.max(1.0),
-                                    "height": clip.height.max(1.0), "scale": 1});
+                                    "height": clip.height.max(1.0), "scale": clip.scale});
             params["captureBeyondViewport"] = json!(true);
         }
         let session = self.tab()?.session.clone();

@@ -11,7 +11,59 @@ use super::settle::WATCH_MUTATIONS;
 use super::{CALL, Running, Tab, page};
 use crate::tools::ToolError;
 
+/// An open tab as the toolset's report names it: its target id (stable for the tab's life), the
+/// address and title its page shows, and whether it is the current one.
+#[derive(Debug, Clone)]
+pub struct TabInfo {
+    pub target: String,
+    pub url: String,
+    pub title: String,
+    pub current: bool,
+}
+
 impl Running {
+    /// The open tabs in boxd's order, with what each shows (the browser's view of it, so a tab
+    /// blocked by a dialog answers too).
+    pub async fn tab_infos(&self) -> Result<Vec<TabInfo>, ToolError> {
+        let targets = self.targets().await?;
+        Ok(self
+            .tabs
+            .iter()
+            .enumerate()
+            .map(|(index, tab)| {
+                let (url, title) = targets
+                    .iter()
+                    .find(|(id, ..)| *id == tab.target)
+                    .map(|(_, url, title)| (url.clone(), title.clone()))
+                    .unwrap_or_default();
+                TabInfo {
+                    target: tab.target.clone(),
+                    url,
+                    title,
+                    current: index == self.current,
+                }
+            })
+            .collect())
+    }
+
+    /// The target of the tab actions address now.
+    pub fn current_target(&self) -> Option<String> {
+        self.tabs.get(self.current).map(|tab| tab.target.clone())
+    }
+
+    /// The index of the open tab of target `target`.
+    pub fn tab_index(&self, target: &str) -> Option<usize> {
+        self.tabs.iter().position(|tab| tab.target == target)
+    }
+
+    /// Makes tab `index` the one the next actions address, without bringing it to the front (a call
+    /// addressed to a background tab leaves the active tab as it was).
+    pub fn address_tab(&mut self, index: usize) {
+        if index < self.tabs.len() {
+            self.current = index;
+        }
+    }
+
     /// The browser's page targets, in its order: (target id, url, title).
     async fn targets(&self) -> Result<Vec<(String, String, String)>, ToolError> {
         let answer = self

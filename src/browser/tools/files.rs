@@ -56,7 +56,7 @@ impl Browser {
     /// What became of the browser's downloads since the last answer, as `### Downloads` lines: a
     /// download still running is waited for once (within the settle cap), a finished one is given its
     /// name in the workspace's `downloads/` (the page's suggestion, cleaned, made unique) and said once.
-    pub(super) async fn downloads_lines(&self, running: &Running) -> Vec<String> {
+    pub(in crate::browser) async fn downloads_lines(&self, running: &Running) -> Vec<String> {
         let events = running.browser_events();
         let unannounced = |downloads: &mut std::collections::VecDeque<Download>| {
             downloads
@@ -185,20 +185,14 @@ impl Browser {
         lines
     }
 
-    async fn upload(
+    /// The paths the browser reads `paths` from: each a file of the workspace or of a directory given
+    /// with `--allow-dir`, opened once through the confinement (for a browser under its own user, a
+    /// copy staged for it from those very descriptors).
+    pub(in crate::browser) async fn upload_paths(
         &self,
-        running: &mut Running,
-        args: UploadArguments,
-    ) -> Result<String, ToolError> {
-        let Some((input_session, input)) = running.events(|events| events.file_chooser.clone())?
-        else {
-            return Err(ToolError::Reported(
-                "No file chooser visible: click the file input first (browser_click), then call \
-                 browser_file_upload."
-                    .into(),
-            ));
-        };
-        let paths = args.paths;
+        running: &Running,
+        paths: Vec<String>,
+    ) -> Result<Vec<String>, ToolError> {
         if paths.len() > MAX_UPLOADS {
             return Err(ToolError::Reported(format!(
                 "at most {MAX_UPLOADS} files at once"
@@ -245,6 +239,23 @@ impl Browser {
                     .collect()
             }
         };
+        Ok(files)
+    }
+
+    async fn upload(
+        &self,
+        running: &mut Running,
+        args: UploadArguments,
+    ) -> Result<String, ToolError> {
+        let Some((input_session, input)) = running.events(|events| events.file_chooser.clone())?
+        else {
+            return Err(ToolError::Reported(
+                "No file chooser visible: click the file input first (browser_click), then call \
+                 browser_file_upload."
+                    .into(),
+            ));
+        };
+        let files = self.upload_paths(running, args.paths).await?;
         let before = running.marks()?;
         // The input's own renderer: the tab's, or that of the frame (in another process) it is in.
         running.choose_files(&input_session, input, &files).await?;

@@ -1,6 +1,7 @@
-//! The tools (upstream's 23), each declared once in the file of its capability: its argument struct
-//! (whose schema, upstream's, is what the tool advertises), its policy (what state of the page it may
-//! run in) and what it does. Every call holds the
+//! The tools (upstream's 23, and Anthropic's browser toolset as one tool, see [`toolset`]), each
+//! declared once in the file of its capability: its argument struct (whose schema, upstream's, is
+//! what the tool advertises), its policy (what state of the page it may run in) and what it does.
+//! Every call holds the
 //! browser session for its duration (one browser, one current tab, as upstream), every wait in it is
 //! bounded, and the policies are applied here, for all tools alike.
 
@@ -8,7 +9,7 @@ mod capture;
 mod dialogs;
 mod files;
 mod input;
-mod navigate;
+pub(super) mod navigate;
 mod tabs;
 mod wait;
 
@@ -23,6 +24,7 @@ use super::events::DownloadLimits;
 use super::launch::Options;
 use super::session::{Capture, Running, Session};
 use super::snapshot::SnapshotOptions;
+use super::toolset;
 use crate::core::confine::AllowedDirs;
 use crate::core::confine::Workspace;
 use crate::tools::{
@@ -40,6 +42,8 @@ pub struct Browser {
     uploads: AllowedDirs,
     /// The bounds of the browser's downloads, as the answers name them.
     download_limits: DownloadLimits,
+    /// What the browser toolset reported last (locked after `session`, by toolset calls only).
+    toolset: tokio::sync::Mutex<toolset::Reports>,
 }
 
 /// What state of the current tab a page tool may run in, applied by [`Browser::call`] before the
@@ -230,10 +234,24 @@ fn declarations() -> Vec<Declared> {
 }
 
 pub fn tools(browser: &Arc<Browser>) -> Vec<Tool> {
-    declarations()
+    let mut tools: Vec<Tool> = declarations()
         .iter()
         .map(|declared| (declared.serve)(browser))
-        .collect()
+        .collect();
+    tools.push(toolset_tool(browser));
+    tools
+}
+
+/// Anthropic's browser toolset as one tool of its own group: a member's name and that member's input
+/// (see [`toolset`]). Bad input is the member's refusal, worded as the SDK words it, so the tool
+/// reads its arguments itself.
+fn toolset_tool(browser: &Arc<Browser>) -> Tool {
+    let browser = Arc::clone(browser);
+    ToolSpec::declare::<toolset::MemberCall>(toolset::GROUP, toolset::NAME, toolset::DESCRIPTION)
+        .handler(move |call, _| {
+            let browser = Arc::clone(&browser);
+            async move { browser.toolset_call(call).await }
+        })
 }
 
 impl Browser {
@@ -243,7 +261,22 @@ impl Browser {
             session: tokio::sync::Mutex::new(Session::new(options)),
             workspace,
             uploads,
+            toolset: tokio::sync::Mutex::new(toolset::Reports::default()),
         }
+    }
+
+    /// A browser toolset call: holds the session for its duration, as every call does, and the
+    /// toolset's reports behind it.
+    async fn toolset_call(&self, call: toolset::MemberCall) -> ToolResult {
+        let mut session = self.session.lock().await;
+        let _active = session.call_started();
+        let mut reports = self.toolset.lock().await;
+        toolset::call(self, &mut session, &mut reports, call).await
+    }
+
+    /// Where the workspace is, as answers show it (downloads are saved at its top).
+    pub(in crate::browser) fn workspace_shown(&self) -> &std::path::Path {
+        self.workspace.root()
     }
 
     pub async fn close(&self) {

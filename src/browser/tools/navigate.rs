@@ -64,7 +64,7 @@ fn forward(call: PageCall<'_>, _: NoArguments) -> BoxFuture<'_, Result<Answer, T
     Box::pin(async move { Ok(Answer::page(history(call.page, false).await?)) })
 }
 
-pub(super) enum Navigated {
+pub(in crate::browser) enum Navigated {
     /// Done, turned into a download, or settled as far as the cap allows.
     Yes,
     /// A dialog the page opened (`beforeunload`) holds it until answered.
@@ -78,7 +78,10 @@ pub(super) fn held_by_dialog(url: &str) -> String {
     )
 }
 
-pub(super) async fn navigate(running: &mut Running, url: &str) -> Result<Navigated, ToolError> {
+pub(in crate::browser) async fn navigate(
+    running: &mut Running,
+    url: &str,
+) -> Result<Navigated, ToolError> {
     running.events(|events| {
         events.console.clear();
         events.requests.clear();
@@ -141,7 +144,10 @@ async fn download_began(running: &Running) -> bool {
     false
 }
 
-async fn history(running: &mut Running, back: bool) -> Result<String, ToolError> {
+pub(in crate::browser) async fn history(
+    running: &mut Running,
+    back: bool,
+) -> Result<String, ToolError> {
     let Some(entry) = running.history_neighbour(back).await? else {
         return Ok(format!(
             "There is no page to go {} to",
