@@ -484,7 +484,7 @@ mod tests {
         let mut by_group: std::collections::BTreeMap<String, Listing> = Default::default();
         let mut extended = 0;
         for tool in every_tool() {
-            let mut schema = tool.input_schema.clone();
+            let mut schema = (*tool.input_schema).clone();
             let added = extensions
                 .get(&tool.group)
                 .and_then(|tools| tools.get(&tool.name));
