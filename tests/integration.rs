@@ -23,6 +23,7 @@ mod live;
 mod live_limits;
 mod load_limits;
 mod mcp_hosting;
+mod memory;
 mod openai_shell;
 mod output_bounds;
 mod pool_init;

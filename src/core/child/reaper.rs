@@ -29,6 +29,7 @@
 use std::io::Read;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::process::{ExitCode, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use super::leftovers::{MARKER, stop_leftovers_started_before};
@@ -48,6 +49,14 @@ const MAX_RESTART_DELAY: Duration = Duration::from_secs(60);
 /// A guard that ran this long before exiting restarts after the first delay again.
 const STABLE_RUN: Duration = Duration::from_secs(60);
 
+/// The running guard's pid; 0 while there is none.
+static GUARD_PID: AtomicU32 = AtomicU32::new(0);
+
+/// The guard this boxd runs, if any (`GET /memory` counts it as boxd's).
+pub fn guard_pid() -> Option<u32> {
+    Some(GUARD_PID.load(Ordering::Relaxed)).filter(|pid| *pid != 0)
+}
+
 /// Starts the guard for instance `key` and keeps one running while boxd runs (it is started again if
 /// it exits). Call once the port is bound (no other live boxd of the instance exists then) and the
 /// previous leftovers are stopped, from the async runtime.
@@ -58,8 +67,10 @@ pub fn spawn_reaper(key: String) {
             let started = Instant::now();
             match start_guard(&key) {
                 Ok((mut guard, _boxd_end)) => {
+                    GUARD_PID.store(guard.id().unwrap_or(0), Ordering::Relaxed);
                     // `_boxd_end` stays open as long as this task (that is, this process) lives.
                     let status = guard.wait().await;
+                    GUARD_PID.store(0, Ordering::Relaxed);
                     tracing::warn!(
                         ?status,
                         "the guard that stops a killed boxd's grandchildren exited; starting it again"
