@@ -22,7 +22,7 @@ import tempfile
 import threading
 import time
 
-from family_bench import OUT, ROOT, Boxd, samples
+from family_bench import OUT, ROOT, Boxd, memory_summary, samples
 
 REFERENCE = OUT / "reference-browser" / "node_modules" / "@playwright" / "mcp" / "cli.js"
 PAGES = ROOT / "tests" / "browser"
@@ -294,6 +294,7 @@ def run(args):
         results.update(workload({"reference": host, "boxd": native}, site, only))
         for name, server in (("reference", host), ("boxd", native)):
             results["memory"][f"{name}_after"] = memory(server.proc.pid)
+        pss_by_part = memory_summary(native)
     finally:
         for process in (native, host):
             process.stop()
@@ -317,6 +318,7 @@ def run(args):
     print(f"{'memory MiB':<18} {'server RSS':>10} {'node PSS':>8} {'chromium PSS':>12}")
     for key, row in results["memory"].items():
         print(f"{key:<18} {row['server_mib']:>10.1f} {row['helpers_mib']:>8.1f} {row['chromium_mib']:>12.1f}")
+    print(f"boxd's GET /memory after the workload, PSS MiB (processes): {pss_by_part}")
 
 
 if __name__ == "__main__":

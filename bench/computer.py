@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 
-from family_bench import OUT, ROOT, Boxd, timed
+from family_bench import OUT, ROOT, Boxd, memory_summary, timed
 
 REFERENCE = OUT / "reference-computer" / "node_modules" / "computer-use-mcp" / "dist" / "main.js"
 RECORDER = ROOT / "tests" / "computer" / "recorder.py"
@@ -56,6 +56,7 @@ def main():
                               server.call("computer", make(next(counter))), count, budget_seconds=60)
                 for action, make, count in WORKLOAD
             }
+        pss_by_part = memory_summary(native)
     finally:
         for process in (native, host):
             process.stop()
@@ -68,6 +69,7 @@ def main():
         ref, box = results["reference"][action], results["boxd"][action]
         print(f"{action:<18} {ref['p50_ms']:>10.1f} /{ref['p95_ms']:>9.1f} {box['p50_ms']:>8.2f} /{box['p95_ms']:>7.2f}"
               f" {box['p50_ms'] / ref['p50_ms']:>10.3f}")
+    print(f"boxd's GET /memory after the workload, PSS MiB (processes): {pss_by_part}")
 
 
 if __name__ == "__main__":

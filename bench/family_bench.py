@@ -86,6 +86,17 @@ class Boxd:
             self.proc.kill()
 
 
+def memory_summary(server):
+    """boxd's `GET /memory` in one line: PSS in MiB (and process count) of boxd, its guard and each family
+    that holds processes."""
+    memory = server.request("/memory", None, method="GET")
+    parts = [(name, memory[name]) for name in ("boxd", "guard", "init") if memory.get(name)]
+    parts += [(name, usage) for name, usage in sorted(memory["families"].items()) if usage["processes"]]
+    parts += [("total", memory["total"])]
+    return ", ".join(f"{name} {usage['pss_bytes'] / (1 << 20):.1f} ({usage['processes']})"
+                     for name, usage in parts)
+
+
 def samples(call, count, budget_seconds=60):
     """Seconds each of at most `count` calls took, stopping once `budget_seconds` have passed."""
     taken = []

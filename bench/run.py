@@ -268,6 +268,9 @@ def workload(server, results, quick, python_for_peers):
         latency(f"mcp_call_tool_{total}", lambda: server.request(
             "POST", "/mcp/call_tool", {"tool_name": "echo", "arguments": {"text": "x"}}), 100)
     results["rss_with_16_mcp_servers_mib"] = server.rss_kib() / 1024
+    if server.kind == "boxd":
+        # What each part holds now (the kernel after its cells, 16 hosted servers), as boxd reports it.
+        results["memory"] = json.loads(server.request("GET", "/memory"))
 
 
 # metric, better direction, target ratio (boxd/upstream) from the benchmark issue, or None
@@ -297,6 +300,18 @@ TABLE = [
 # A metric name as a goal means: no worse than that figure of the same run (git's own speed for commits).
 GOALS = {"rss_settled_process_mib": 16, "concurrent_128_wall_ms": 300,
          "commit_100_ms": "commit_100_git_cli_ms"}
+
+
+def memory_rows(memory):
+    """`GET /memory`'s reading as (part, processes, PSS MiB, RSS MiB) rows: boxd's own processes, each
+    family that holds any, what no family names, the total."""
+    mib = lambda usage, field: usage[field] / (1 << 20)  # noqa: E731
+    parts = [(name, memory.get(name)) for name in ("boxd", "guard", "init")]
+    parts += [(f"family {name}", usage) for name, usage in sorted(memory["families"].items())
+              if usage["processes"]]
+    parts += [("unattributed", memory["unattributed"]), ("total", memory["total"])]
+    return [(name, usage["processes"], mib(usage, "pss_bytes"), mib(usage, "rss_bytes"))
+            for name, usage in parts if usage]
 
 
 def main():
@@ -337,7 +352,9 @@ def main():
 
     machine = f"{platform.machine()}, {os.cpu_count()} cores, {platform.platform()}"
     OUT.mkdir(exist_ok=True)
-    (OUT / "results.json").write_text(json.dumps({"machine": machine, "rows": rows}, indent=2))
+    memory = measured["boxd"].get("memory")
+    (OUT / "results.json").write_text(json.dumps({"machine": machine, "rows": rows, "memory": memory},
+                                                 indent=2))
 
     fmt = lambda value: "-" if value is None else f"{value:.3g}" if value < 100 else f"{value:.0f}"  # noqa: E731
     print(f"machine: {machine}")
@@ -349,6 +366,15 @@ def main():
                                      f"{sign} {row['target']} {'met' if row['met'] else 'MISSED'}")
         goal = "" if row["goal"] is None else f"{sign} {fmt(row['goal'])} {'met' if row['goal_met'] else 'MISSED'}"
         print(f"| {row['metric']} | {fmt(row['upstream'])} | {fmt(row['boxd'])} | {fmt(row['ratio'])} | {target} | {goal} |")
+    if memory:
+        print()
+        print("boxd's GET /memory after the workload (16 hosted MCP servers, the kernel after its cells):")
+        print("| part | processes | PSS MiB | RSS MiB |")
+        print("|---|---:|---:|---:|")
+        for name, processes, pss, rss in memory_rows(memory):
+            print(f"| {name} | {processes} | {pss:.1f} | {rss:.1f} |")
+        if memory.get("partial"):
+            print("(partial: a bound of the reading cut it short)")
 
 
 if __name__ == "__main__":

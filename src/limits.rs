@@ -67,6 +67,27 @@ pub fn table(args: &ServeArgs) -> Vec<Limit> {
             "503 + `Retry-After` with the family's state",
         ),
         Limit::new(
+            "requests",
+            "`GET /memory`: readings at once; the wait for a place",
+            format!(
+                "{}; {}",
+                count(crate::http::MEMORY_READINGS),
+                seconds(crate::http::MEMORY_READING_WAIT)
+            ),
+            "429 + `Retry-After`",
+        ),
+        Limit::new(
+            "requests",
+            "`GET /memory`: `/proc` entries read; processes measured; time",
+            format!(
+                "{}; {}; {}",
+                count(crate::core::footprint::MAX_SCANNED),
+                count(crate::core::footprint::MAX_MEASURED),
+                seconds(crate::core::footprint::MEASURE_BUDGET)
+            ),
+            "the rest is left out and the answer says `partial: true`",
+        ),
+        Limit::new(
             "shell, ipython",
             "output kept per stream (stdout, stderr) of a command or a cell",
             format!("{} (`--max-output`)", bytes(as_u64(args.max_output))),

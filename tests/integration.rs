@@ -24,6 +24,7 @@ mod live;
 mod live_limits;
 mod load_limits;
 mod mcp_hosting;
+mod memory;
 mod openai_shell;
 mod output_bounds;
 mod pool_init;

@@ -16,6 +16,7 @@ use super::device::{Device, DeviceError, Target};
 use super::key::AdbKey;
 use super::wire::Server;
 use crate::core::child::Backoff;
+use crate::core::footprint::Held;
 use crate::core::health::Health;
 use crate::family::limits::{Limit, count, seconds};
 use crate::family::{BoxFuture, Family, Setup};
@@ -52,6 +53,12 @@ impl Family for AdbFamily {
 
     fn reserved_groups(&self) -> Vec<&'static str> {
         vec![super::GROUP]
+    }
+
+    /// The adb server, when one runs in the sandbox (boxd itself needs none: it may talk to the device
+    /// straight over TCP).
+    fn held_processes(&self) -> Vec<Held> {
+        vec![Held::Named("adb".to_owned())]
     }
 
     fn start(self: Arc<Self>, health: Health) -> BoxFuture<'static, ()> {

@@ -8,6 +8,7 @@ use super::events::DownloadLimits;
 use super::launch::{Isolation, Options};
 use super::tools::Browser;
 use crate::core::child::Identity;
+use crate::core::footprint::Held;
 use crate::core::health::Health;
 use crate::family::limits::{Limit, as_u64, bytes, count, seconds};
 use crate::family::{BoxFuture, Family, Setup};
@@ -18,6 +19,8 @@ pub const VIEWPORT: (u32, u32) = (1024, 768);
 
 struct BrowserFamily {
     browser: Arc<Browser>,
+    /// The program Chromium is started as (the headless shell, or `--browser-executable`).
+    program: String,
     /// The user Chromium runs as (`--browser-user`, when boxd is root); `None`: boxd's own.
     user: Option<Identity>,
 }
@@ -39,6 +42,17 @@ impl Family for BrowserFamily {
     /// boxd's listeners (a page's `fetch` to `127.0.0.1` included).
     fn confined_uids(&self) -> Vec<std::ops::RangeInclusive<u32>> {
         self.user.iter().map(|user| user.uid..=user.uid).collect()
+    }
+
+    /// Chromium (every process of it is below the one boxd started) and the nested X server headed
+    /// Chromium draws on (`launch`'s Xephyr).
+    fn held_processes(&self) -> Vec<Held> {
+        [self.program.as_str(), "Xephyr"]
+            .map(|program| Held::Children {
+                program: program.to_owned(),
+                args: Vec::new(),
+            })
+            .to_vec()
     }
 
     /// Decides who Chromium runs as and whether with its sandbox (a probe of user namespaces), and says
@@ -106,11 +120,13 @@ pub fn family(setup: &Setup, args: &BrowserArgs) -> Result<Arc<dyn Family>, Stri
         .map_err(|err| format!("--browser-user: {err}"))?;
     // The browser starts with the first call that needs it; its files are read now, while nothing
     // waits for them.
-    super::warm::start(super::launch::program(&options));
+    let program = super::launch::program(&options);
+    super::warm::start(program.clone());
     // Uploads come from the workspace or a directory the filesystem tools may use (`--allow-dir`).
     let uploads = setup.allowed_dirs()?;
     Ok(Arc::new(BrowserFamily {
         browser: Arc::new(Browser::new(options, setup.workspace.clone(), uploads)),
+        program,
         user,
     }))
 }

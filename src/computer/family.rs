@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use super::Computer;
 use super::desktop::{Desktop, DesktopError};
 use crate::core::child::Backoff;
+use crate::core::footprint::Held;
 use crate::core::health::Health;
 use crate::family::limits::{Limit, count, seconds};
 use crate::family::{BoxFuture, Family, Setup};
@@ -23,6 +24,10 @@ pub const START_BUDGET: Duration = Duration::from_secs(15);
 const START_PROBE: Duration = Duration::from_millis(100);
 /// How often a display that stopped answering is tried (each try waits up to the X bound).
 const STALL_PROBE: Duration = Duration::from_millis(500);
+
+/// The desktop's programs the images start beside boxd (`images/gui/rootfs/etc/boxd/services`): the X
+/// server, the window manager, the VNC server. Not boxd's children, so named by name.
+const DESKTOP_PROGRAMS: [&str; 3] = ["Xvfb", "jwm", "x11vnc"];
 
 struct ComputerFamily {
     computer: Arc<Computer>,
@@ -45,6 +50,12 @@ impl Family for ComputerFamily {
     /// Every child (a shell command, a cell, a browser) draws on the same display.
     fn child_environment(&self) -> Vec<(String, String)> {
         vec![("DISPLAY".to_owned(), self.display.clone())]
+    }
+
+    fn held_processes(&self) -> Vec<Held> {
+        DESKTOP_PROGRAMS
+            .map(|name| Held::Named(name.to_owned()))
+            .to_vec()
     }
 
     /// Probes the display: `starting` until it first answers (at most [`START_BUDGET`], then

@@ -134,11 +134,46 @@ fn trim() {
 /// copies: unmapping them would bring back the unrelocated file), and nothing in a binary with text
 /// relocations. Shared libraries (the test builds' glibc) are left alone.
 pub fn release_code_pages() -> usize {
-    let mut released = 0usize;
-    // SAFETY: the callback reads only what dl_iterate_phdr hands it during the call, and `released`,
-    // which outlives the call.
-    unsafe { libc::dl_iterate_phdr(Some(release_in_executable), (&raw mut released).cast()) };
-    released
+    code_ranges(Objects::Executable)
+        .into_iter()
+        .filter(|&(start, length)| {
+            // SAFETY: the range lies inside a read-only, never-relocated segment of this executable:
+            // dropping its page-table entries loses nothing (the next access maps the same file page).
+            unsafe { libc::madvise(start as *mut libc::c_void, length, libc::MADV_DONTNEED) == 0 }
+        })
+        .fold(0usize, |released, (_, length)| {
+            released.saturating_add(length)
+        })
+}
+
+/// Whose code [`code_ranges`] names.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Objects {
+    Executable,
+    /// The executable's and every shared library's (not the vDSO's).
+    All,
+}
+
+/// The whole pages of code and read-only data of `objects` that are never written (see
+/// [`release_code_pages`]), as (start, length).
+fn code_ranges(objects: Objects) -> Vec<(usize, usize)> {
+    let mut found = Found {
+        objects,
+        seen: 0,
+        ranges: Vec::new(),
+    };
+    // SAFETY: the callback reads only what dl_iterate_phdr hands it during the call, and `found`, which
+    // outlives the call.
+    unsafe { libc::dl_iterate_phdr(Some(collect_code_ranges), (&raw mut found).cast()) };
+    found.ranges
+}
+
+/// What [`collect_code_ranges`] is given and fills.
+struct Found {
+    objects: Objects,
+    /// Objects reported so far: the first is the executable.
+    seen: usize,
+    ranges: Vec<(usize, usize)>,
 }
 
 const DT_NULL: u64 = 0;
@@ -146,18 +181,28 @@ const DT_TEXTREL: u64 = 22;
 const DT_FLAGS: u64 = 30;
 const DF_TEXTREL: u64 = 0x4;
 
-/// `dl_iterate_phdr`'s callback: the first object reported is the executable; it stops there.
-unsafe extern "C" fn release_in_executable(
+/// `dl_iterate_phdr`'s callback: the first object reported is the executable; with
+/// [`Objects::Executable`] it stops there.
+unsafe extern "C" fn collect_code_ranges(
     info: *mut libc::dl_phdr_info,
     _size: libc::size_t,
-    released: *mut libc::c_void,
+    found: *mut libc::c_void,
 ) -> libc::c_int {
-    // SAFETY: dl_iterate_phdr passes a valid `info` for the duration of the call; `released` is the
-    // `usize` that `release_code_pages` passed.
-    let (info, released) = unsafe { (&*info, &mut *released.cast::<usize>()) };
+    // SAFETY: dl_iterate_phdr passes a valid `info` for the duration of the call; `found` is the
+    // `Found` that `code_ranges` passed.
+    let (info, found) = unsafe { (&*info, &mut *found.cast::<Found>()) };
+    // Non-zero stops the iteration: with the executable alone, after the first object.
+    let stop = libc::c_int::from(found.objects == Objects::Executable);
+    let is_executable = found.seen == 0;
+    found.seen = found.seen.saturating_add(1);
+    let ranges = &mut found.ranges;
+    // A library is named by its path; the vDSO (`linux-vdso.so.1`) is the kernel's, not a file's.
+    // SAFETY: a non-null `dlpi_name` is a NUL-terminated string valid during the call.
+    let is_file = is_executable
+        || (!info.dlpi_name.is_null() && unsafe { *info.dlpi_name } == b'/' as libc::c_char);
     let count = usize::from(info.dlpi_phnum);
-    if info.dlpi_phdr.is_null() || count == 0 {
-        return 1;
+    if info.dlpi_phdr.is_null() || count == 0 || !is_file {
+        return stop;
     }
     // SAFETY: `dlpi_phdr` points at the object's `dlpi_phnum` program headers, mapped for its lifetime.
     let headers = unsafe { std::slice::from_raw_parts(info.dlpi_phdr, count) };
@@ -176,7 +221,7 @@ unsafe extern "C" fn release_in_executable(
         .filter(|header| header.p_type == libc::PT_DYNAMIC)
         .any(|header| has_text_relocations(in_memory(header)))
     {
-        return 1;
+        return stop;
     }
     // SAFETY: sysconf only reads a configuration value.
     let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })
@@ -194,17 +239,108 @@ unsafe extern "C" fn release_in_executable(
         // Whole pages inside the segment only: a page it shares with its neighbour is left mapped.
         let (start, end) = (start.next_multiple_of(page), end & !(page - 1));
         if end > start {
-            // SAFETY: the range lies inside a read-only, never-relocated segment of this executable:
-            // dropping its page-table entries loses nothing (the next access maps the same file page).
-            if unsafe {
-                libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED)
-            } == 0
-            {
-                *released = released.saturating_add(end - start);
+            ranges.push((start, end - start));
+        }
+    }
+    stop
+}
+
+/// For a process that only waits from now on (boxd's guard): unmaps the pages of code and read-only
+/// data of the executable and of every shared library (as [`release_code_pages`] does for the
+/// executable), then reads `fd` until end of file, and answers how the read ended.
+///
+/// Where it goes, code pages cost resident memory in 128 KiB steps: each fault on a file mapping maps
+/// the whole folio (or fault-around window) around the page, so a wait that returned to Rust code after
+/// the release (a `read` wrapper, the loop, the caller) mapped ~900 KiB of it back. Here the release and
+/// the wait are one block of instructions that calls nothing and reads no constant: the only code
+/// mapped during the wait is the folio around that block.
+pub fn release_code_pages_and_wait(fd: i32) -> std::io::Result<()> {
+    let ranges = code_ranges(Objects::All);
+    let mut scratch = [0u8; 64];
+    let result = release_and_read_until_end(&ranges, fd, &mut scratch);
+    match result {
+        0 => Ok(()),
+        error => Err(std::io::Error::from_raw_os_error(
+            i32::try_from(error.unsigned_abs()).unwrap_or(libc::EIO),
+        )),
+    }
+}
+
+/// `madvise(MADV_DONTNEED)` on each range, then `read(fd)` into `scratch` until it answers 0 (end of
+/// file: 0) or fails other than `EINTR` (the negative errno), with system calls only.
+#[cfg(target_arch = "x86_64")]
+fn release_and_read_until_end(ranges: &[(usize, usize)], fd: i32, scratch: &mut [u8; 64]) -> i64 {
+    let result: i64;
+    // SAFETY: each range is whole pages of a never-written segment (see `code_ranges`): dropping their
+    // page-table entries loses nothing. `read` writes at most 64 bytes into `scratch`. The block uses
+    // only the registers it declares and no stack.
+    unsafe {
+        std::arch::asm!(
+            "2:",
+            "test {count}, {count}",
+            "jz 3f",
+            "mov eax, {madvise}",
+            "mov rdi, [{ranges}]",
+            "mov rsi, [{ranges} + 8]",
+            "mov edx, {dontneed}",
+            "syscall",
+            "add {ranges}, 16",
+            "dec {count}",
+            "jmp 2b",
+            "3:",
+            "mov eax, {read}",
+            "mov edi, {fd:e}",
+            "mov rsi, {scratch}",
+            "mov edx, 64",
+            "syscall",
+            "test rax, rax",
+            "jg 3b",
+            "cmp rax, -{eintr}",
+            "je 3b",
+            ranges = inout(reg) ranges.as_ptr() => _,
+            count = inout(reg) ranges.len() => _,
+            fd = in(reg) fd,
+            scratch = in(reg) scratch.as_mut_ptr(),
+            madvise = const libc::SYS_madvise,
+            dontneed = const libc::MADV_DONTNEED,
+            read = const libc::SYS_read,
+            eintr = const libc::EINTR,
+            out("rax") result,
+            out("rdi") _,
+            out("rsi") _,
+            out("rdx") _,
+            out("rcx") _,
+            out("r11") _,
+            options(nostack),
+        );
+    }
+    result
+}
+
+/// Elsewhere: the same through the C library (whose code, and the loop's, is mapped back during the
+/// wait).
+#[cfg(not(target_arch = "x86_64"))]
+fn release_and_read_until_end(ranges: &[(usize, usize)], fd: i32, scratch: &mut [u8; 64]) -> i64 {
+    for &(start, length) in ranges {
+        // SAFETY: as for x86_64 above.
+        unsafe { libc::madvise(start as *mut libc::c_void, length, libc::MADV_DONTNEED) };
+    }
+    loop {
+        // SAFETY: read writes at most `scratch.len()` bytes into `scratch`.
+        let read = unsafe { libc::read(fd, scratch.as_mut_ptr().cast(), scratch.len()) };
+        match read {
+            0 => return 0,
+            read if read > 0 => continue,
+            _ => {
+                let errno = std::io::Error::last_os_error()
+                    .raw_os_error()
+                    .unwrap_or(libc::EIO);
+                if errno != libc::EINTR {
+                    return -i64::from(errno);
+                }
             }
         }
     }
-    1
 }
 
 /// Whether the dynamic section at `(start, end)` asks for text relocations (then code pages were
@@ -251,5 +387,25 @@ mod tests {
         let text = format!("{:?}", serde_json::json!({"still": ["works", 1]}));
         assert!(text.contains("still"), "{text}");
         assert!(!has_text_relocations((0, 0)));
+    }
+
+    /// The guard's wait: data on the pipe is read past, end of file ends it, a descriptor that cannot be
+    /// read is an error; code runs on after the release.
+    #[test]
+    fn the_wait_ends_at_end_of_file_and_fails_on_a_bad_descriptor() {
+        let mut ends = [-1; 2];
+        // SAFETY: pipe fills the two descriptors it creates.
+        assert_eq!(unsafe { libc::pipe(ends.as_mut_ptr()) }, 0);
+        // SAFETY: writes 3 bytes from a live buffer, then closes the write end, which is ours.
+        unsafe {
+            assert_eq!(libc::write(ends[1], b"abc".as_ptr().cast(), 3), 3);
+            libc::close(ends[1]);
+        }
+        assert!(release_code_pages_and_wait(ends[0]).is_ok());
+        // SAFETY: the read end is ours.
+        unsafe { libc::close(ends[0]) };
+        let err = release_code_pages_and_wait(-1).expect_err("fd -1 cannot be read");
+        assert_eq!(err.raw_os_error(), Some(libc::EBADF), "{err}");
+        assert!(code_ranges(Objects::All).len() >= code_ranges(Objects::Executable).len());
     }
 }

@@ -13,6 +13,7 @@ pub mod entry;
 pub mod error;
 pub mod file_size;
 pub mod first_request;
+pub mod footprint;
 pub mod health;
 pub mod live;
 pub mod memory;

@@ -4,6 +4,7 @@
 
 pub mod limits;
 
+use crate::core::footprint::Held;
 use crate::core::health::{Health, Status};
 
 use std::future::Future;
@@ -62,6 +63,12 @@ pub trait Family: Send + Sync + 'static {
     /// instance's policy code): boxd's listeners refuse loopback connections from them, so such code
     /// cannot reach the tokenless routes or sandboxd's listeners. Empty when boxd does not switch users.
     fn confined_uids(&self) -> Vec<std::ops::RangeInclusive<u32>> {
+        Vec::new()
+    }
+
+    /// The processes this family holds (its kernel, its browser, its servers), as it can name them, for
+    /// `GET /memory`; each is counted with everything below it. Called per reading: name what runs now.
+    fn held_processes(&self) -> Vec<Held> {
         Vec::new()
     }
 
@@ -179,6 +186,14 @@ impl Families {
                 tracing::warn!(family = family.name(), budget = ?STOP_BUDGET, "family did not stop in time");
             }
         }
+    }
+
+    /// Every enabled family's name with what it holds ([`Family::held_processes`]), in family order.
+    pub fn held_processes(&self) -> Vec<(&'static str, Vec<Held>)> {
+        self.running
+            .iter()
+            .map(|running| (running.family.name(), running.family.held_processes()))
+            .collect()
     }
 
     /// `/readyz`: every known family's state; ready when every enabled one is `ready`.

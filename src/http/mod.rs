@@ -10,6 +10,7 @@ pub mod serve;
 mod view_only;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::StatusCode;
@@ -19,7 +20,9 @@ use axum::{Json, Router, middleware};
 use serde_json::Value;
 
 use crate::api::{events, extract};
+use crate::core::admission::Admission;
 use crate::core::error::{ApiError, ApiResult};
+use crate::core::footprint::{self, Footprint};
 use crate::family::Families;
 use crate::tools::{
     CallContext, CallToolResult, PROGRESS_CAPACITY, ProgressSink, ToolFuture, ToolRegistry,
@@ -47,6 +50,12 @@ pub fn router(core: Core) -> Router {
         .route("/tools/{tool_name}/stream", post(stream_tool))
         .with_state(Arc::clone(&core.tools));
     let readiness = Arc::clone(&core.families);
+    let memory_routes = Router::new()
+        .route("/memory", get(memory))
+        .with_state(Memory {
+            families: Arc::clone(&core.families),
+            readings: Admission::new("memory readings", MEMORY_READINGS, MEMORY_READING_WAIT),
+        });
     let family_pages = core.families.public_routes();
     let health = Router::new().route("/healthz", get(healthz));
     let (open_health, bearer_health) = if core.families.health_without_token() {
@@ -61,6 +70,7 @@ pub fn router(core: Core) -> Router {
             get(move || async move { readyz(&readiness, true) }),
         )
         .merge(tools)
+        .merge(memory_routes)
         .merge(core.tool_routes)
         .merge(core.families.routes())
         .layer(DefaultBodyLimit::max(MAX_JSON_BODY))
@@ -119,6 +129,29 @@ fn readyz(families: &Families, detailed: bool) -> Response {
         serde_json::json!({ "ready": ready })
     };
     (status, Json(body)).into_response()
+}
+
+/// Readings of `GET /memory` at once; past it a request waits [`MEMORY_READING_WAIT`], then is answered
+/// busy (each reads `/proc` for up to [`crate::core::footprint::MEASURE_BUDGET`]).
+pub const MEMORY_READINGS: usize = 2;
+pub const MEMORY_READING_WAIT: Duration = Duration::from_secs(1);
+
+#[derive(Clone)]
+struct Memory {
+    families: Arc<Families>,
+    readings: Admission,
+}
+
+/// `GET /memory` (bearer): what boxd, its guard, `boxd init` and each family's processes hold (PSS and
+/// RSS), read from `/proc` off the async workers (see `core::footprint`).
+async fn memory(State(memory): State<Memory>) -> ApiResult<Json<Footprint>> {
+    let _reading = memory.readings.enter().await?;
+    let owners = memory.families.held_processes();
+    let guard = crate::core::child::guard_pid();
+    tokio::task::spawn_blocking(move || footprint::measure(&owners, guard))
+        .await
+        .map(Json)
+        .map_err(|err| ApiError::Internal(format!("the memory reading failed: {err}")))
 }
 
 async fn healthz() -> impl IntoResponse {

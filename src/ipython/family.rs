@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::core::footprint::Held;
 use crate::core::health::Health;
 use crate::family::limits::{Limit, bytes, count, flag_seconds, seconds};
 use crate::family::{BoxFuture, Family, Setup};
@@ -26,6 +27,14 @@ impl Family for Ipython {
 
     fn tools(&self) -> Vec<Tool> {
         vec![self.tool.clone()]
+    }
+
+    /// The kernel (boxd's child running the helper) and whatever its cells started.
+    fn held_processes(&self) -> Vec<Held> {
+        vec![Held::Children {
+            program: self.config.python.clone(),
+            args: ["-u", "-c", super::HELPER].map(String::from).to_vec(),
+        }]
     }
 
     fn start(self: Arc<Self>, health: Health) -> BoxFuture<'static, ()> {

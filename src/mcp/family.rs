@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use axum::Router;
 
+use crate::core::footprint::Held;
 use crate::core::health::Health;
 use crate::family::limits::{Limit, seconds};
 use crate::family::{BoxFuture, Family, Setup};
@@ -45,6 +46,20 @@ impl Family for Hosting {
                 }
             }
         })
+    }
+
+    /// Each hosted stdio server's child (and what it started: `npx`'s node, `uvx`'s Python).
+    fn held_processes(&self) -> Vec<Held> {
+        self.host
+            .lock()
+            .servers
+            .values()
+            .filter_map(|server| server.command())
+            .map(|(program, args)| Held::Children {
+                program: program.to_owned(),
+                args: args.to_vec(),
+            })
+            .collect()
     }
 
     /// Hosted children run in their own process groups: stop them explicitly, or they outlive boxd.

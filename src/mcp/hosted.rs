@@ -123,6 +123,14 @@ impl HostedServer {
     }
 
     /// Lists the server's tools and puts them in the registry (replacing earlier entries of this server).
+    /// The program and arguments its child is started with; `None` for a server reached by URL.
+    pub fn command(&self) -> Option<(&str, &[String])> {
+        match &self.spec.transport {
+            Transport::Stdio { command, args, .. } => Some((command.as_str(), args.as_slice())),
+            Transport::Sse { .. } | Transport::StreamableHttp { .. } => None,
+        }
+    }
+
     pub async fn refresh_tools(&self) -> Result<(), String> {
         let peer = self
             .connection

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use axum::Router;
 
+use crate::core::footprint::Held;
 use crate::core::live::{ProcessLimits, ProcessManager, stdin};
 use crate::family::limits::{Limit, as_u64, bytes, flag_seconds, seconds};
 use crate::family::{BoxFuture, Family, Setup};
@@ -20,6 +21,15 @@ impl Family for Processes {
 
     fn routes(&self) -> Router {
         super::routes().with_state(Arc::clone(&self.manager))
+    }
+
+    /// Every running live process (with whatever it started).
+    fn held_processes(&self) -> Vec<Held> {
+        self.manager
+            .running_pids()
+            .into_iter()
+            .map(Held::Tree)
+            .collect()
     }
 
     /// Kills every live process group; the streams following them end with it.

@@ -17,6 +17,7 @@ use super::rest::{Rest, metadata_env};
 use crate::core::admission::Admission;
 use crate::core::claim::Claim;
 use crate::core::confine::Workspace;
+use crate::core::footprint::Held;
 use crate::core::health::Health;
 use crate::core::live::ProcessManager;
 use crate::family::limits::{Limit, bytes, flag_seconds};
@@ -129,6 +130,16 @@ impl Family for Sandboxd {
             self.exec_timeout,
             self.commands.clone(),
         )
+    }
+
+    /// The running processes of the table of live processes, when no earlier family (`processes`)
+    /// counted them.
+    fn held_processes(&self) -> Vec<Held> {
+        self.live
+            .running_pids()
+            .into_iter()
+            .map(Held::Tree)
+            .collect()
     }
 
     fn start(self: Arc<Self>, health: Health) -> BoxFuture<'static, ()> {

@@ -9,6 +9,7 @@ use axum::Router;
 use super::instances::{Environment, InstanceLimits};
 use super::tenancy::{UidPool, Users};
 use super::worker::{EnvironmentKind, Launch};
+use crate::core::footprint::Held;
 use crate::core::health::Health;
 use crate::family::limits::{Limit, bytes, count, flag_seconds, seconds};
 use crate::family::{BoxFuture, Family, Setup};
@@ -43,6 +44,10 @@ impl Family for Training {
     /// loopback where no network namespace of its own keeps it off them.
     fn confined_uids(&self) -> Vec<std::ops::RangeInclusive<u32>> {
         self.environment.users().confined_uids()
+    }
+
+    fn held_processes(&self) -> Vec<Held> {
+        self.environment.held_processes()
     }
 
     fn start(self: Arc<Self>, health: Health) -> BoxFuture<'static, ()> {

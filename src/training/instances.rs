@@ -131,6 +131,19 @@ impl Environment {
         &self.launch.directory
     }
 
+    /// The workers, and whatever runs as their users (what left a worker's group).
+    pub fn held_processes(&self) -> Vec<crate::core::footprint::Held> {
+        let mut held = vec![super::worker::workers(&self.launch)];
+        held.extend(
+            self.launch
+                .users
+                .confined_uids()
+                .into_iter()
+                .map(crate::core::footprint::Held::User),
+        );
+        held
+    }
+
     /// Who the workers run as.
     pub fn users(&self) -> &super::tenancy::Users {
         &self.launch.users

@@ -16,6 +16,7 @@ use tokio::process::{Child, ChildStdin, ChildStdout};
 use super::tenancy::{Confinement, Lease, Users};
 use crate::core::child::{self, ChildGroup, Grouping, OwnedGroup, StderrTail};
 use crate::core::error::ApiError;
+use crate::core::footprint::Held;
 
 /// The environment a training sandbox serves (one per sandbox, as upstream), parsed from
 /// `--training-env`.
@@ -61,6 +62,16 @@ impl std::fmt::Display for EnvironmentKind {
 
 /// The longest answer line read from a worker; a longer one is a broken worker, not a state.
 pub const ANSWER_MAX: usize = 32 * 1024 * 1024;
+
+/// Every worker of `launch`: boxd's child running the worker's source (for `GET /memory`).
+pub fn workers(launch: &Launch) -> Held {
+    Held::Children {
+        program: launch.python.clone(),
+        args: ["-u", "-c", launch.environment.worker_source()]
+            .map(String::from)
+            .to_vec(),
+    }
+}
 
 /// How a worker is started: the same for every worker of this boxd.
 #[derive(Debug, Clone)]

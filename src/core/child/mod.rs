@@ -22,7 +22,7 @@ pub use group::OwnedGroup;
 pub use identity::{Identity, boxd_is_root, probe_user_namespaces};
 pub use leftovers::{carries_any_marker, instance_key, mark_children, stop_leftovers};
 pub use piped::{spawn_piped, spawn_piped_with_env};
-pub use reaper::{REAPER_COMMAND, reaper_main, spawn_reaper};
+pub use reaper::{REAPER_COMMAND, guard_pid, reaper_main, spawn_reaper};
 pub use spawn::{
     Backoff, CHILD_OOM_SCORE_ADJ, ChildGroup, Grouping, command, command_as, interpreter_path,
     set_family_environment, spawn_failure,

@@ -19,16 +19,18 @@
 //!
 //! The last is the one here. In images, `boxd init` (PID 1, a subreaper) does the same the moment
 //! boxd exits, before it starts boxd again (`init::supervise`): a boxd that init started (the hand-over)
-//! starts no guard, one process less per sandbox.
+//! starts no guard, one process less per sandbox. Nor does a boxd that is itself PID 1 of its PID
+//! namespace (`docker run IMAGE boxd serve`): when it exits, the kernel kills every other process of the
+//! namespace at once.
 //!
 //! The guard runs `boxd reaper KEY`, a new image of the binary (`/proc/self/exe`, valid even if the
 //! file was replaced since), so it holds none of boxd's memory (the token); it does not carry the
 //! marker itself, so no boxd's start-up scan takes it for a leftover. It only kills what started
 //! before boxd died: a boxd that restarts at once (same workspace and port) keeps its new children.
 
-use std::io::Read;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::process::{ExitCode, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use super::leftovers::{MARKER, stop_leftovers_started_before};
@@ -48,18 +50,35 @@ const MAX_RESTART_DELAY: Duration = Duration::from_secs(60);
 /// A guard that ran this long before exiting restarts after the first delay again.
 const STABLE_RUN: Duration = Duration::from_secs(60);
 
+/// The running guard's pid; 0 while there is none.
+static GUARD_PID: AtomicU32 = AtomicU32::new(0);
+
+/// The guard this boxd runs, if any (`GET /memory` counts it as boxd's).
+pub fn guard_pid() -> Option<u32> {
+    Some(GUARD_PID.load(Ordering::Relaxed)).filter(|pid| *pid != 0)
+}
+
 /// Starts the guard for instance `key` and keeps one running while boxd runs (it is started again if
 /// it exits). Call once the port is bound (no other live boxd of the instance exists then) and the
 /// previous leftovers are stopped, from the async runtime.
 pub fn spawn_reaper(key: String) {
+    if std::process::id() == 1 {
+        tracing::info!(
+            "boxd is its PID namespace's first process: the kernel kills what its children leave when it \
+             exits; no guard"
+        );
+        return;
+    }
     tokio::spawn(async move {
         let mut backoff = Backoff::new(RESTART_DELAY, MAX_RESTART_DELAY);
         loop {
             let started = Instant::now();
             match start_guard(&key) {
                 Ok((mut guard, _boxd_end)) => {
+                    GUARD_PID.store(guard.id().unwrap_or(0), Ordering::Relaxed);
                     // `_boxd_end` stays open as long as this task (that is, this process) lives.
                     let status = guard.wait().await;
+                    GUARD_PID.store(0, Ordering::Relaxed);
                     tracing::warn!(
                         ?status,
                         "the guard that stops a killed boxd's grandchildren exited; starting it again"
@@ -115,22 +134,12 @@ pub fn reaper_main(mut arguments: impl Iterator<Item = std::ffi::OsString>) -> E
         eprintln!("boxd reaper: usage: boxd reaper INSTANCE-KEY (started by boxd serve)");
         return ExitCode::from(2);
     };
-    // All it does from here on is wait: the pages of code its start mapped are given back (with the
-    // image's binary, 1.4 of its 2.7 MiB; the wait maps a few folios of code in again).
-    crate::core::memory::release_code_pages();
-    let mut stdin = std::io::stdin().lock();
-    let mut scratch = [0u8; 64];
-    loop {
-        match stdin.read(&mut scratch) {
-            Ok(0) => break,
-            Ok(_) => continue,
-            Err(err) if err.kind() == std::io::ErrorKind::Interrupted => continue,
-            // Not a pipe boxd holds: nothing tells us when it dies, so do nothing rather than kill.
-            Err(err) => {
-                eprintln!("boxd reaper: cannot watch boxd: {err}");
-                return ExitCode::FAILURE;
-            }
-        }
+    // All it does from here on is wait: the pages of code its start mapped are given back, and the wait
+    // maps as little of them again as it can (see `core::memory`).
+    if let Err(err) = crate::core::memory::release_code_pages_and_wait(libc::STDIN_FILENO) {
+        // Not a pipe boxd holds: nothing tells us when it dies, so do nothing rather than kill.
+        eprintln!("boxd reaper: cannot watch boxd: {err}");
+        return ExitCode::FAILURE;
     }
     let died_at = ticks_since_boot();
     let started = Instant::now();

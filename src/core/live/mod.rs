@@ -345,6 +345,16 @@ impl ProcessManager {
             .ok_or_else(|| ApiError::NotFound(format!("no process {number}")))
     }
 
+    /// The pids of the processes still running, for `GET /memory` (each family that serves this table
+    /// names them; the first in the family list counts them).
+    pub fn running_pids(&self) -> Vec<u32> {
+        lock(&self.processes)
+            .values()
+            .filter(|process| process.is_running())
+            .map(|process| process.pid)
+            .collect()
+    }
+
     pub fn list(&self) -> Vec<ProcessStatus> {
         let processes: Vec<Arc<LiveProcess>> = lock(&self.processes).values().cloned().collect();
         let mut statuses: Vec<ProcessStatus> =
