@@ -11,9 +11,11 @@
 //! - the frame pump (`pacing.rs`) sends `HeadlessExperimental.beginFrame` on its own clock, per tab.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use base64::Engine;
 use serde_json::{Value, json};
+use tokio::time::Instant;
 
 use super::super::cdp::CdpError;
 use super::super::events::Events;
@@ -389,6 +391,48 @@ impl Running {
                 .await?;
         }
         Ok(())
+    }
+
+    /// Drags from `start` to `end` as a person would: a press, a few pixels of motion (which start
+    /// an HTML drag and drop where the element is draggable), then the drop of what the page dragged
+    /// or, where it dragged nothing, a steady move; the release at `end`. Raced against the tab's
+    /// dialogs and crashes; the page's drags are intercepted only for its duration.
+    pub async fn drag_between(&self, start: (f64, f64), end: (f64, f64)) -> Result<(), ToolError> {
+        self.events(|events| events.drag = None)?;
+        self.intercept_drags(true).await?;
+        let dragged = self
+            .racing(async {
+                self.mouse_move(start, 0).await?;
+                self.mouse_press(start).await?;
+                for step in 1..=3 {
+                    let offset = f64::from(step) * 5.0;
+                    self.mouse_move((start.0 + offset, start.1 + offset), 1)
+                        .await?;
+                }
+                // The page starts its drag on that motion; the interception is reported soon after.
+                self.wait_until(Instant::now() + Duration::from_millis(300), |events| {
+                    events.drag.is_some()
+                })
+                .await?;
+                let data = self.events(|events| events.drag.take())?;
+                if let Some(data) = data {
+                    self.drop_dragged(end, &data).await?;
+                } else {
+                    for step in 1..=10 {
+                        let fraction = f64::from(step) / 10.0;
+                        let point = (
+                            start.0 + (end.0 - start.0) * fraction,
+                            start.1 + (end.1 - start.1) * fraction,
+                        );
+                        self.mouse_move(point, 1).await?;
+                    }
+                }
+                self.mouse_release(end).await
+            })
+            .await;
+        let _ = self.intercept_drags(false).await;
+        // A dialog that cut the drag short is the caller's to report, as the page's state after it.
+        dragged.map(drop)
     }
 
     /// Evaluates `expression`, a promise, in the current page and waits for its value (within

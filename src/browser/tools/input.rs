@@ -1,12 +1,9 @@
 //! Acting on elements and the keyboard as a user would: click, hover, type, select, press, drag.
 
-use std::time::Duration;
-
 use futures_util::future::BoxFuture;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use tokio::time::Instant;
 
 use super::super::keys;
 use super::super::session::Running;
@@ -322,43 +319,7 @@ async fn drag(running: &mut Running, args: DragArguments) -> Result<String, Tool
     let start = running.center(start_element.node(), start_ref).await?;
     let end = running.center(end_element.node(), end_ref).await?;
     let before = running.marks()?;
-    running.events(|events| events.drag = None)?;
-    running.intercept_drags(true).await?;
-    let dragged = running
-        .racing(async {
-            running.mouse_move(start, 0).await?;
-            running.mouse_press(start).await?;
-            // A few pixels of motion start a drag (HTML drag and drop) if the element is draggable.
-            for step in 1..=3 {
-                let offset = f64::from(step) * 5.0;
-                running
-                    .mouse_move((start.0 + offset, start.1 + offset), 1)
-                    .await?;
-            }
-            // The page starts its drag on that motion; the interception is reported soon after.
-            running
-                .wait_until(Instant::now() + Duration::from_millis(300), |events| {
-                    events.drag.is_some()
-                })
-                .await?;
-            let data = running.events(|events| events.drag.take())?;
-            if let Some(data) = data {
-                running.drop_dragged(end, &data).await?;
-            } else {
-                for step in 1..=10 {
-                    let fraction = f64::from(step) / 10.0;
-                    let point = (
-                        start.0 + (end.0 - start.0) * fraction,
-                        start.1 + (end.1 - start.1) * fraction,
-                    );
-                    running.mouse_move(point, 1).await?;
-                }
-            }
-            running.mouse_release(end).await
-        })
-        .await;
-    let _ = running.intercept_drags(false).await;
-    dragged?;
+    running.drag_between(start, end).await?;
     running.settle(before).await?;
     Ok(format!(
         "Dragged {} to {}",
