@@ -123,18 +123,16 @@ impl Act<'_> {
 
     pub async fn hover(&mut self, input: super::input::Hover) -> Result<Outcome, ToolError> {
         let point = self.target_point(&input.target).await?;
-        let held = self.held();
-        let running = &*self.running;
-        let before = running.marks()?;
-        running
-            .racing(running.mouse_event("mouseMoved", point, None, held, 0, 0))
-            .await?;
-        running.settle(before).await?;
-        Ok(Outcome::Done(None))
+        self.move_to(point).await
     }
 
     pub async fn mouse_move(&mut self, input: AtPoint) -> Result<Outcome, ToolError> {
         let point = self.point(&input.target).await?;
+        self.move_to(point).await
+    }
+
+    /// Moves the mouse to `point`, with whatever button is held, and lets the page settle.
+    async fn move_to(&mut self, point: (f64, f64)) -> Result<Outcome, ToolError> {
         let held = self.held();
         let running = &*self.running;
         let before = running.marks()?;
