@@ -559,13 +559,15 @@ def boxd_sessions(args, page):
         figures["boxd_memory_report"] = memory_summary(native)
         for session in sessions:
             native.call("browser_session_close", {"session": session})
-        # Chromium ends a closed context's renderers after the call answers: measured once some are gone
-        # (bounded: 10 s, then as it is).
+        # Chromium ends a closed context's renderers after the call answers: measured once fewer processes
+        # run and their count has held for half a second (bounded: 10 s, then as it is).
         deadline = time.monotonic() + 10
-        after = tree_pss([native.proc.pid], include_roots=True)
-        while time.monotonic() < deadline and after["processes"] >= figures["processes"]:
+        after, held = tree_pss([native.proc.pid], include_roots=True), 0
+        while time.monotonic() < deadline and (after["processes"] >= figures["processes"] or held < 5):
             time.sleep(0.1)
-            after = tree_pss([native.proc.pid], include_roots=True)
+            now = tree_pss([native.proc.pid], include_roots=True)
+            held = held + 1 if now["processes"] == after["processes"] else 0
+            after = now
         figures["after_closing"] = after
         return figures
     finally:
