@@ -329,6 +329,8 @@ def workload(sides, site, only=None):
     row("snapshot", lambda side: side.snapshot(), 30, 60)
     refs = {}
     for name, side in sides.items():
+        # Back on the form (a pick of rows may have skipped navigate+snapshot after the big page).
+        side.navigate(page)
         snapshot = side.snapshot()
         refs[name] = (ref(snapshot, "button", "Show"), ref(snapshot, "textbox", "Name"))
     by_side = {id(side): refs[name] for name, side in sides.items()}
