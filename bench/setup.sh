@@ -41,6 +41,24 @@ fi
 
 # The reference browser server is installed by scripts/setup.sh (the differential test needs it too).
 
+# agent-browser for bench/browser.py (npm, pinned by its lock file). Its tarball carries the native
+# linux-x64 binary: the postinstall only marks it executable (it downloads from GitHub only when the
+# binary is missing). It runs Debian's chromium (AGENT_BROWSER_EXECUTABLE_PATH), never a downloaded one.
+# The package asks for node >= 24 (engines), but the bench runs the native binary, not the node wrapper.
+agent=bench-out/agent-browser
+stamp=$agent/node_modules/.lock.sha256
+wanted=$(sha256sum bench/agent-browser/package-lock.json | cut -d' ' -f1)
+if [[ ! -f $stamp || $(cat "$stamp") != "$wanted" ]]; then
+  mkdir -p "$agent"
+  cp bench/agent-browser/package.json bench/agent-browser/package-lock.json "$agent/"
+  npm ci --prefix "$agent" --no-audit --no-fund --loglevel=error --engine-strict=false
+  test -x "$agent/node_modules/agent-browser/bin/agent-browser-linux-x64" || {
+    echo "setup: agent-browser's native binary is missing after npm ci" >&2
+    exit 1
+  }
+  echo "$wanted" > "$stamp"
+fi
+
 # bench/training.py: upstream's BFCL training env service (agentscope-runtime's training_box on Ray) in
 # bench-out/upstream-training, and a minimal venv for boxd's training worker (bfcl-eval without its
 # dependency tree, plus the worker's own list).
