@@ -235,6 +235,35 @@ def test_a_session_s_downloads_land_in_the_workspace(client, boxd, site):
     said = ok(client.call_tool("browser_navigate", {"url": f"{site}/attachment", "session": session}))
     assert "Downloaded file report.csv" in said, said
     assert (boxd.workspace / "report.csv").read_bytes() == REPORT
+    # Chromium wrote it in the session's own directory of the profile, which goes with the session.
+    staging = list(pathlib.Path("/tmp").glob(f"boxd-browser-{boxd.proc.pid}-*/downloads-{session}"))
+    assert len(staging) == 1, staging
+    ok(client.call_tool("browser_session_close", {"session": session}))
+    assert not staging[0].exists()
+
+
+def test_the_toolset_acts_in_a_session_with_refs_of_its_own(client, site):
+    def member(name, input, session=None):
+        arguments = {"member": name, "input": input, **({"session": session} if session else {})}
+        return client.call_tool("browser_toolset", arguments)
+
+    ok(member("navigate", {"url": f"{site}/"}))
+    session = new_session(client)
+    ok(member("navigate", {"url": f"{site}/"}, session))
+    page = ok(member("read_page", {"filter": "interactive"}, session))
+    button = re.search(rf'button "Press" \[({session}_ref_\d+)\]', page)
+    assert button, page
+    # The default session's refs are the SDK's own form, and refused in the session.
+    default_ref = re.search(r'button "Press" \[(ref_\d+)\]', ok(member("read_page", {"filter": "interactive"})))
+    assert default_ref
+    refused = failed(member("left_click", {"target": {"type": "ref", "ref": default_ref.group(1)}}, session))
+    assert "is from session default" in refused
+    ok(member("left_click", {"target": {"type": "ref", "ref": button.group(1)}}, session))
+    assert '"pressed"' in ok(member("read_page", {"filter": "all"}, session))
+    assert '"Press"' in ok(member("read_page", {"filter": "all"}))
+    # Each session's browser_state lists its own tabs.
+    state = json.loads(ok(member("list_tabs", {}, session)).rpartition("browser_state: ")[2])
+    assert [tab["url"] for tab in state["tabs"]] == [f"{site}/"]
 
 
 def test_browser_close_and_a_dead_browser_take_the_sessions_along(client, boxd, site):
