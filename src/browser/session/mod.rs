@@ -1,6 +1,7 @@
 //! The one browser and its tabs, as the tools see them: launched on the first call, relaunched on the
 //! next call after it died (and the answer says so), tabs reconciled with the browser's own list on
-//! every call (a page may open or close tabs by itself), refs kept per tab.
+//! every call (a page may open or close tabs by itself), refs kept per tab. The tabs are those of the
+//! session the call addresses: the default one, or an isolated browser context ([`contexts`]).
 //!
 //! The page type, [`Running`], is spread over files by job: the tabs ([`tabs`]), the ref table
 //! ([`refs`]), a snapshot's fetching ([`tree`]), elements and their geometry ([`element`]), waiting for

@@ -3,7 +3,9 @@
 //! what the tool advertises), its policy (what state of the page it may run in) and what it does.
 //! Every call holds the
 //! browser session for its duration (one browser, one current tab, as upstream), every wait in it is
-//! bounded, and the policies are applied here, for all tools alike.
+//! bounded, and the policies are applied here, for all tools alike. So is boxd's one argument of every
+//! tool, `session` ([`InSession`]): the isolated session ([`sessions`]) the call acts in, the default
+//! one when absent.
 
 mod capture;
 mod dialogs;
