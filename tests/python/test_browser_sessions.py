@@ -150,8 +150,11 @@ def test_cookies_and_storage_are_per_session(browser, client, site):
     assert "cookie=[who=first] storage=[first]" in read(first)
     assert "cookie=[] storage=[]" in read(second)
     assert "cookie=[who=default] storage=[default]" in read(None)
-    # Upstream's call, without the argument, is the default session's.
+    # Upstream's call, without the argument, is the default session's; so is the SDK's way of leaving it out.
     assert "cookie=[who=default] storage=[default]" in ok(browser.browser_navigate(f"{site}/read"))
+    for left_out in ("", None):
+        said = ok(client.call_tool("browser_navigate", {"url": f"{site}/read", "session": left_out}))
+        assert "cookie=[who=default] storage=[default]" in said
 
 
 def test_tabs_and_refs_are_per_session(browser, client, site):
