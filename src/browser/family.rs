@@ -23,6 +23,9 @@ struct BrowserFamily {
     program: String,
     /// The user Chromium runs as (`--browser-user`, when boxd is root); `None`: boxd's own.
     user: Option<Identity>,
+    /// How `program` is started when it is a script (see [`super::launch::interpreted_as`]), read
+    /// when first asked for (by `GET /memory`), not at start.
+    wrapper: std::sync::OnceLock<Option<(String, Vec<String>)>>,
 }
 
 impl Family for BrowserFamily {
@@ -47,12 +50,23 @@ impl Family for BrowserFamily {
     /// Chromium (every process of it is below the one boxd started) and the nested X server headed
     /// Chromium draws on (`launch`'s Xephyr).
     fn held_processes(&self) -> Vec<Held> {
-        [self.program.as_str(), "Xephyr"]
+        let mut held = [self.program.as_str(), "Xephyr"]
             .map(|program| Held::Children {
                 program: program.to_owned(),
                 args: Vec::new(),
             })
-            .to_vec()
+            .to_vec();
+        // A wrapper script (Debian's) is started as its interpreter, which runs Chromium below it.
+        let wrapper = self
+            .wrapper
+            .get_or_init(|| super::launch::interpreted_as(&self.program));
+        if let Some((interpreter, args)) = wrapper {
+            held.push(Held::Children {
+                program: interpreter.clone(),
+                args: args.clone(),
+            });
+        }
+        held
     }
 
     /// Decides who Chromium runs as and whether with its sandbox (a probe of user namespaces), and says
@@ -128,6 +142,7 @@ pub fn family(setup: &Setup, args: &BrowserArgs) -> Result<Arc<dyn Family>, Stri
         browser: Arc::new(Browser::new(options, setup.workspace.clone(), uploads)),
         program,
         user,
+        wrapper: std::sync::OnceLock::new(),
     }))
 }
 
@@ -230,6 +245,12 @@ pub fn limits(args: &BrowserArgs) -> Vec<Limit> {
             "downloads of one browser run (`browser_close` starts the count again)",
             format!("{} (`--browser-max-downloads`)", count(downloads.max_count)),
             "later ones are cancelled at once, and the answer says so",
+        ),
+        Limit::new(
+            "browser",
+            "sessions (browser contexts) open at once besides the default one",
+            count(super::session::MAX_SESSIONS),
+            "browser_session_new is refused (isError) until one is closed",
         ),
         Limit::new(
             "browser",

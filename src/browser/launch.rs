@@ -454,6 +454,39 @@ pub async fn launch(options: &Options) -> Result<Process, LaunchError> {
     Ok(process)
 }
 
+/// Bytes of a program's first line read for its `#!` line.
+const MAX_SHEBANG: usize = 256;
+
+/// How the kernel starts `program` when it is a script (Debian's `chromium` and
+/// `chromium-headless-shell` are `#!/bin/sh -e` wrappers that run the real binary as their child):
+/// its interpreter and the arguments before the script's own (the `#!` line's argument, then the
+/// script's path). `None` for a binary or a program not found. Reads at most [`MAX_SHEBANG`] bytes.
+pub fn interpreted_as(program: &str) -> Option<(String, Vec<String>)> {
+    use std::io::Read;
+    let path = if program.contains('/') {
+        PathBuf::from(program)
+    } else {
+        find_program(program)?
+    };
+    let mut head = [0u8; MAX_SHEBANG];
+    let read = std::fs::File::open(&path).ok()?.read(&mut head).ok()?;
+    let line = head.get(..read)?.strip_prefix(b"#!")?;
+    let line = line.split(|byte| *byte == b'\n').next()?;
+    let line = std::str::from_utf8(line).ok()?.trim();
+    // The kernel passes the rest of the line after the interpreter as one argument.
+    let (interpreter, argument) = match line.split_once([' ', '\t']) {
+        Some((interpreter, argument)) => (interpreter, Some(argument.trim())),
+        None => (line, None),
+    };
+    let mut arguments: Vec<String> = argument
+        .filter(|argument| !argument.is_empty())
+        .map(str::to_owned)
+        .into_iter()
+        .collect();
+    arguments.push(path.display().to_string());
+    Some((interpreter.to_owned(), arguments))
+}
+
 /// `name` found on `PATH`.
 fn find_program(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
@@ -668,6 +701,12 @@ impl Process {
     /// `None` when the browser runs as boxd and reads the files where they are.
     pub fn upload_staging(&self) -> Option<(PathBuf, Identity)> {
         Some((self.uploads.clone()?, self.user.clone()?))
+    }
+
+    /// Where the browser writes the downloads of session `name` (see `session::contexts`): beside the
+    /// default session's, in the profile.
+    pub fn session_downloads(&self, name: &str) -> PathBuf {
+        self.profile.join(format!("downloads-{name}"))
     }
 
     /// Why the browser went away, from its last stderr lines ("" when it said nothing).

@@ -270,7 +270,7 @@ def test_over_mcp_the_schema_has_the_arguments_and_a_call_takes_them(boxd, site)
 
     tool, answer, stale = asyncio.run(run())
     properties = tool.inputSchema["properties"]
-    assert set(properties) == {"interactive", "visible", "depth", "root", "max_tokens", "diff"}
+    assert set(properties) == {"interactive", "visible", "depth", "root", "max_tokens", "diff", "session"}
     assert not tool.inputSchema.get("required")
     assert answer.isError is False
     said = answer.content[0].text

@@ -54,6 +54,9 @@ pub struct Download {
     pub state: DownloadState,
     /// Its final name in the downloads directory, once boxd gave it one.
     pub saved: Option<String>,
+    /// The browser context of the session whose tab started it (`None`: the default session, or
+    /// a frame that is no tab's main frame).
+    pub context: Option<String>,
     /// Said in an answer while still running: later answers do not wait for it again.
     pub announced: bool,
     /// Its outcome was said in an answer: later answers leave it out.
@@ -110,8 +113,22 @@ impl Events {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    /// Forgets the downloads of the session of browser context `context` (closed with it).
+    pub fn forget_downloads_of(&self, context: &str) {
+        self.downloads(|downloads| {
+            downloads.retain(|download| download.context.as_deref() != Some(context))
+        });
+    }
+
     pub(super) fn browser_event(&self, method: &str, params: &Value) -> bool {
         let field = |name: &str| cut(params[name].as_str().unwrap_or_default());
+        // Looked up before the downloads are locked: the tabs' lock is never taken inside theirs.
+        let context = match method {
+            "Browser.downloadWillBegin" => {
+                self.context_of_frame(params["frameId"].as_str().unwrap_or_default())
+            }
+            _ => None,
+        };
         let mut policy = self.policy();
         self.downloads(|downloads| match method {
             "Browser.downloadWillBegin" => {
@@ -133,6 +150,7 @@ impl Events {
                     received: 0,
                     state,
                     saved: None,
+                    context: context.clone(),
                     announced: false,
                     reported: false,
                 });

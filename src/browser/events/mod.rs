@@ -91,6 +91,9 @@ pub struct TabEvents {
     /// The id of the tab's main frame: only its loading and navigations are the tab's (a child
     /// frame that never stops loading must not hold every action for the settle cap).
     pub main_frame: Option<String>,
+    /// The browser context of the tab's session (`None`: the default one): a download its main
+    /// frame starts is that session's.
+    pub browser_context: Option<String>,
     /// Data of a drag the page started while drags are intercepted (`Input.dragIntercepted`).
     pub drag: Option<Value>,
     /// A new document was requested (a click on a link, a form submit, `location = ...`).
@@ -154,6 +157,17 @@ impl Events {
             return read(tab);
         }
         read(tabs.entry(session.to_owned()).or_default())
+    }
+
+    /// The browser context of the tab whose main frame is `frame` (`None`: the default one, or a
+    /// frame that is no tab's).
+    fn context_of_frame(&self, frame: &str) -> Option<String> {
+        self.tabs
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .values()
+            .find(|tab| tab.main_frame.as_deref() == Some(frame))
+            .and_then(|tab| tab.browser_context.clone())
     }
 
     pub fn forget(&self, session: &str) {

@@ -4,7 +4,8 @@
 use serde_json::{Value, json};
 
 use super::super::cdp::CdpError;
-use super::refs::{Element, Located};
+use super::contexts::DEFAULT;
+use super::refs::{Element, Located, session_of_ref};
 use super::{CALL, Running};
 use crate::tools::ToolError;
 
@@ -65,7 +66,17 @@ impl Running {
         let tab = self.tab_mut()?;
         tab.refs.sync(document);
         let renew = style.renew;
-        let number = (style.number)(reference).ok_or_else(|| {
+        let (from, bare) = session_of_ref(reference);
+        let here = tab.refs.session();
+        if from != here {
+            let (from, here) = (from.unwrap_or(DEFAULT), here.unwrap_or(DEFAULT));
+            return Err(ToolError::Reported(format!(
+                "Ref {reference} is from session {from}, and this call acts in session {here}: \
+                 pass \"session\": \"{from}\" to act on that element, or use a ref of session \
+                 {here}; {renew}"
+            )));
+        }
+        let number = (style.number)(bare).ok_or_else(|| {
             ToolError::Reported(format!(
                 "{reference:?} is not a ref from {} (refs look like {}). {}",
                 style.from, style.example, style.take

@@ -1,6 +1,7 @@
 //! The one browser and its tabs, as the tools see them: launched on the first call, relaunched on the
 //! next call after it died (and the answer says so), tabs reconciled with the browser's own list on
-//! every call (a page may open or close tabs by itself), refs kept per tab.
+//! every call (a page may open or close tabs by itself), refs kept per tab. The tabs are those of the
+//! session the call addresses: the default one, or an isolated browser context ([`contexts`]).
 //!
 //! The page type, [`Running`], is spread over files by job: the tabs ([`tabs`]), the ref table
 //! ([`refs`]), a snapshot's fetching ([`tree`]), elements and their geometry ([`element`]), waiting for
@@ -15,6 +16,7 @@ use super::pacing::{ActiveCall, FramePump, Pacer};
 use crate::core::health::Health;
 use crate::tools::ToolError;
 
+mod contexts;
 mod element;
 mod page;
 mod refs;
@@ -22,9 +24,11 @@ mod settle;
 mod tabs;
 mod tree;
 
+pub use contexts::{Context, DEFAULT, MAX_SESSIONS, SessionInfo, lost as sessions_lost};
 pub use element::{RefStyle, SNAPSHOT_REFS};
 pub use page::{Capture, Clip, Image, MouseButton};
 use refs::Refs;
+pub use refs::session_of_ref;
 use settle::Marks;
 pub use settle::SETTLE_CAP;
 pub use tabs::TabInfo;
@@ -68,8 +72,13 @@ pub struct Tab {
 
 pub struct Running {
     process: Process,
-    tabs: Vec<Tab>,
-    current: usize,
+    /// The tabs of the session the call addresses (see [`contexts`]); the other sessions' wait in
+    /// `others` until a call addresses them.
+    here: Context,
+    others: Vec<Context>,
+    /// Browser contexts disposed (closed sessions) whose pages the browser may still list: they are
+    /// no tabs of the default session.
+    disposed: Vec<String>,
     pacer: Pacer,
     /// Targets this session closed that the browser still lists: `Target.closeTarget` answers before
     /// the target is gone, and attaching to a closing one waits out every setup call.
@@ -96,6 +105,11 @@ pub struct Session {
     pacer: Pacer,
     /// The family's health, told when the browser falls back to `--no-sandbox`.
     health: Option<Health>,
+    /// The number of the last session id handed out (`s1`, `s2`, ...): ids are never reused while
+    /// boxd lives.
+    last_session: u64,
+    /// The session the call addresses ([`DEFAULT`] unless it names another).
+    addressed: String,
 }
 
 impl Session {
@@ -106,7 +120,20 @@ impl Session {
             options,
             pacer: Pacer::default(),
             health: None,
+            last_session: 0,
+            addressed: DEFAULT.to_owned(),
         }
+    }
+
+    /// The session the tools of this call act in (`None`: the default one). Checked by
+    /// [`Session::browser`], which refuses a session that is not open.
+    pub fn address(&mut self, session: Option<String>) {
+        self.addressed = session.unwrap_or_else(|| DEFAULT.to_owned());
+    }
+
+    /// The session the call addresses.
+    pub fn addressed(&self) -> &str {
+        &self.addressed
     }
 
     pub fn set_isolation(&mut self, isolation: Isolation, health: Health) {
@@ -141,6 +168,11 @@ impl Session {
     /// (before the call or by its first request) is started again once, and the answer says so.
     pub async fn browser(&mut self) -> Result<&mut Running, ToolError> {
         let viewport = self.options.viewport;
+        // A session other than the default one lives in a running browser only: none is started
+        // for a call that names one.
+        if self.running.is_none() && self.addressed != DEFAULT {
+            return Err(contexts::unknown(&self.addressed, &[DEFAULT.to_owned()]));
+        }
         let mut attempts = 0;
         loop {
             attempts += 1;
@@ -148,19 +180,22 @@ impl Session {
                 && running.process.cdp.is_closed()
             {
                 let words = running.process.last_words().await;
+                let lost = running.session_names();
                 running.process.close().await;
                 self.running = None;
                 self.notice = Some(format!(
                     "The browser had exited{words}; a new one was started: earlier tabs, refs and \
-                     page state are gone."
+                     page state are gone.{}",
+                    contexts::lost(&lost)
                 ));
             }
             if self.running.is_none() {
                 let process = self.launch().await?;
                 self.running = Some(Running {
+                    here: Context::default_session(&process),
+                    others: Vec::new(),
+                    disposed: Vec::new(),
                     process,
-                    tabs: Vec::new(),
-                    current: 0,
                     pacer: self.pacer.clone(),
                     closing: Vec::new(),
                     ahead: None,
@@ -169,6 +204,7 @@ impl Session {
             let Some(running) = self.running.as_mut() else {
                 return Err(ToolError::Reported("the browser is not running".into()));
             };
+            running.address(&self.addressed)?;
             match running.sync_tabs(viewport).await {
                 Err(_) if attempts == 1 && running.process.cdp.is_closed() => continue,
                 Err(failure) => return Err(failure),
@@ -184,7 +220,7 @@ impl Session {
     pub async fn page(&mut self) -> Result<&mut Running, ToolError> {
         let viewport = self.options.viewport;
         let running = self.browser().await?;
-        if running.tabs.is_empty() {
+        if running.here.tabs.is_empty() {
             running.new_tab(viewport).await?;
         }
         Ok(running)
@@ -196,6 +232,7 @@ impl Session {
         let viewport = self.options.viewport;
         match self.running.as_mut() {
             Some(running) if !running.process.cdp.is_closed() => {
+                running.address(&self.addressed)?;
                 running.sync_tabs(viewport).await?;
                 Ok(Some(running))
             }
@@ -222,15 +259,90 @@ impl Session {
         self.options.viewport = viewport;
     }
 
-    /// Closes the browser (a no-op when none runs).
-    pub async fn close(&mut self) -> bool {
-        match self.running.take() {
-            Some(mut running) => {
-                running.process.close().await;
-                true
-            }
-            None => false,
+    /// Closes the browser (a no-op when none runs); `Some` of the sessions other than the default
+    /// one that closed with it when one ran.
+    pub async fn close(&mut self) -> Option<Vec<String>> {
+        let mut running = self.running.take()?;
+        let lost = running.session_names();
+        running.process.close().await;
+        Some(lost)
+    }
+
+    /// Opens a new session (starting the browser if none runs), with one blank tab: its id.
+    pub async fn open_session(&mut self) -> Result<String, ToolError> {
+        self.addressed = DEFAULT.to_owned();
+        let running = self.browser().await?;
+        if running.session_count() >= MAX_SESSIONS {
+            return Err(ToolError::Reported(format!(
+                "At most {MAX_SESSIONS} sessions may be open at once besides the default one; \
+                 these are: {}. Close one with browser_session_close first.",
+                running.session_names().join(", ")
+            )));
         }
+        let viewport = self.options.viewport;
+        let name = self.next_session_id();
+        let number = self.last_session;
+        let running = self
+            .running
+            .as_mut()
+            .ok_or_else(|| ToolError::Reported("the browser is not running".into()))?;
+        running.open_session(name.clone(), number, viewport).await?;
+        self.addressed = name.clone();
+        Ok(name)
+    }
+
+    /// Closes session `name` (any but the default one): its context, tabs, refs and downloads.
+    pub async fn close_session(&mut self, name: &str) -> Result<(), ToolError> {
+        if name == DEFAULT {
+            return Err(ToolError::Reported(
+                "The default session cannot be closed: it is the browser's own context. \
+                 browser_close closes the browser; browser_session_close closes the sessions \
+                 browser_session_new opened."
+                    .into(),
+            ));
+        }
+        self.addressed = DEFAULT.to_owned();
+        let Some(running) = self
+            .running
+            .as_mut()
+            .filter(|running| !running.process.cdp.is_closed())
+        else {
+            return Err(contexts::unknown(name, &[DEFAULT.to_owned()]));
+        };
+        running.close_session(name).await
+    }
+
+    /// Every open session (none is started: without a browser, the default session has no tab).
+    pub async fn session_infos(&self) -> Result<Vec<SessionInfo>, ToolError> {
+        match self.running() {
+            Some(running) => running.session_infos().await,
+            None => Ok(vec![SessionInfo {
+                session: DEFAULT.to_owned(),
+                tabs: 0,
+                current_url: None,
+            }]),
+        }
+    }
+
+    /// A new session's id: `s1`, `s2`, ... in the order they were asked for.
+    fn next_session_id(&mut self) -> String {
+        self.last_session = self.last_session.saturating_add(1);
+        format!("s{}", self.last_session)
+    }
+
+    /// The open sessions, the default one first.
+    pub fn open_session_names(&self) -> Vec<String> {
+        let others = self.running().map(Running::session_names);
+        std::iter::once(DEFAULT.to_owned())
+            .chain(others.into_iter().flatten())
+            .collect()
+    }
+
+    /// The running browser, if one runs (none is started).
+    pub fn running(&self) -> Option<&Running> {
+        self.running
+            .as_ref()
+            .filter(|running| !running.process.cdp.is_closed())
     }
 }
 
@@ -248,14 +360,16 @@ impl Running {
     }
 
     fn tab(&self) -> Result<&Tab, ToolError> {
-        self.tabs
-            .get(self.current)
+        self.here
+            .tabs
+            .get(self.here.current)
             .ok_or_else(|| ToolError::Reported(NO_PAGE.into()))
     }
 
     fn tab_mut(&mut self) -> Result<&mut Tab, ToolError> {
-        self.tabs
-            .get_mut(self.current)
+        self.here
+            .tabs
+            .get_mut(self.here.current)
             .ok_or_else(|| ToolError::Reported(NO_PAGE.into()))
     }
 

@@ -140,12 +140,12 @@ impl Capture {
 
 impl Running {
     pub fn tab_count(&self) -> usize {
-        self.tabs.len()
+        self.here.tabs.len()
     }
 
     /// The current tab's index (0-based).
     pub fn current_tab(&self) -> usize {
-        self.current
+        self.here.current
     }
 
     /// Drops the location and snapshot an earlier call's settle asked for ahead: only the call that
@@ -157,11 +157,6 @@ impl Running {
     /// The browser went away (it exited, or its connection closed).
     pub fn is_closed(&self) -> bool {
         self.cdp().is_closed()
-    }
-
-    /// Where the browser writes downloads under their guids (in its profile; see `launch::Process`).
-    pub fn download_staging(&self) -> std::path::PathBuf {
-        self.process.downloads.clone()
     }
 
     /// The events of every tab and of the browser itself (downloads).
@@ -200,7 +195,7 @@ impl Running {
 
     /// Makes tab `index` (0-based, an open tab's) the current one, in front in the browser too.
     pub async fn select_tab(&mut self, index: usize) -> Result<(), ToolError> {
-        self.current = index;
+        self.here.current = index;
         let target = self.tab()?.target.clone();
         self.cdp()
             .call(
@@ -552,7 +547,7 @@ impl Running {
     /// Dismisses the dialog every tab shows (a `beforeunload` one keeps its page); what each said.
     pub async fn dismiss_dialogs(&self) -> Result<Vec<super::super::events::Dialog>, ToolError> {
         let mut dismissed = Vec::new();
-        for tab in &self.tabs {
+        for tab in &self.here.tabs {
             let Some(dialog) = self
                 .cdp()
                 .events

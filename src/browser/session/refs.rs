@@ -37,6 +37,29 @@ pub struct Refs {
     /// The lines of the latest snapshot of each view on this document, what a diff compares with,
     /// oldest first.
     baselines: Vec<(SnapshotOptions, Vec<String>)>,
+    /// The session of the tab when it is not the default one: its refs are written with it
+    /// (`s1_e7`), so a ref used in another session than its own is refused, never taken for
+    /// another element there.
+    session: Option<String>,
+}
+
+/// The session a written ref names (`s1` of `s1_e7` or `s1_ref_7`; `None`: the default session,
+/// whose refs carry none) and the ref without it (and without the brackets a toolset line shows
+/// it in).
+pub fn session_of_ref(reference: &str) -> (Option<&str>, &str) {
+    let trimmed = reference.trim();
+    let trimmed = trimmed
+        .strip_prefix('[')
+        .and_then(|inner| inner.strip_suffix(']'))
+        .unwrap_or(trimmed);
+    if let Some((session, rest)) = trimmed.split_once('_')
+        && let Some(digits) = session.strip_prefix('s')
+        && !digits.is_empty()
+        && digits.chars().all(|c| c.is_ascii_digit())
+    {
+        return (Some(session), rest);
+    }
+    (None, trimmed)
 }
 
 /// A ref's DOM node, and how to reach it.
@@ -65,6 +88,19 @@ impl Element {
 }
 
 impl Refs {
+    /// The refs of a tab of session `name`.
+    pub(super) fn for_session(name: &str) -> Refs {
+        Refs {
+            session: (name != super::DEFAULT).then(|| name.to_owned()),
+            ..Refs::default()
+        }
+    }
+
+    /// The session its refs are written with (`None`: the default session).
+    pub(super) fn session(&self) -> Option<&str> {
+        self.session.as_deref()
+    }
+
     /// Refs name nodes of one document: a new document voids them (its node ids may repeat).
     /// Numbers keep growing, so an old ref can never name a node of the new document.
     pub(super) fn sync(&mut self, document: u64) {
@@ -140,9 +176,13 @@ impl Refs {
                 self.next
             }
         };
+        let session = match &self.session {
+            Some(session) => format!("{session}_"),
+            None => String::new(),
+        };
         match frame {
-            0 => format!("e{number}"),
-            frame => format!("f{frame}e{number}"),
+            0 => format!("{session}e{number}"),
+            frame => format!("{session}f{frame}e{number}"),
         }
     }
 
@@ -188,6 +228,24 @@ mod tests {
         let page = refs.scope("TAB", None);
         assert_eq!(refs.assign((page, 40), 0), "e3");
         assert_eq!(refs.locate(1), None);
+    }
+
+    #[test]
+    fn a_session_s_refs_carry_its_name() {
+        let mut refs = Refs::for_session("s3");
+        refs.sync(1);
+        let page = refs.scope("TAB", None);
+        assert_eq!(refs.assign((page, 40), 0), "s3_e1");
+        assert_eq!(refs.assign((page, 41), 2), "s3_f2e2");
+        assert_eq!(session_of_ref("s3_f2e2"), (Some("s3"), "f2e2"));
+        assert_eq!(session_of_ref(" s12_ref_7"), (Some("s12"), "ref_7"));
+        assert_eq!(session_of_ref("ref_7"), (None, "ref_7"));
+        assert_eq!(session_of_ref("e7"), (None, "e7"));
+        assert_eq!(session_of_ref("s_e7"), (None, "s_e7"));
+        let mut default = Refs::for_session(super::super::DEFAULT);
+        default.sync(1);
+        let page = default.scope("TAB", None);
+        assert_eq!(default.assign((page, 40), 0), "e1");
     }
 
     #[test]

@@ -8,7 +8,7 @@ use super::super::events;
 use super::super::pacing::{FramePump, Pacer};
 use super::refs::Refs;
 use super::settle::WATCH_MUTATIONS;
-use super::{CALL, Running, Tab, page};
+use super::{CALL, Context, Running, Tab, page};
 use crate::tools::ToolError;
 
 /// An open tab as the toolset's report names it: its target id (stable for the tab's life), the
@@ -21,26 +21,36 @@ pub struct TabInfo {
     pub current: bool,
 }
 
+/// A page target as the browser lists it.
+pub(super) struct PageTarget {
+    pub(super) id: String,
+    pub(super) url: String,
+    pub(super) title: String,
+    /// Its browser context's id (see [`super::contexts`]).
+    pub(super) context: String,
+}
+
 impl Running {
     /// The open tabs in boxd's order, with what each shows (the browser's view of it, so a tab
     /// blocked by a dialog answers too).
     pub async fn tab_infos(&self) -> Result<Vec<TabInfo>, ToolError> {
         let targets = self.targets().await?;
         Ok(self
+            .here
             .tabs
             .iter()
             .enumerate()
             .map(|(index, tab)| {
                 let (url, title) = targets
                     .iter()
-                    .find(|(id, ..)| *id == tab.target)
-                    .map(|(_, url, title)| (url.clone(), title.clone()))
+                    .find(|page| page.id == tab.target)
+                    .map(|page| (page.url.clone(), page.title.clone()))
                     .unwrap_or_default();
                 TabInfo {
                     target: tab.target.clone(),
                     url,
                     title,
-                    current: index == self.current,
+                    current: index == self.here.current,
                 }
             })
             .collect())
@@ -48,24 +58,27 @@ impl Running {
 
     /// The target of the tab actions address now.
     pub fn current_target(&self) -> Option<String> {
-        self.tabs.get(self.current).map(|tab| tab.target.clone())
+        self.here
+            .tabs
+            .get(self.here.current)
+            .map(|tab| tab.target.clone())
     }
 
     /// The index of the open tab of target `target`.
     pub fn tab_index(&self, target: &str) -> Option<usize> {
-        self.tabs.iter().position(|tab| tab.target == target)
+        self.here.tabs.iter().position(|tab| tab.target == target)
     }
 
     /// Makes tab `index` the one the next actions address, without bringing it to the front (a call
     /// addressed to a background tab leaves the active tab as it was).
     pub fn address_tab(&mut self, index: usize) {
-        if index < self.tabs.len() {
-            self.current = index;
+        if index < self.here.tabs.len() {
+            self.here.current = index;
         }
     }
 
-    /// The browser's page targets, in its order: (target id, url, title).
-    async fn targets(&self) -> Result<Vec<(String, String, String)>, ToolError> {
+    /// The browser's page targets (of every session), in its order.
+    pub(super) async fn targets(&self) -> Result<Vec<PageTarget>, ToolError> {
         let answer = self
             .cdp()
             .call(None, "Target.getTargets", json!({}), CALL)
@@ -78,72 +91,92 @@ impl Running {
             .filter(|info| info["type"] == "page")
             .map(|info| {
                 let field = |name: &str| info[name].as_str().unwrap_or_default().to_owned();
-                (field("targetId"), field("url"), field("title"))
+                PageTarget {
+                    id: field("targetId"),
+                    url: field("url"),
+                    title: field("title"),
+                    context: field("browserContextId"),
+                }
             })
             .collect())
     }
 
+    /// Reconciles the addressed session's tabs with the browser's pages of its context.
     pub(super) async fn sync_tabs(&mut self, viewport: (u32, u32)) -> Result<(), ToolError> {
-        let targets = self.targets().await?;
+        let mut targets = self.targets().await?;
         self.closing
-            .retain(|closing| targets.iter().any(|(id, ..)| id == closing));
-        let current = self.tabs.get(self.current).map(|tab| tab.target.clone());
+            .retain(|closing| targets.iter().any(|page| page.id == *closing));
+        self.disposed
+            .retain(|gone| targets.iter().any(|page| page.context == *gone));
+        targets.retain(|page| self.owns(&self.here, &page.context));
+        let current = self
+            .here
+            .tabs
+            .get(self.here.current)
+            .map(|tab| tab.target.clone());
         let events = std::sync::Arc::clone(&self.cdp().events);
-        self.tabs.retain(|tab| {
-            let open = targets.iter().any(|(id, ..)| *id == tab.target);
+        self.here.tabs.retain(|tab| {
+            let open = targets.iter().any(|page| page.id == tab.target);
             if !open {
                 events.forget(&tab.session);
             }
             open
         });
-        for (target, ..) in &targets {
-            if !self.tabs.iter().any(|tab| tab.target == *target) && !self.closing.contains(target)
+        for PageTarget { id: target, .. } in &targets {
+            if !self.here.tabs.iter().any(|tab| tab.target == *target)
+                && !self.closing.contains(target)
             {
                 let tab = attach(
                     self.cdp(),
                     target,
+                    &self.here,
                     viewport,
                     &self.pacer,
                     self.process.frame_control,
                 )
                 .await?;
-                self.tabs.push(tab);
+                self.here.tabs.push(tab);
             }
         }
-        self.current = match current.and_then(|id| self.tabs.iter().position(|t| t.target == id)) {
-            Some(index) => index,
-            None => self.current.min(self.tabs.len().saturating_sub(1)),
-        };
+        self.here.current =
+            match current.and_then(|id| self.here.tabs.iter().position(|t| t.target == id)) {
+                Some(index) => index,
+                None => self
+                    .here
+                    .current
+                    .min(self.here.tabs.len().saturating_sub(1)),
+            };
         Ok(())
     }
 
+    /// Opens a blank tab in the addressed session, made its current one.
     pub async fn new_tab(&mut self, viewport: (u32, u32)) -> Result<(), ToolError> {
+        let mut params = json!({"url": "about:blank",
+                                "enableBeginFrameControl": self.process.frame_control});
+        if let Some(context) = &self.here.id {
+            params["browserContextId"] = json!(context);
+        }
         let created = self
             .cdp()
-            .call(
-                None,
-                "Target.createTarget",
-                json!({"url": "about:blank",
-                       "enableBeginFrameControl": self.process.frame_control}),
-                CALL,
-            )
+            .call(None, "Target.createTarget", params, CALL)
             .await?;
         let target = created["targetId"].as_str().unwrap_or_default().to_owned();
         let tab = attach(
             self.cdp(),
             &target,
+            &self.here,
             viewport,
             &self.pacer,
             self.process.frame_control,
         )
         .await?;
-        self.tabs.push(tab);
-        self.current = self.tabs.len() - 1;
+        self.here.tabs.push(tab);
+        self.here.current = self.here.tabs.len() - 1;
         Ok(())
     }
 
     pub async fn close_tab(&mut self, index: usize) -> Result<(), ToolError> {
-        let Some(tab) = self.tabs.get(index) else {
+        let Some(tab) = self.here.tabs.get(index) else {
             return Err(ToolError::Reported("no such tab".into()));
         };
         self.cdp()
@@ -154,33 +187,33 @@ impl Running {
                 CALL,
             )
             .await?;
-        let tab = self.tabs.remove(index);
+        let tab = self.here.tabs.remove(index);
         self.cdp().events.forget(&tab.session);
         self.closing.push(tab.target);
-        if self.current > index || self.current >= self.tabs.len() {
-            self.current = self.current.saturating_sub(1);
+        if self.here.current > index || self.here.current >= self.here.tabs.len() {
+            self.here.current = self.here.current.saturating_sub(1);
         }
         Ok(())
     }
 
     /// `### Open tabs` as upstream lists them (1-based, the current one marked).
     pub async fn tab_list(&self) -> Result<String, ToolError> {
-        if self.tabs.is_empty() {
+        if self.here.tabs.is_empty() {
             return Ok("### No tabs open".into());
         }
         let targets = self.targets().await?;
         let mut lines = vec!["### Open tabs".to_owned()];
-        for (index, tab) in self.tabs.iter().enumerate() {
+        for (index, tab) in self.here.tabs.iter().enumerate() {
             let (url, mut title) = targets
                 .iter()
-                .find(|(id, ..)| *id == tab.target)
-                .map(|(_, url, title)| (url.as_str(), title.as_str()))
+                .find(|page| page.id == tab.target)
+                .map(|page| (page.url.as_str(), page.title.as_str()))
                 .unwrap_or_default();
             // The browser shows the address as the title of a page without one; upstream shows none.
             if title == url || url.split_once("://").is_some_and(|(_, rest)| rest == title) {
                 title = "";
             }
-            let current = if index == self.current {
+            let current = if index == self.here.current {
                 " (current)"
             } else {
                 ""
@@ -234,9 +267,11 @@ impl Running {
     }
 }
 
+/// Attaches to the page `target` of session `context` and sets it up as a tab of it.
 async fn attach(
     cdp: &Cdp,
     target: &str,
+    context: &Context,
     viewport: (u32, u32),
     pacer: &Pacer,
     frame_control: bool,
@@ -255,7 +290,8 @@ async fn attach(
         .to_owned();
     // A page target's id is its main frame's.
     cdp.events.with(&session, |events| {
-        events.main_frame = Some(target.to_owned())
+        events.main_frame = Some(target.to_owned());
+        events.browser_context = context.id.clone();
     });
     let setup = [
         (
@@ -283,7 +319,7 @@ async fn attach(
     Ok(Tab {
         target: target.to_owned(),
         session,
-        refs: Refs::default(),
+        refs: Refs::for_session(&context.name),
         frames,
     })
 }

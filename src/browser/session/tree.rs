@@ -46,8 +46,8 @@ impl Running {
             }
             lines
         })?;
-        for (index, tab) in self.tabs.iter().enumerate() {
-            if index == self.current {
+        for (index, tab) in self.here.tabs.iter().enumerate() {
+            if index == self.here.current {
                 continue;
             }
             if let Some(dialog) = self

@@ -58,10 +58,12 @@ impl Browser {
     /// name in the workspace's `downloads/` (the page's suggestion, cleaned, made unique) and said once.
     pub(in crate::browser) async fn downloads_lines(&self, running: &Running) -> Vec<String> {
         let events = running.browser_events();
+        // The addressed session's downloads: those its tabs started.
+        let context = running.browser_context().map(str::to_owned);
         let unannounced = |downloads: &mut std::collections::VecDeque<Download>| {
-            downloads
-                .iter()
-                .any(|d| d.state == DownloadState::InProgress && !d.announced)
+            downloads.iter().any(|d| {
+                d.state == DownloadState::InProgress && !d.announced && d.context == context
+            })
         };
         if events.downloads(unannounced) {
             let deadline = Instant::now() + SETTLE_CAP;
@@ -81,14 +83,16 @@ impl Browser {
         let pending = events.downloads(|downloads| {
             downloads
                 .iter()
-                .filter(|d| !d.reported)
+                .filter(|d| !d.reported && d.context == context)
                 .cloned()
                 .collect::<Vec<_>>()
         });
         if pending.is_empty() {
             return Vec::new();
         }
-        let staging = running.download_staging();
+        // The session's directory, unless the file is in another's (a download a frame that is no
+        // tab's main frame started is the default session's, wherever its file is).
+        let staging = running.download_dirs();
         let destination = self.workspace.real_root().to_path_buf();
         let shown = self.workspace.root().to_path_buf();
         let limits = self.download_limits;
@@ -98,8 +102,10 @@ impl Browser {
             if download.state.stopped() {
                 // Its partial file (or a whole one that came faster than the cancel) goes.
                 let (staging, guid) = (staging.clone(), download.guid.clone());
-                let removed =
-                    tokio::task::spawn_blocking(move || remove_staged(&staging, &guid)).await;
+                let removed = tokio::task::spawn_blocking(move || {
+                    staging.iter().try_for_each(|dir| remove_staged(dir, &guid))
+                })
+                .await;
                 if let Ok(Err(err)) = removed {
                     tracing::warn!(guid = %download.guid, "cannot delete a stopped download: {err}");
                 }
@@ -108,7 +114,7 @@ impl Browser {
                 let (staging, destination) = (staging.clone(), destination.clone());
                 let (guid, suggested) = (download.guid.clone(), download.suggested.clone());
                 let named = tokio::task::spawn_blocking(move || {
-                    name_download(&staging, &destination, &guid, &suggested)
+                    name_download(staged_in(&staging, &guid), &destination, &guid, &suggested)
                 })
                 .await
                 .unwrap_or_else(|err| Err(std::io::Error::other(err.to_string())));
@@ -273,6 +279,15 @@ fn check_guid(guid: &str) -> std::io::Result<()> {
         )));
     }
     Ok(())
+}
+
+/// The directory of `dirs` (the sessions' download directories) holding the download `guid`; the
+/// first when none does.
+fn staged_in<'a>(dirs: &'a [std::path::PathBuf], guid: &str) -> &'a Path {
+    dirs.iter()
+        .find(|dir| std::fs::symlink_metadata(dir.join(guid)).is_ok())
+        .or(dirs.first())
+        .map_or(Path::new(""), |dir| dir.as_path())
 }
 
 /// Deletes what the browser wrote of a stopped download (nothing there is no failure).

@@ -3,13 +3,16 @@
 //! what the tool advertises), its policy (what state of the page it may run in) and what it does.
 //! Every call holds the
 //! browser session for its duration (one browser, one current tab, as upstream), every wait in it is
-//! bounded, and the policies are applied here, for all tools alike.
+//! bounded, and the policies are applied here, for all tools alike. So is boxd's one argument of every
+//! tool, `session` ([`InSession`]): the isolated session ([`sessions`]) the call acts in, the default
+//! one when absent.
 
 mod capture;
 mod dialogs;
 mod files;
 mod input;
 pub(super) mod navigate;
+mod sessions;
 mod tabs;
 mod wait;
 
@@ -42,8 +45,9 @@ pub struct Browser {
     uploads: AllowedDirs,
     /// The bounds of the browser's downloads, as the answers name them.
     download_limits: DownloadLimits,
-    /// What the browser toolset reported last (locked after `session`, by toolset calls only).
-    toolset: tokio::sync::Mutex<toolset::Reports>,
+    /// What the browser toolset reported last, per session (locked after `session`, by toolset
+    /// calls only).
+    toolset: tokio::sync::Mutex<std::collections::HashMap<String, toolset::Reports>>,
 }
 
 /// What state of the current tab a page tool may run in, applied by [`Browser::call`] before the
@@ -199,6 +203,17 @@ struct Declared {
     serve: Serve,
 }
 
+/// A tool's own arguments and the one boxd adds to every tool of the family: the session it acts in.
+/// Upstream's calls, without it, act in the default session as before.
+#[derive(serde::Deserialize, JsonSchema)]
+pub(super) struct InSession<A> {
+    #[serde(flatten)]
+    pub(super) arguments: A,
+    /// The session to act in: an id browser_session_new answered (e.g. "s1"). Default: the default
+    /// session.
+    pub(super) session: Option<String>,
+}
+
 /// Arguments are checked as Playwright MCP's one `inputSchema.parse` checks them (a bad one is
 /// answered with zod's problem list), after the SDK's defaults are left out.
 fn serve<A: DeserializeOwned + JsonSchema + Send + 'static>(
@@ -206,14 +221,14 @@ fn serve<A: DeserializeOwned + JsonSchema + Send + 'static>(
     tool: Arc<BrowserTool<A>>,
 ) -> Tool {
     let browser = Arc::clone(browser);
-    ToolSpec::declare::<A>(GROUP, tool.name, tool.description)
+    ToolSpec::declare::<InSession<A>>(GROUP, tool.name, tool.description)
         .dialect(SchemaDialect::ZodToJsonSchema)
         .sdk_defaults_mean_absent()
         .bad_arguments(BadArguments::ZodError)
-        .handler(move |arguments, _| {
+        .handler(move |called: InSession<A>, _| {
             let browser = Arc::clone(&browser);
             let tool = Arc::clone(&tool);
-            async move { browser.call(&tool, arguments).await }
+            async move { browser.call(&tool, called.session, called.arguments).await }
         })
 }
 
@@ -238,6 +253,7 @@ pub fn tools(browser: &Arc<Browser>) -> Vec<Tool> {
         .iter()
         .map(|declared| (declared.serve)(browser))
         .collect();
+    tools.extend(sessions::tools(browser));
     tools.push(toolset_tool(browser));
     tools
 }
@@ -247,11 +263,15 @@ pub fn tools(browser: &Arc<Browser>) -> Vec<Tool> {
 /// reads its arguments itself.
 fn toolset_tool(browser: &Arc<Browser>) -> Tool {
     let browser = Arc::clone(browser);
-    ToolSpec::declare::<toolset::MemberCall>(toolset::GROUP, toolset::NAME, toolset::DESCRIPTION)
-        .handler(move |call, _| {
-            let browser = Arc::clone(&browser);
-            async move { browser.toolset_call(call).await }
-        })
+    ToolSpec::declare::<InSession<toolset::MemberCall>>(
+        toolset::GROUP,
+        toolset::NAME,
+        toolset::DESCRIPTION,
+    )
+    .handler(move |called: InSession<toolset::MemberCall>, _| {
+        let browser = Arc::clone(&browser);
+        async move { browser.toolset_call(called.session, called.arguments).await }
+    })
 }
 
 impl Browser {
@@ -261,17 +281,25 @@ impl Browser {
             session: tokio::sync::Mutex::new(Session::new(options)),
             workspace,
             uploads,
-            toolset: tokio::sync::Mutex::new(toolset::Reports::default()),
+            toolset: tokio::sync::Mutex::default(),
         }
     }
 
     /// A browser toolset call: holds the session for its duration, as every call does, and the
-    /// toolset's reports behind it.
-    async fn toolset_call(&self, call: toolset::MemberCall) -> ToolResult {
+    /// toolset's reports of the session it acts in behind it.
+    async fn toolset_call(
+        &self,
+        in_session: Option<String>,
+        call: toolset::MemberCall,
+    ) -> ToolResult {
         let mut session = self.session.lock().await;
         let _active = session.call_started();
+        session.address(in_session);
         let mut reports = self.toolset.lock().await;
-        toolset::call(self, &mut session, &mut reports, call).await
+        let open = session.open_session_names();
+        reports.retain(|name, _| open.contains(name));
+        let reports = reports.entry(session.addressed().to_owned()).or_default();
+        toolset::call(self, &mut session, reports, call).await
     }
 
     /// Where the workspace is, as answers show it (downloads are saved at its top).
@@ -294,10 +322,16 @@ impl Browser {
     }
 
     /// A failure is an `isError` answer, said after the notice of a browser that was started again,
-    /// as a success is.
-    async fn call<A>(&self, tool: &BrowserTool<A>, arguments: A) -> ToolResult {
+    /// as a success is. `in_session`: the session the call names (`None`: the default one).
+    async fn call<A>(
+        &self,
+        tool: &BrowserTool<A>,
+        in_session: Option<String>,
+        arguments: A,
+    ) -> ToolResult {
         let mut session = self.session.lock().await;
         let _active = session.call_started();
+        session.address(in_session);
         let outcome = self.run(&mut session, tool, arguments).await;
         let notice = session.take_notice();
         let (mut items, failed) = match outcome {
@@ -337,7 +371,11 @@ impl Browser {
         let (mut done, snapshot, capture) = match act(call, arguments).await? {
             Answer::Text(said) => return Ok(vec![text(said)]),
             Answer::LastTabClosed(said) => {
-                session.close().await;
+                // The browser closes with the default session's last tab, as upstream's does,
+                // unless other sessions still live in it.
+                if session.open_session_names().len() == 1 {
+                    session.close().await;
+                }
                 return Ok(vec![text(said)]);
             }
             Answer::Page { done, snapshot } => {

@@ -7,7 +7,7 @@ use futures_util::future::BoxFuture;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use super::super::session::{NO_PAGE, Running, Session};
+use super::super::session::{DEFAULT, NO_PAGE, Running, Session, sessions_lost};
 use super::navigate::{Navigated, held_by_dialog, navigate};
 use super::{Answer, BrowserTool, Declared, NoArguments, PageCall, Policy};
 use crate::tools::ToolError;
@@ -75,15 +75,26 @@ pub(super) fn declarations() -> Vec<Declared> {
     ]
 }
 
+/// Closes the browser (and every session with it); in a session other than the default one, closes
+/// that session's tabs only.
 fn close(session: &mut Session, _: NoArguments) -> BoxFuture<'_, Result<String, ToolError>> {
     Box::pin(async move {
-        let closed = session.close().await;
-        Ok(if closed {
-            "Closed the browser. The next browser tool call opens a new one."
-        } else {
-            "No browser was open."
+        if session.addressed() != DEFAULT {
+            let name = session.addressed().to_owned();
+            let closed = session.browser().await?.close_all_tabs().await?;
+            return Ok(format!(
+                "Closed the {closed} tab(s) of session {name}. The session stays open with its \
+                 cookies and storage (browser_session_close closes it); its next call opens a \
+                 blank tab."
+            ));
         }
-        .to_owned())
+        Ok(match session.close().await {
+            Some(lost) => format!(
+                "Closed the browser. The next browser tool call opens a new one.{}",
+                sessions_lost(&lost)
+            ),
+            None => "No browser was open.".to_owned(),
+        })
     })
 }
 

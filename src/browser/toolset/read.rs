@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use super::super::session::{SLOW_CALL, SNAPSHOT_REFS};
+use super::super::session::{SLOW_CALL, SNAPSHOT_REFS, session_of_ref};
 use super::super::snapshot::SnapshotOptions;
 use super::input::{PageFilter, ReadPage};
 use super::{Act, Outcome, TOOLSET_REFS};
@@ -43,10 +43,7 @@ async fn tree(act: &mut Act<'_>, options: &SnapshotOptions) -> Result<Tree, Tool
     };
     let refs = |refs: &[String]| -> Vec<String> {
         refs.iter()
-            .map(|reference| match (SNAPSHOT_REFS.number)(reference) {
-                Some(number) => format!("ref_{number}"),
-                None => reference.clone(),
-            })
+            .map(|reference| toolset_ref(reference).unwrap_or_else(|| reference.clone()))
             .collect()
     };
     Ok(Tree {
@@ -68,10 +65,10 @@ fn toolset_refs(line: &str) -> String {
         let after = &rest[start + "[ref=".len()..];
         match after
             .find(']')
-            .and_then(|end| Some(((SNAPSHOT_REFS.number)(&after[..end])?, end)))
+            .and_then(|end| Some((toolset_ref(&after[..end])?, end)))
         {
-            Some((number, end)) => {
-                out.push_str(&format!("[ref_{number}]"));
+            Some((reference, end)) => {
+                out.push_str(&format!("[{reference}]"));
                 rest = &after[end + 1..];
             }
             None => {
@@ -84,11 +81,29 @@ fn toolset_refs(line: &str) -> String {
     out
 }
 
-/// The ref a line carries (`[ref_7]`), if any.
+/// A snapshot's ref (`e7`, `f1e7`, `s2_e7`) as the toolset writes it (`ref_7`, `s2_ref_7`).
+fn toolset_ref(reference: &str) -> Option<String> {
+    let (session, bare) = session_of_ref(reference);
+    let number = (SNAPSHOT_REFS.number)(bare)?;
+    Some(match session {
+        Some(session) => format!("{session}_ref_{number}"),
+        None => format!("ref_{number}"),
+    })
+}
+
+/// The ref a line carries (`[ref_7]`, `[s2_ref_7]` in a session), if any.
 fn line_ref(line: &str) -> Option<&str> {
-    let start = line.find("[ref_")?;
-    let end = start + line[start..].find(']')?;
-    Some(&line[start + 1..end])
+    let mut from = 0;
+    while let Some(found) = line.get(from..)?.find('[') {
+        let start = from + found;
+        let end = start + line.get(start..)?.find(']')?;
+        let inner = line.get(start + 1..end)?;
+        if session_of_ref(inner).1.starts_with("ref_") {
+            return Some(inner);
+        }
+        from = start + 1;
+    }
+    None
 }
 
 /// The role a line names (`- button "Send"` → `button`).
@@ -114,8 +129,12 @@ pub async fn read_page(mut act: Act<'_>, input: ReadPage) -> Result<Outcome, Too
             act.running
                 .element_in_style(reference, &TOOLSET_REFS)
                 .await?;
-            let number = (TOOLSET_REFS.number)(reference).unwrap_or_default();
-            Some(format!("e{number}"))
+            let (session, bare) = session_of_ref(reference);
+            let number = (TOOLSET_REFS.number)(bare).unwrap_or_default();
+            Some(match session {
+                Some(session) => format!("{session}_e{number}"),
+                None => format!("e{number}"),
+            })
         }
         None => None,
     };

@@ -162,9 +162,14 @@ impl Reports {
 
     /// The downloads whose state moved since the last report, as state changes.
     fn download_changes(&mut self, browser: &Browser, running: &Running) -> Vec<Value> {
-        let downloads = running
-            .browser_events()
-            .downloads(|downloads| downloads.iter().cloned().collect::<Vec<_>>());
+        let context = running.browser_context().map(str::to_owned);
+        let downloads = running.browser_events().downloads(|downloads| {
+            downloads
+                .iter()
+                .filter(|download| download.context == context)
+                .cloned()
+                .collect::<Vec<_>>()
+        });
         let shown = browser.workspace_shown();
         let mut changes = Vec::new();
         let mut known = HashMap::new();
