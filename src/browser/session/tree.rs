@@ -986,3 +986,49 @@ fn diff_answer(
         ));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Asks `total` candidates, each answering `node`, as the rounds of a [`Fill`] say: the
+    /// candidates that count and the nodes kept, and how many were asked in all.
+    fn fill_with(cap: usize, total: usize, node: &Value, diff: bool) -> ((usize, usize), usize) {
+        let mut fill = Fill::new(cap, total, diff);
+        let mut asked = 0;
+        while let Some(size) = fill.next_round(asked) {
+            for _ in 0..size.min(total - asked) {
+                asked += 1;
+                fill.found(asked, node, None);
+            }
+        }
+        (fill.asked(asked), asked)
+    }
+
+    fn button(name: &str) -> Value {
+        json!({"nodeId": "c", "ignored": false, "role": {"value": "button"},
+               "name": {"value": name}, "backendDOMNodeId": 7})
+    }
+
+    #[test]
+    fn the_rounds_fill_the_size_and_the_named_refs_past_it() {
+        // `- button "a long enough name" [ref=e0]`: 38 characters and its line end.
+        let node = button("a long enough name");
+        let ((counted, kept), asked) = fill_with(8000, 3000, &node, false);
+        assert_eq!((counted, kept), (asked, asked));
+        // 8 000 characters take 206 such lines (the last one cut); the note names 12 past them.
+        assert!((212..250).contains(&counted), "{counted}");
+    }
+
+    #[test]
+    fn the_rounds_stop_where_the_earlier_batches_stopped() {
+        // The earlier estimate (32 + 8 characters a node) passed 4 000 characters at its first
+        // batch of 125, where the 29-character lines did not fill it yet: those 125 count.
+        let node = button("abcdefgh");
+        let ((counted, kept), asked) = fill_with(4000, 3000, &node, false);
+        assert_eq!((counted, kept), (125, 125));
+        assert!(asked >= 125);
+        // A diff asks for them all.
+        assert_eq!(fill_with(4000, 3000, &node, true).0, (3000, 3000));
+    }
+}
