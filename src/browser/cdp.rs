@@ -139,6 +139,25 @@ impl Cdp {
         timeout: Duration,
         max: usize,
     ) -> Result<(Value, usize), CdpError> {
+        let (raw, length) = self
+            .call_raw_bounded(session, method, params, timeout, max)
+            .await?;
+        serde_json::from_str(raw.get())
+            .map(|answer| (answer, length))
+            .map_err(|err| CdpError::Protocol(format!("{method}: a malformed answer: {err}")))
+    }
+
+    /// [`Cdp::call_bounded`] with the answer left as the browser wrote it, for a caller that reads
+    /// it into its own types (a DOM snapshot is megabytes of numbers: a [`Value`] of it costs more
+    /// than the browser's work).
+    pub async fn call_raw_bounded(
+        &self,
+        session: Option<&str>,
+        method: &str,
+        params: Value,
+        timeout: Duration,
+        max: usize,
+    ) -> Result<(Box<RawValue>, usize), CdpError> {
         let max = max.clamp(PEEK, MAX_MESSAGE);
         if self.is_closed() {
             return Err(CdpError::Closed);
@@ -171,11 +190,7 @@ impl Cdp {
             match answer_rx.await {
                 Ok(Ok(result)) => {
                     let length = result.get().len();
-                    serde_json::from_str(result.get())
-                        .map(|answer| (answer, length))
-                        .map_err(|err| {
-                            CdpError::Protocol(format!("{method}: a malformed answer: {err}"))
-                        })
+                    Ok((result, length))
                 }
                 Ok(Err(Failure::Protocol(message))) => Err(CdpError::Protocol(message)),
                 Ok(Err(Failure::TooLarge(bytes))) => Err(CdpError::TooLarge {

@@ -11,10 +11,12 @@
 mod candidates;
 mod clickable;
 mod diff;
+mod dom;
 mod view;
 pub use candidates::candidates;
 pub use clickable::{Looks, boxes, clickable};
 pub use diff::{Diff, diff};
+pub use dom::DomSnapshot;
 pub use view::{Layout, SnapshotOptions, View};
 
 use std::collections::HashMap;
@@ -320,6 +322,37 @@ pub fn render_view(
         deeper_elements,
         root_missing,
     }
+}
+
+/// The characters (line ends included) one node of an interactive view's candidates takes at least
+/// in the view: as [`render_view`] writes it alone (its lines do not depend on the other candidates),
+/// with the shortest ref. `node` is the answer of `Accessibility.getPartialAXTree` for it; `looks`
+/// how the DOM snapshot says it looks.
+pub fn candidate_chars(node: &Value, looks: Option<Looks>) -> usize {
+    let mut node = node.clone();
+    node["nodeId"] = Value::from("c");
+    node["parentId"] = Value::from("root");
+    node["childIds"] = Value::Array(Vec::new());
+    let backend = node.get("backendDOMNodeId").and_then(Value::as_i64);
+    let root = serde_json::json!({"nodeId": "root", "ignored": false,
+        "role": {"value": "RootWebArea"}, "childIds": ["c"]});
+    let clickable: HashMap<NodeKey, Looks> = backend
+        .zip(looks)
+        .map(|(backend, looks)| ((0, backend), looks))
+        .into_iter()
+        .collect();
+    let view = View {
+        interactive_only: true,
+        ..View::default()
+    };
+    let nodes = [root, node];
+    render_view(&nodes, &HashMap::new(), &clickable, &view, &mut |_, _| {
+        "e0".to_owned()
+    })
+    .lines
+    .iter()
+    .map(|line| line.len() + 1)
+    .sum()
 }
 
 /// What the cap left out, from line `kept` on: the refs of the subtrees it left out whole (those of
@@ -1044,6 +1077,46 @@ mod tests {
             (top.deeper, top.deeper_elements),
             (vec!["e2".to_owned(), "e5".to_owned()], 5)
         );
+    }
+
+    #[test]
+    fn a_candidate_alone_takes_what_it_takes_in_the_interactive_view() {
+        let mut link = node("3", "link", "More", &[], 3);
+        link["properties"] =
+            json!([{"name": "url", "value": {"type": "string", "value": "http://x/more"}}]);
+        let mut field = node("4", "textbox", "Name", &[], 4);
+        field["value"] = json!({"type": "string", "value": "hello"});
+        let mut ignored = node("6", "button", "Gone", &[], 6);
+        ignored["ignored"] = json!(true);
+        let candidates = [
+            node("2", "button", "Go", &[], 2),
+            link,
+            field,
+            node("5", "generic", "", &[], 5),
+            ignored,
+        ];
+        let clickable = HashMap::from([((0, 5), Looks::Pointer)]);
+        let mut nodes = vec![node("1", "RootWebArea", "", &["2", "3", "4", "5", "6"], 1)];
+        nodes.extend(candidates.iter().cloned());
+        let whole = render_view(
+            &nodes,
+            &HashMap::new(),
+            &clickable,
+            &View {
+                interactive_only: true,
+                ..View::default()
+            },
+            &mut |_, _| "e0".to_owned(),
+        );
+        let alone: usize = candidates
+            .iter()
+            .map(|node| {
+                let backend = node["backendDOMNodeId"].as_i64().unwrap();
+                candidate_chars(node, clickable.get(&(0, backend)).copied())
+            })
+            .sum();
+        assert_eq!(alone, whole.yaml.len() + 1, "{}", whole.yaml);
+        assert_eq!(whole.lines.len(), 5, "{}", whole.yaml);
     }
 
     #[test]

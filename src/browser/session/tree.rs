@@ -11,7 +11,8 @@ use super::super::snapshot::{self, Layout, MAX_SNAPSHOT_CHARS, NodeKey, Snapshot
 use super::{CALL, Running, SLOW_CALL};
 use crate::tools::ToolError;
 
-/// Candidates of an interactive view asked of the accessibility tree at once.
+/// Candidates of an interactive view asked of the accessibility tree at once (five times as many
+/// at most).
 const BATCH: usize = 100;
 /// Child frames a snapshot walks at most (a page of endless nested iframes costs two calls per frame).
 pub const MAX_FRAMES: usize = 16;
@@ -193,7 +194,7 @@ impl Running {
         };
         let (location, dom, viewport) = futures_util::future::join3(
             self.location(),
-            self.cdp().call_bounded(
+            self.cdp().call_raw_bounded(
                 Some(&session),
                 "DOMSnapshot.captureSnapshot",
                 json!({"computedStyles": ["cursor"]}),
@@ -205,14 +206,14 @@ impl Running {
         .await;
         let (location, viewport) = (location?, viewport?);
         let dom = match dom {
-            Ok((dom, _)) => dom,
-            Err(CdpError::Protocol(_) | CdpError::TooLarge { .. }) => return Ok(None),
+            Ok((dom, _)) => snapshot::DomSnapshot::parse(dom.get()),
+            Err(CdpError::Protocol(_) | CdpError::TooLarge { .. }) => None,
             Err(err) => return Err(err.into()),
         };
         // A same-process frame's document is in the DOM snapshot: the whole tree's walk shows it.
-        if dom["documents"].as_array().map_or(0, Vec::len) != 1 {
+        let Some(dom) = dom.filter(|dom| dom.document_count() == 1) else {
             return Ok(None);
-        }
+        };
         let looks = snapshot::clickable(&dom);
         let candidates = snapshot::candidates(&dom, &looks, root, viewport);
         drop(dom);
@@ -220,23 +221,13 @@ impl Running {
             .max_chars
             .unwrap_or(MAX_SNAPSHOT_CHARS)
             .min(MAX_SNAPSHOT_CHARS);
-        let mut children = Vec::new();
-        let mut nodes = Vec::new();
-        // Characters the lines of the nodes so far take, about.
-        let mut estimate = 0usize;
+        let mut fill = Fill::new(cap, candidates.len(), options.diff);
+        let mut nodes: Vec<Value> = Vec::new();
         let mut asked = 0;
-        while asked < candidates.len() && (options.diff || estimate <= cap) {
-            // The first batch is what the size likely holds (a line takes some 32 characters), so
-            // that a budget is mostly filled in one round.
-            let size = if asked == 0 {
-                (cap / 32).clamp(BATCH, 5 * BATCH)
-            } else {
-                BATCH
-            };
+        while let Some(size) = fill.next_round(asked) {
             let batch = candidates
                 .get(asked..candidates.len().min(asked + size))
                 .unwrap_or_default();
-            asked += batch.len();
             let answers = futures_util::future::join_all(batch.iter().map(|backend| {
                 self.cdp().call(
                     Some(&session),
@@ -247,34 +238,37 @@ impl Running {
             }))
             .await;
             for (backend, answer) in batch.iter().zip(answers) {
+                asked += 1;
                 let mut answer = match answer {
                     Ok(answer) => answer,
                     // Gone meanwhile.
-                    Err(CdpError::Protocol(_)) => continue,
+                    Err(CdpError::Protocol(_)) => {
+                        fill.gone(asked);
+                        continue;
+                    }
                     Err(err) => return Err(err.into()),
                 };
-                let Value::Array(found) = answer["nodes"].take() else {
+                let found = match answer["nodes"].take() {
+                    Value::Array(found) => found.into_iter().find(|node| {
+                        node.get("backendDOMNodeId").and_then(Value::as_i64) == Some(*backend)
+                    }),
+                    _ => None,
+                };
+                let Some(mut node) = found else {
+                    fill.gone(asked);
                     continue;
                 };
-                let Some(mut node) = found.into_iter().find(|node| {
-                    node.get("backendDOMNodeId").and_then(Value::as_i64) == Some(*backend)
-                }) else {
-                    continue;
-                };
-                let id = format!("c{}", nodes.len());
-                let text = |pointer: &str| {
-                    node.pointer(pointer)
-                        .and_then(Value::as_str)
-                        .map_or(0, str::len)
-                };
-                estimate += 32 + text("/name/value") + text("/value/value");
-                node["nodeId"] = json!(id);
+                node["nodeId"] = json!(format!("c{}", nodes.len()));
                 node["parentId"] = json!("root");
                 node["childIds"] = json!([]);
-                children.push(id);
+                fill.found(asked, &node, looks.get(backend).copied());
                 nodes.push(node);
             }
         }
+        // Past what the size holds: left out as the cut's own lines are.
+        let (asked, kept) = fill.asked(asked);
+        nodes.truncate(kept);
+        let children: Vec<Value> = nodes.iter().map(|node| node["nodeId"].clone()).collect();
         let mut all = Vec::with_capacity(nodes.len() + 1);
         all.push(
             json!({"nodeId": "root", "ignored": false, "role": {"value": "RootWebArea"},
@@ -322,7 +316,7 @@ impl Running {
                 SLOW_CALL,
                 MAX_TREE_BYTES,
             ),
-            self.cdp().call_bounded(
+            self.cdp().call_raw_bounded(
                 Some(&session),
                 "DOMSnapshot.captureSnapshot",
                 json!({"computedStyles": ["cursor"]}),
@@ -360,6 +354,7 @@ impl Running {
         // view of the viewport shows the whole page).
         match dom {
             Ok((dom, _)) => {
+                let dom = snapshot::DomSnapshot::parse(dom.get()).unwrap_or_default();
                 frames.clickable.extend(
                     snapshot::clickable(&dom)
                         .into_iter()
@@ -656,7 +651,7 @@ impl Running {
                         SLOW_CALL,
                         budget,
                     ),
-                    cdp.call_bounded(
+                    cdp.call_raw_bounded(
                         Some(child),
                         "DOMSnapshot.captureSnapshot",
                         json!({"computedStyles": ["cursor"]}),
@@ -669,22 +664,11 @@ impl Running {
                 // A frame gone meanwhile answers with a protocol error: it is left empty. One over
                 // what is left of the budget is left empty too, and ends the walk.
                 let mut over = false;
-                let mut kept = |answer: Result<(Value, usize), CdpError>| match answer {
-                    Ok((answer, length)) => {
-                        budget = budget.saturating_sub(length);
-                        Ok(answer)
-                    }
-                    Err(CdpError::Protocol(_)) => Ok(Value::Null),
-                    Err(CdpError::TooLarge { .. }) => {
-                        over = true;
-                        Ok(Value::Null)
-                    }
-                    Err(err) => Err(ToolError::from(err)),
-                };
-                let mut tree = kept(tree)?;
-                let dom = kept(dom)?;
-                let frames = kept(frames)?;
+                let mut tree = kept(tree, &mut budget, &mut over)?;
+                let dom = kept(dom, &mut budget, &mut over)?;
+                let frames = kept(frames, &mut budget, &mut over)?;
                 walk.over_budget |= over;
+                let dom = snapshot::DomSnapshot::parse(dom.get()).unwrap_or_default();
                 let Value::Array(nodes) = tree["nodes"].take() else {
                     continue;
                 };
@@ -726,6 +710,142 @@ impl Running {
             Err(CdpError::Protocol(_)) => Ok(None),
             Err(err) => Err(err.into()),
         }
+    }
+}
+
+/// How many of an interactive view's candidates (in document order) are asked of the accessibility
+/// tree, round by round: until the lines of those found fill the size (counted at least as they will
+/// be written: a line shown never depends on a later candidate) and the cut note has the elements it
+/// names past them, and never past where the earlier rule stopped (a first batch of `cap / 32`
+/// candidates, 100 to 500, then batches of 100, while an estimate of 32 characters plus the name and
+/// value a node stays within the size), so a view shows the lines and names the refs it did. All of
+/// them for a diff, which compares whole views.
+struct Fill {
+    cap: usize,
+    total: usize,
+    diff: bool,
+    /// The earlier rule's first batch.
+    first: usize,
+    /// Characters the lines of the nodes found take at least, how many were found, and how many of
+    /// them show past the size (counted so, at least).
+    chars: usize,
+    found: usize,
+    past: usize,
+    /// The nodes found among the first `n + 1` candidates asked, by `n`.
+    found_by: Vec<usize>,
+    /// The earlier rule's estimate, and the number of candidates it asked once known.
+    estimate: usize,
+    limit: Option<usize>,
+}
+
+impl Fill {
+    fn new(cap: usize, total: usize, diff: bool) -> Fill {
+        Fill {
+            cap,
+            total,
+            diff,
+            first: (cap / 32).clamp(BATCH, 5 * BATCH),
+            chars: 0,
+            found: 0,
+            past: 0,
+            found_by: Vec::new(),
+            estimate: 0,
+            limit: None,
+        }
+    }
+
+    /// How many candidates the next round asks for, `asked` asked so far; `None` when done.
+    fn next_round(&self, asked: usize) -> Option<usize> {
+        if asked >= self.total || self.limit.is_some_and(|limit| asked >= limit) {
+            return None;
+        }
+        if self.diff {
+            return Some(5 * BATCH);
+        }
+        let named = snapshot::MAX_NAMED_REFS.saturating_sub(self.past);
+        if self.chars > self.cap && named == 0 {
+            return None;
+        }
+        // As many as the rest of the size likely holds, at the lines' average so far (a first
+        // guess of 48 characters), a few more, and those the note names: a budget is mostly filled
+        // in one round.
+        let average = self
+            .chars
+            .checked_div(self.found)
+            .filter(|average| *average > 0)
+            .unwrap_or(48);
+        let rest = (self.cap + 1).saturating_sub(self.chars).div_ceil(average);
+        Some((rest + rest / 4 + 4 + named).clamp(8, 5 * BATCH))
+    }
+
+    /// Candidate number `asked` (from 1) found: its node and how it looks.
+    fn found(&mut self, asked: usize, node: &Value, looks: Option<snapshot::Looks>) {
+        let text = |pointer: &str| {
+            node.pointer(pointer)
+                .and_then(Value::as_str)
+                .map_or(0, str::len)
+        };
+        self.estimate += 32 + text("/name/value") + text("/value/value");
+        let chars = snapshot::candidate_chars(node, looks);
+        self.chars += chars;
+        if chars > 0 && self.chars > self.cap {
+            self.past += 1;
+        }
+        self.found += 1;
+        self.advance(asked);
+    }
+
+    /// Candidate number `asked` (from 1) is gone from the page.
+    fn gone(&mut self, asked: usize) {
+        self.advance(asked);
+    }
+
+    fn advance(&mut self, asked: usize) {
+        self.found_by.push(self.found);
+        let boundary = asked == self.total
+            || asked
+                .checked_sub(self.first)
+                .is_some_and(|past| past % BATCH == 0);
+        if self.limit.is_none() && !self.diff && boundary && self.estimate > self.cap {
+            self.limit = Some(asked);
+        }
+    }
+
+    /// The candidates asked (of `asked`) that count, and the nodes found among them.
+    fn asked(&self, asked: usize) -> (usize, usize) {
+        match self.limit {
+            Some(limit) if limit < asked => (
+                limit,
+                limit
+                    .checked_sub(1)
+                    .and_then(|at| self.found_by.get(at))
+                    .copied()
+                    .unwrap_or(0),
+            ),
+            _ => (asked, self.found),
+        }
+    }
+}
+
+/// A child frame's answer as its walk keeps it: what is left of the frames' byte budget pays for it;
+/// one gone meanwhile (a protocol error) reads as empty, and so does one over the budget, which sets
+/// `over`.
+fn kept<T: Default>(
+    answer: Result<(T, usize), CdpError>,
+    budget: &mut usize,
+    over: &mut bool,
+) -> Result<T, ToolError> {
+    match answer {
+        Ok((answer, length)) => {
+            *budget = budget.saturating_sub(length);
+            Ok(answer)
+        }
+        Err(CdpError::Protocol(_)) => Ok(T::default()),
+        Err(CdpError::TooLarge { .. }) => {
+            *over = true;
+            Ok(T::default())
+        }
+        Err(err) => Err(ToolError::from(err)),
     }
 }
 
@@ -864,5 +984,51 @@ fn diff_answer(
              without diff, or of a part (root), to see the rest.",
             diff.lines.len()
         ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Asks `total` candidates, each answering `node`, as the rounds of a [`Fill`] say: the
+    /// candidates that count and the nodes kept, and how many were asked in all.
+    fn fill_with(cap: usize, total: usize, node: &Value, diff: bool) -> ((usize, usize), usize) {
+        let mut fill = Fill::new(cap, total, diff);
+        let mut asked = 0;
+        while let Some(size) = fill.next_round(asked) {
+            for _ in 0..size.min(total - asked) {
+                asked += 1;
+                fill.found(asked, node, None);
+            }
+        }
+        (fill.asked(asked), asked)
+    }
+
+    fn button(name: &str) -> Value {
+        json!({"nodeId": "c", "ignored": false, "role": {"value": "button"},
+               "name": {"value": name}, "backendDOMNodeId": 7})
+    }
+
+    #[test]
+    fn the_rounds_fill_the_size_and_the_named_refs_past_it() {
+        // `- button "a long enough name" [ref=e0]`: 38 characters and its line end.
+        let node = button("a long enough name");
+        let ((counted, kept), asked) = fill_with(8000, 3000, &node, false);
+        assert_eq!((counted, kept), (asked, asked));
+        // 8 000 characters take 206 such lines (the last one cut); the note names 12 past them.
+        assert!((212..250).contains(&counted), "{counted}");
+    }
+
+    #[test]
+    fn the_rounds_stop_where_the_earlier_batches_stopped() {
+        // The earlier estimate (32 + 8 characters a node) passed 4 000 characters at its first
+        // batch of 125, where the 29-character lines did not fill it yet: those 125 count.
+        let node = button("abcdefgh");
+        let ((counted, kept), asked) = fill_with(4000, 3000, &node, false);
+        assert_eq!((counted, kept), (125, 125));
+        assert!(asked >= 125);
+        // A diff asks for them all.
+        assert_eq!(fill_with(4000, 3000, &node, true).0, (3000, 3000));
     }
 }

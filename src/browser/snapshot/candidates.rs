@@ -6,93 +6,45 @@
 
 use std::collections::HashMap;
 
-use serde_json::Value;
-
-use super::{INTERACTIVE, Looks};
-
-/// A list of the DOM snapshot; a missing or malformed one reads as empty.
-fn list(value: &Value) -> &[Value] {
-    value.as_array().map_or(&[], Vec::as_slice)
-}
+use super::{DomSnapshot, INTERACTIVE, Looks};
 
 /// The candidates of the snapshot's own document (its first), in document order: their backend
 /// node ids. With `root`, only that node and what is in it; with `viewport` (`[x, y, width,
 /// height]` in the document's CSS pixels), only those whose box meets it.
 pub fn candidates(
-    dom: &Value,
+    dom: &DomSnapshot,
     looks: &HashMap<i64, Looks>,
     root: Option<i64>,
     viewport: Option<[f64; 4]>,
 ) -> Vec<i64> {
-    let Some(document) = list(&dom["documents"]).first() else {
+    let Some(document) = dom.documents().first() else {
         return Vec::new();
     };
-    let strings: Vec<&str> = list(&dom["strings"])
-        .iter()
-        .map(|s| s.as_str().unwrap_or(""))
-        .collect();
-    let string = |index: &Value| {
-        index
-            .as_u64()
-            .and_then(|i| usize::try_from(i).ok())
-            .and_then(|i| strings.get(i))
-            .copied()
-            .unwrap_or("")
-    };
-    let nodes = &document["nodes"];
-    let parents = list(&nodes["parentIndex"]);
-    let types = list(&nodes["nodeType"]);
-    let names = list(&nodes["nodeName"]);
-    let backends = list(&nodes["backendNodeId"]);
-    let attributes = list(&nodes["attributes"]);
-    let layout = &document["layout"];
-    let bounds = list(&layout["bounds"]);
-    // node index -> its box (several boxes of one node: any meeting the viewport counts).
-    let mut boxes: HashMap<usize, Vec<[f64; 4]>> = HashMap::new();
-    for (at, node) in list(&layout["nodeIndex"]).iter().enumerate() {
-        let Some(node) = node.as_u64().and_then(|n| usize::try_from(n).ok()) else {
-            continue;
-        };
-        let rect = bounds.get(at).map(list).unwrap_or_default();
-        let side = |i: usize| rect.get(i).and_then(Value::as_f64).unwrap_or(0.0);
-        boxes
-            .entry(node)
-            .or_default()
-            .push([side(0), side(1), side(2), side(3)]);
+    let nodes = &document.nodes;
+    let count = nodes.backend_node_id.len();
+    // By node index, its boxes (several boxes of one node: any meeting the viewport counts).
+    let mut boxes: Vec<Vec<[f64; 4]>> = vec![Vec::new(); count];
+    for (_, node, rect) in document.layout.boxes() {
+        if let Some(own) = boxes.get_mut(node) {
+            own.push(rect);
+        }
     }
-    let count = backends.len();
     // Hidden from the accessibility tree with everything in it; in the root's subtree.
     let mut hidden = vec![false; count];
     let mut inside = vec![root.is_none(); count];
     let mut found = Vec::new();
     for index in 0..count {
-        let parent = parents
-            .get(index)
-            .and_then(Value::as_i64)
-            .and_then(|p| usize::try_from(p).ok())
-            .filter(|p| *p < index);
-        let backend = backends.get(index).and_then(Value::as_i64).unwrap_or(-1);
-        let pairs: Vec<(&str, &str)> = attributes
-            .get(index)
-            .map(list)
-            .unwrap_or_default()
-            .chunks(2)
-            .map(|pair| (string(&pair[0]), pair.get(1).map(string).unwrap_or("")))
-            .collect();
-        let attribute = |name: &str| {
-            pairs
-                .iter()
-                .find(|(key, _)| key.eq_ignore_ascii_case(name))
-                .map(|(_, value)| *value)
-        };
+        let parent = nodes.parent(index);
+        let backend = nodes.backend(index);
+        let attribute = |name: &str| dom.attribute(document, index, name);
         hidden[index] = parent.is_some_and(|p| hidden[p])
             || attribute("aria-hidden").is_some_and(|v| v.eq_ignore_ascii_case("true"))
             || attribute("inert").is_some();
         inside[index] = inside[index] || parent.is_some_and(|p| inside[p]) || Some(backend) == root;
-        if hidden[index] || !inside[index] || types.get(index).and_then(Value::as_i64) != Some(1) {
+        if hidden[index] || !inside[index] || !nodes.is_element(index) {
             continue;
         }
-        let Some(own) = boxes.get(&index) else {
+        let Some(own) = boxes.get(index).filter(|own| !own.is_empty()) else {
             continue;
         };
         let look = looks.get(&backend).copied();
@@ -106,7 +58,10 @@ pub fn candidates(
         {
             continue;
         }
-        let name = names.get(index).map(string).unwrap_or("");
+        let name = nodes
+            .node_name
+            .get(index)
+            .map_or("", |name| dom.string(*name));
         let by_markup = match name.to_ascii_uppercase().as_str() {
             "A" | "AREA" => attribute("href").is_some(),
             "BUTTON" | "SELECT" | "TEXTAREA" | "SUMMARY" => true,
@@ -154,6 +109,7 @@ mod tests {
                 }
             }]
         });
+        let dom = DomSnapshot::parse(&dom.to_string()).unwrap();
         let looks = HashMap::from([(17, Looks::Pointer)]);
         // A link without href, a button under aria-hidden, a hidden input and a button without a
         // box (index 9) are not candidates.

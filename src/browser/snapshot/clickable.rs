@@ -1,9 +1,10 @@
 //! Which elements look clickable although their role may not say so, read from Chromium's DOM
-//! snapshot: the snapshot shows them with a ref whatever their role.
+//! snapshot ([`super::DomSnapshot`]): the snapshot shows them with a ref whatever their role; and
+//! the page's boxes, for a view of what the viewport shows.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
-use serde_json::Value;
+use super::DomSnapshot;
 
 /// How an element shows it can be clicked although its role may not say so.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -17,119 +18,78 @@ pub enum Looks {
     Invisible,
 }
 
-/// A list of the DOM snapshot; a missing or malformed one reads as empty, so nothing is marked.
-fn list(value: &Value) -> &[Value] {
-    value.as_array().map_or(&[], Vec::as_slice)
-}
-
-/// The elements that look clickable, from a `DOMSnapshot.captureSnapshot` answer taken with
-/// `computedStyles: ["cursor"]` (every same-origin frame's document is in it): rendered, of non-zero
-/// size, and either the origin of a `cursor: pointer` (not one inherited from its parent), or
-/// responding to clicks (Chromium's own `isClickable`: an `onclick` or a click listener), or given a
-/// non-negative `tabindex`. `<html>` and `<body>` are left out: a page that delegates its clicks to
-/// them would otherwise wrap the whole snapshot.
-pub fn clickable(dom: &Value) -> HashMap<i64, Looks> {
-    let strings: Vec<&str> = dom["strings"]
-        .as_array()
-        .map(|list| list.iter().map(|s| s.as_str().unwrap_or("")).collect())
-        .unwrap_or_default();
-    let string = |index: &Value| {
-        index
-            .as_u64()
-            .and_then(|i| usize::try_from(i).ok())
-            .and_then(|i| strings.get(i))
-            .copied()
-            .unwrap_or("")
-    };
-    let ints = |value: &Value| -> Vec<i64> {
-        value
-            .as_array()
-            .map(|list| list.iter().map(|n| n.as_i64().unwrap_or(-1)).collect())
-            .unwrap_or_default()
-    };
+/// The elements that look clickable, from the DOM snapshot (every same-origin frame's document is
+/// in it): rendered, of non-zero size, and either the origin of a `cursor: pointer` (not one
+/// inherited from its parent), or responding to clicks (Chromium's own `isClickable`: an `onclick`
+/// or a click listener), or given a non-negative `tabindex`. `<html>` and `<body>` are left out: a
+/// page that delegates its clicks to them would otherwise wrap the whole snapshot.
+pub fn clickable(dom: &DomSnapshot) -> HashMap<i64, Looks> {
     let mut found = HashMap::new();
-    for document in list(&dom["documents"]) {
-        let nodes = &document["nodes"];
-        let parents = ints(&nodes["parentIndex"]);
-        let types = ints(&nodes["nodeType"]);
-        let backends = ints(&nodes["backendNodeId"]);
-        let names = list(&nodes["nodeName"]);
-        let attributes = list(&nodes["attributes"]);
-        let clicks: std::collections::HashSet<i64> =
-            ints(&nodes["isClickable"]["index"]).into_iter().collect();
-        let layout = &document["layout"];
-        let styles = list(&layout["styles"]);
-        let bounds = list(&layout["bounds"]);
-        // node index -> (cursor, has size)
-        let mut boxes: HashMap<i64, (&str, bool)> = HashMap::new();
-        for (at, node) in ints(&layout["nodeIndex"]).into_iter().enumerate() {
-            let cursor = styles
-                .get(at)
-                .and_then(|style| style.get(0))
-                .map(string)
-                .unwrap_or("");
-            let sized = bounds
-                .get(at)
-                .and_then(Value::as_array)
-                .is_some_and(|rect| {
-                    rect.get(2).and_then(Value::as_f64).unwrap_or(0.0) > 0.0
-                        && rect.get(3).and_then(Value::as_f64).unwrap_or(0.0) > 0.0
-                });
+    for document in dom.documents() {
+        let nodes = &document.nodes;
+        let count = nodes.backend_node_id.len();
+        let clicks: HashSet<i64> = nodes.is_clickable.index.iter().copied().collect();
+        // By node index: (cursor, has size) of its boxes.
+        let mut boxes: Vec<Option<(&str, bool)>> = vec![None; count];
+        for (at, node, [_, _, width, height]) in document.layout.boxes() {
+            let Some(entry) = boxes.get_mut(node) else {
+                continue;
+            };
+            let cursor = dom.string(document.layout.cursor(at));
             // A node may have several layout boxes (a split inline); any sized one counts.
-            let entry = boxes.entry(node).or_insert((cursor, false));
-            entry.1 |= sized;
+            let entry = entry.get_or_insert((cursor, false));
+            entry.1 |= width > 0.0 && height > 0.0;
         }
-        // Node indexes with something of size in them: the sized boxes and their ancestors. Each
-        // node is marked once, so the walk is linear in the document's size.
-        let mut showing: std::collections::HashSet<i64> = std::collections::HashSet::new();
-        for (&node, &(_, sized)) in &boxes {
+        // Nodes with something of size in them: the sized boxes and their ancestors. Each node is
+        // marked once, so the walk is linear in the document's size.
+        let mut showing = vec![false; count];
+        for (node, sized) in boxes.iter().enumerate() {
             let mut at = node;
-            while sized && showing.insert(at) {
-                match usize::try_from(at).ok().and_then(|i| parents.get(i)) {
-                    Some(&parent) if parent >= 0 => at = parent,
-                    _ => break,
+            while matches!(sized, Some((_, true))) && showing.get(at) == Some(&false) {
+                showing[at] = true;
+                match nodes
+                    .parent_index
+                    .get(at)
+                    .and_then(|parent| usize::try_from(*parent).ok())
+                {
+                    Some(parent) => at = parent,
+                    None => break,
                 }
             }
         }
-        for (index, backend) in backends.iter().enumerate() {
-            let Ok(node) = i64::try_from(index) else {
-                break;
-            };
-            if types.get(index) != Some(&1) {
+        for (index, backend) in nodes.backend_node_id.iter().enumerate() {
+            if !nodes.is_element(index) {
                 continue;
             }
-            if boxes.contains_key(&node) && !showing.contains(&node) {
+            let own = boxes.get(index).copied().flatten();
+            if own.is_some() && showing.get(index) != Some(&true) {
                 found.insert(*backend, Looks::Invisible);
                 continue;
             }
-            let Some((cursor, true)) = boxes.get(&node).copied() else {
+            let Some((cursor, true)) = own else {
                 continue;
             };
-            let name = names.get(index).map(string).unwrap_or("");
+            let name = nodes
+                .node_name
+                .get(index)
+                .map_or("", |name| dom.string(*name));
             if name.eq_ignore_ascii_case("html") || name.eq_ignore_ascii_case("body") {
                 continue;
             }
-            let parent_cursor = parents
+            let parent_cursor = nodes
+                .parent_index
                 .get(index)
-                .and_then(|parent| boxes.get(parent))
-                .map(|(cursor, _)| *cursor)
-                .unwrap_or("");
-            let tabbable = attributes
-                .get(index)
-                .and_then(Value::as_array)
-                .is_some_and(|pairs| {
-                    pairs.chunks(2).any(|pair| {
-                        string(&pair[0]).eq_ignore_ascii_case("tabindex")
-                            && pair
-                                .get(1)
-                                .map(string)
-                                .and_then(|value| value.trim().parse::<i64>().ok())
-                                .is_some_and(|value| value >= 0)
-                    })
-                });
+                .and_then(|parent| usize::try_from(*parent).ok())
+                .and_then(|parent| boxes.get(parent).copied().flatten())
+                .map_or("", |(cursor, _)| cursor);
+            let tabbable = dom
+                .attribute(document, index, "tabindex")
+                .and_then(|value| value.trim().parse::<i64>().ok())
+                .is_some_and(|value| value >= 0);
+            let clicked = i64::try_from(index).is_ok_and(|index| clicks.contains(&index));
             let looks = if cursor == "pointer" && parent_cursor != "pointer" {
                 Looks::Pointer
-            } else if clicks.contains(&node) || tabbable {
+            } else if clicked || tabbable {
                 Looks::Handler
             } else {
                 continue;
@@ -143,28 +103,15 @@ pub fn clickable(dom: &Value) -> HashMap<i64, Looks> {
 /// The boxes of the elements and text of the snapshot's own document (its first; a frame's are its
 /// own), by backend node id, as `[x, y, width, height]` in CSS pixels of the document; a node with
 /// several boxes (a split inline) gets the box around them all.
-pub fn boxes(dom: &Value) -> HashMap<i64, [f64; 4]> {
-    let Some(document) = list(&dom["documents"]).first() else {
+pub fn boxes(dom: &DomSnapshot) -> HashMap<i64, [f64; 4]> {
+    let Some(document) = dom.documents().first() else {
         return HashMap::new();
     };
-    let backends = list(&document["nodes"]["backendNodeId"]);
-    let layout = &document["layout"];
-    let bounds = list(&layout["bounds"]);
     let mut found: HashMap<i64, [f64; 4]> = HashMap::new();
-    for (at, node) in list(&layout["nodeIndex"]).iter().enumerate() {
-        let Some(backend) = node
-            .as_u64()
-            .and_then(|index| usize::try_from(index).ok())
-            .and_then(|index| backends.get(index))
-            .and_then(Value::as_i64)
-        else {
+    for (_, node, [x, y, width, height]) in document.layout.boxes() {
+        let Some(backend) = document.nodes.backend_node_id.get(node).copied() else {
             continue;
         };
-        let Some(rect) = bounds.get(at).and_then(Value::as_array) else {
-            continue;
-        };
-        let side = |index: usize| rect.get(index).and_then(Value::as_f64).unwrap_or(0.0);
-        let (x, y, width, height) = (side(0), side(1), side(2), side(3));
         found
             .entry(backend)
             .and_modify(|known| {
@@ -207,7 +154,7 @@ mod tests {
                 }
             }]
         });
-        let found = clickable(&dom);
+        let found = clickable(&DomSnapshot::parse(&dom.to_string()).unwrap());
         // The body is left out; the span only inherits its pointer; the tabindex=-1 one does not
         // count. The zero-width clickable one shows nothing; the zero-size one holding sized text
         // shows it, and the one without a box (an option of a closed select) is not judged.
