@@ -3,7 +3,6 @@ against loopback pages (tests/browser) served by the test."""
 import base64
 import functools
 import io
-import http.server
 import json
 import os
 import pathlib
@@ -11,12 +10,12 @@ import re
 import shutil
 import signal
 import tempfile
-import threading
 import time
 
 import pytest
 from agentscope_runtime.sandbox.box.browser.browser_sandbox import BrowserSandbox
 
+from browser_support import Pages, browser_boxd, failed, ok, serving, text
 from conftest import Boxd
 
 PAGES = pathlib.Path(__file__).resolve().parents[1] / "browser"
@@ -28,23 +27,17 @@ pytestmark = pytest.mark.skipif(shutil.which("chromium") is None, reason="Debian
 
 @pytest.fixture(scope="module")
 def site():
-    handler = functools.partial(QuietHandler, directory=str(PAGES))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
+    with serving(functools.partial(QuietHandler, directory=str(PAGES))) as url:
+        yield url
 
 
 REPORT = b"name,value\nanswer,42\n"
 
 
-class QuietHandler(http.server.SimpleHTTPRequestHandler):
+class QuietHandler(Pages):
     """The pages of tests/browser, plus `slow?ms=N` (a text answered after N ms, at most 2 s; `hang?ms=N`
     at most 8 s), `stall` (a no-store answer whose body stops after 10 bytes, for 8 s) and `attachment`
     (a CSV file sent as a download)."""
-
-    def log_message(self, *args):
-        pass
 
     def do_GET(self):
         path, _, query = self.path.partition("?")
@@ -73,21 +66,10 @@ class QuietHandler(http.server.SimpleHTTPRequestHandler):
         else:
             super().do_GET()
 
-    def answer(self, body, kind, headers=None):
-        self.send_response(200)
-        self.send_header("Content-Type", kind)
-        self.send_header("Content-Length", str(len(body)))
-        for name, value in (headers or {}).items():
-            self.send_header(name, value)
-        self.end_headers()
-        self.wfile.write(body)
-
 
 @pytest.fixture
 def boxd(tmp_path):
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    server = Boxd(workspace, "--tools", "browser", "--browser-headless")
+    server = browser_boxd(tmp_path)
     yield server
     server.stop()
 
@@ -98,20 +80,6 @@ def browser(boxd):
         sandbox = BrowserSandbox.__new__(BrowserSandbox)
         sandbox.call_tool = client.call_tool
         yield sandbox
-
-
-def text(result):
-    return "\n".join(item["text"] for item in result["content"] if item["type"] == "text")
-
-
-def ok(result):
-    assert result["isError"] is False, result
-    return text(result)
-
-
-def failed(result):
-    assert result["isError"] is True, result
-    return text(result)
 
 
 def ref(answer, role, name):

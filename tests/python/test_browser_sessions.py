@@ -2,14 +2,12 @@
 every browser tool): isolated browser contexts of the one Chromium, driven through the SDK's `BrowserSandbox`
 bound to the real `SandboxHttpClient`, and once over MCP. Pages are served on loopback by the test."""
 import asyncio
-import http.server
 import json
 import os
 import pathlib
 import re
 import shutil
 import signal
-import threading
 import time
 
 import pytest
@@ -18,7 +16,8 @@ from agentscope_runtime.sandbox.box.browser.browser_sandbox import BrowserSandbo
 from mcp import ClientSession
 from mcp.client.streamable_http import streamablehttp_client
 
-from conftest import TOKEN, Boxd
+from browser_support import Pages, browser_boxd, failed, ok, serving, structured, text
+from conftest import TOKEN
 
 pytestmark = pytest.mark.skipif(shutil.which("chromium") is None, reason="Debian chromium is not installed")
 
@@ -35,10 +34,7 @@ PAGES = {
 REPORT = b"name,value\nanswer,42\n"
 
 
-class Handler(http.server.BaseHTTPRequestHandler):
-    def log_message(self, *args):
-        pass
-
+class Handler(Pages):
     def do_GET(self):
         path = self.path.partition("?")[0]
         if path == "/attachment":
@@ -49,30 +45,16 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return
         self.answer(page.encode(), "text/html")
 
-    def answer(self, body, kind, headers=None):
-        self.send_response(200)
-        self.send_header("Content-Type", kind)
-        self.send_header("Content-Length", str(len(body)))
-        for name, value in (headers or {}).items():
-            self.send_header(name, value)
-        self.end_headers()
-        self.wfile.write(body)
-
 
 @pytest.fixture(scope="module")
 def site():
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
+    with serving(Handler) as url:
+        yield url
 
 
 @pytest.fixture
 def boxd(tmp_path):
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    server = Boxd(workspace, "--tools", "browser", "--browser-headless")
-    server.workspace = workspace
+    server = browser_boxd(tmp_path)
     yield server
     server.stop()
 
@@ -88,24 +70,6 @@ def browser(client):
     sandbox = BrowserSandbox.__new__(BrowserSandbox)
     sandbox.call_tool = client.call_tool
     return sandbox
-
-
-def text(result):
-    return "\n".join(item["text"] for item in result["content"] if item["type"] == "text")
-
-
-def ok(result):
-    assert result["isError"] is False, result
-    return text(result)
-
-
-def failed(result):
-    assert result["isError"] is True, result
-    return text(result)
-
-
-def structured(result):
-    return result.get("structuredContent") or result.get("structured_content")
 
 
 def new_session(client):

@@ -4,17 +4,16 @@ arguments) and the Python `mcp` client over /mcp, on headless Debian Chromium, a
 writes and serves."""
 import asyncio
 import functools
-import http.server
 import re
 import shutil
-import threading
 import time
 
 import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamablehttp_client
 
-from conftest import TOKEN, Boxd
+from browser_support import Pages, browser_boxd, failed, ok, serving, text
+from conftest import TOKEN
 
 pytestmark = pytest.mark.skipif(shutil.which("chromium") is None, reason="Debian chromium is not installed")
 
@@ -69,29 +68,19 @@ TALL_PAGE = """<!doctype html><html><head><title>Tall</title></head><body style=
 </body></html>"""
 
 
-class QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, *args):
-        pass
-
-
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
     root = tmp_path_factory.mktemp("pages")
     (root / "big.html").write_text(big_page())
     (root / "list.html").write_text(LIST_PAGE)
     (root / "tall.html").write_text(TALL_PAGE)
-    handler = functools.partial(QuietHandler, directory=str(root))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
+    with serving(functools.partial(Pages, directory=str(root))) as url:
+        yield url
 
 
 @pytest.fixture
 def boxd(tmp_path):
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    server = Boxd(workspace, "--tools", "browser", "--browser-headless")
+    server = browser_boxd(tmp_path)
     yield server
     server.stop()
 
@@ -100,20 +89,6 @@ def boxd(tmp_path):
 def call(boxd):
     with boxd.client() as client:
         yield client.call_tool
-
-
-def text(result):
-    return "\n".join(item["text"] for item in result["content"] if item["type"] == "text")
-
-
-def ok(result):
-    assert result["isError"] is False, result
-    return text(result)
-
-
-def failed(result):
-    assert result["isError"] is True, result
-    return text(result)
 
 
 def ref(answer, role, name):

@@ -5,10 +5,8 @@ whose `_browser_state` is the last answer's. Every member runs through `call` ag
 serves, and what the SDK hands the model is checked; then one call over MCP."""
 import asyncio
 import base64
-import http.server
 import json
 import shutil
-import threading
 
 import pytest
 from anthropic.lib.tools._toolsets._errors import (
@@ -28,7 +26,8 @@ from anthropic.tools.browser import (
 from mcp import ClientSession
 from mcp.client.streamable_http import streamablehttp_client
 
-from conftest import TOKEN, Boxd
+from browser_support import Pages, browser_boxd, serving
+from conftest import TOKEN
 
 pytestmark = pytest.mark.skipif(shutil.which("chromium") is None, reason="Debian chromium is not installed")
 
@@ -70,53 +69,33 @@ PAGES = {
 }
 
 
-class Handler(http.server.BaseHTTPRequestHandler):
-    def log_message(self, *args):
-        pass
-
+class Handler(Pages):
     def do_GET(self):
         path = self.path.partition("?")[0]
         if path == "/data.json":
             return self.answer(b'{"answer": 42}', "application/json")
         if path == "/report.csv":
-            body = b"name,value\nanswer,42\n"
-            self.send_response(200)
-            self.send_header("Content-Type", "text/csv")
-            self.send_header("Content-Disposition", 'attachment; filename="report.csv"')
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-            return
+            return self.answer(b"name,value\nanswer,42\n", "text/csv",
+                               {"Content-Disposition": 'attachment; filename="report.csv"'})
         page = PAGES.get(path)
         if page is None:
             self.send_error(404)
             return
         self.answer(page.encode(), "text/html; charset=utf-8")
 
-    def answer(self, body, kind):
-        self.send_response(200)
-        self.send_header("Content-Type", kind)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
 
 @pytest.fixture(scope="module")
 def site():
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
+    with serving(Handler) as url:
+        yield url
 
 
 @pytest.fixture
 def boxd(tmp_path):
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
     # Uploads come from a directory of their own (the SDK keeps it apart from where downloads land).
     uploads = tmp_path / "uploads"
     uploads.mkdir()
-    server = Boxd(workspace, "--tools", "browser", "--browser-headless", "--allow-dir", str(uploads))
+    server = browser_boxd(tmp_path, "--allow-dir", str(uploads))
     server.uploads = uploads
     yield server
     server.stop()
