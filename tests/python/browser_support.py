@@ -3,6 +3,9 @@ family, and reading a tool's answer. Each test module keeps only its own pages a
 
 import contextlib
 import http.server
+import os
+import pathlib
+import signal
 import threading
 
 from conftest import Boxd
@@ -43,6 +46,26 @@ def browser_boxd(tmp_path, *arguments):
     server = Boxd(workspace, "--tools", "browser", "--browser-headless", *arguments)
     server.workspace = workspace
     return server
+
+
+def kill_browser(boxd):
+    """SIGKILLs every process of `boxd`'s browser (those given its profile); answers how many."""
+    marker = f"--user-data-dir=/tmp/boxd-browser-{boxd.proc.pid}-"
+    killed = 0
+    for entry in pathlib.Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if marker in command:
+            try:
+                os.kill(int(entry.name), signal.SIGKILL)
+                killed += 1
+            except ProcessLookupError:
+                pass
+    return killed
 
 
 def text(result):

@@ -8,14 +8,13 @@ import os
 import pathlib
 import re
 import shutil
-import signal
 import tempfile
 import time
 
 import pytest
 from agentscope_runtime.sandbox.box.browser.browser_sandbox import BrowserSandbox
 
-from browser_support import Pages, browser_boxd, failed, ok, serving, text
+from browser_support import Pages, kill_browser, browser_boxd, failed, ok, serving, text
 from conftest import Boxd
 
 PAGES = pathlib.Path(__file__).resolve().parents[1] / "browser"
@@ -301,22 +300,7 @@ def test_upload_takes_an_allowed_directory_and_no_link_out(tmp_path, site):
 
 def test_a_crashed_browser_is_relaunched_and_said_so(browser, boxd, site):
     ok(browser.browser_navigate(f"{site}/page2.html"))
-    marker = f"--user-data-dir=/tmp/boxd-browser-{boxd.proc.pid}-"
-    killed = 0
-    for entry in pathlib.Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            command = (entry / "cmdline").read_bytes().decode(errors="replace")
-        except OSError:
-            continue
-        if marker in command:
-            try:
-                os.kill(int(entry.name), signal.SIGKILL)
-                killed += 1
-            except ProcessLookupError:
-                pass
-    assert killed > 0
+    assert kill_browser(boxd) > 0
     answer = ok(browser.browser_navigate(f"{site}/page2.html"))
     assert "The browser had exited" in answer and "- Page Title: Page Two" in answer
     assert "The browser had exited" not in ok(browser.browser_snapshot())

@@ -3,11 +3,9 @@ every browser tool): isolated browser contexts of the one Chromium, driven throu
 bound to the real `SandboxHttpClient`, and once over MCP. Pages are served on loopback by the test."""
 import asyncio
 import json
-import os
 import pathlib
 import re
 import shutil
-import signal
 import time
 
 import pytest
@@ -16,7 +14,7 @@ from agentscope_runtime.sandbox.box.browser.browser_sandbox import BrowserSandbo
 from mcp import ClientSession
 from mcp.client.streamable_http import streamablehttp_client
 
-from browser_support import Pages, browser_boxd, failed, ok, serving, structured, text
+from browser_support import Pages, kill_browser, browser_boxd, failed, ok, serving, structured, text
 from conftest import TOKEN
 
 pytestmark = pytest.mark.skipif(shutil.which("chromium") is None, reason="Debian chromium is not installed")
@@ -243,22 +241,7 @@ def test_browser_close_and_a_dead_browser_take_the_sessions_along(client, boxd, 
     assert f'Unknown session "{session}"' in refused
     # Killed: the next call starts a new browser and says the sessions went with the old one.
     second = new_session(client)
-    marker = f"--user-data-dir=/tmp/boxd-browser-{boxd.proc.pid}-"
-    killed = 0
-    for entry in pathlib.Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            command = (entry / "cmdline").read_bytes().decode(errors="replace")
-        except OSError:
-            continue
-        if marker in command:
-            try:
-                os.kill(int(entry.name), signal.SIGKILL)
-                killed += 1
-            except ProcessLookupError:
-                pass
-    assert killed > 0
+    assert kill_browser(boxd) > 0
     answer = ok(client.call_tool("browser_navigate", {"url": f"{site}/"}))
     assert "The browser had exited" in answer and f"The sessions {second} were closed with it" in answer
     assert set(listed(client)) == {"default"}
