@@ -29,15 +29,21 @@ command -v Xvfb >/dev/null 2>&1 || {
   [[ $(id -u) -eq 0 ]] || sudo="sudo"
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends xvfb python3-tk
 }
-reference=bench-out/reference-computer
-stamp=$reference/node_modules/.lock.sha256
-wanted=$(sha256sum bench/reference-computer/package-lock.json | cut -d' ' -f1)
-if [[ ! -f $stamp || $(cat "$stamp") != "$wanted" ]]; then
-  mkdir -p "$reference"
-  cp bench/reference-computer/package.json bench/reference-computer/package-lock.json "$reference/"
-  npm ci --prefix "$reference" --no-audit --no-fund --loglevel=error
+# npm_from_lock NAME [npm ci options]: bench/NAME's package, installed by its lock file into bench-out/NAME,
+# again only when the lock file changed.
+npm_from_lock() {
+  local name=$1 into=bench-out/$1
+  shift
+  local stamp=$into/node_modules/.lock.sha256
+  local wanted
+  wanted=$(sha256sum "bench/$name/package-lock.json" | cut -d' ' -f1)
+  [[ -f $stamp && $(cat "$stamp") == "$wanted" ]] && return 0
+  mkdir -p "$into"
+  cp "bench/$name/package.json" "bench/$name/package-lock.json" "$into/"
+  npm ci --prefix "$into" --no-audit --no-fund --loglevel=error "$@"
   echo "$wanted" > "$stamp"
-fi
+}
+npm_from_lock reference-computer
 
 # The reference browser server is installed by scripts/setup.sh (the differential test needs it too).
 
@@ -45,19 +51,11 @@ fi
 # linux-x64 binary: the postinstall only marks it executable (it downloads from GitHub only when the
 # binary is missing). It runs Debian's chromium (AGENT_BROWSER_EXECUTABLE_PATH), never a downloaded one.
 # The package asks for node >= 24 (engines), but the bench runs the native binary, not the node wrapper.
-agent=bench-out/agent-browser
-stamp=$agent/node_modules/.lock.sha256
-wanted=$(sha256sum bench/agent-browser/package-lock.json | cut -d' ' -f1)
-if [[ ! -f $stamp || $(cat "$stamp") != "$wanted" ]]; then
-  mkdir -p "$agent"
-  cp bench/agent-browser/package.json bench/agent-browser/package-lock.json "$agent/"
-  npm ci --prefix "$agent" --no-audit --no-fund --loglevel=error --engine-strict=false
-  test -x "$agent/node_modules/agent-browser/bin/agent-browser-linux-x64" || {
-    echo "setup: agent-browser's native binary is missing after npm ci" >&2
-    exit 1
-  }
-  echo "$wanted" > "$stamp"
-fi
+npm_from_lock agent-browser --engine-strict=false
+test -x bench-out/agent-browser/node_modules/agent-browser/bin/agent-browser-linux-x64 || {
+  echo "setup: agent-browser's native binary is missing after npm ci" >&2
+  exit 1
+}
 
 # bench/training.py: upstream's BFCL training env service (agentscope-runtime's training_box on Ray) in
 # bench-out/upstream-training, and a minimal venv for boxd's training worker (bfcl-eval without its
