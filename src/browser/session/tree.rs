@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use serde_json::{Value, json};
 
-use super::super::cdp::CdpError;
+use super::super::cdp::{Cdp, CdpError};
 use super::super::snapshot::{self, Layout, MAX_SNAPSHOT_CHARS, NodeKey, SnapshotOptions, View};
 use super::{CALL, Running, SLOW_CALL};
 use crate::tools::ToolError;
@@ -194,13 +194,7 @@ impl Running {
         };
         let (location, dom, viewport) = futures_util::future::join3(
             self.location(),
-            self.cdp().call_raw_bounded(
-                Some(&session),
-                "DOMSnapshot.captureSnapshot",
-                json!({"computedStyles": ["cursor"]}),
-                SLOW_CALL,
-                MAX_DOM_BYTES,
-            ),
+            capture_dom(self.cdp(), &session, MAX_DOM_BYTES),
             viewport,
         )
         .await;
@@ -316,13 +310,7 @@ impl Running {
                 SLOW_CALL,
                 MAX_TREE_BYTES,
             ),
-            self.cdp().call_raw_bounded(
-                Some(&session),
-                "DOMSnapshot.captureSnapshot",
-                json!({"computedStyles": ["cursor"]}),
-                SLOW_CALL,
-                MAX_DOM_BYTES,
-            ),
+            capture_dom(self.cdp(), &session, MAX_DOM_BYTES),
             self.child_frames(&session),
         )
         .await;
@@ -651,13 +639,7 @@ impl Running {
                         SLOW_CALL,
                         budget,
                     ),
-                    cdp.call_raw_bounded(
-                        Some(child),
-                        "DOMSnapshot.captureSnapshot",
-                        json!({"computedStyles": ["cursor"]}),
-                        SLOW_CALL,
-                        budget,
-                    ),
+                    capture_dom(cdp, child, budget),
                     cdp.call_bounded(Some(child), "Page.getFrameTree", json!({}), CALL, budget),
                 )
                 .await;
@@ -985,6 +967,23 @@ fn diff_answer(
             diff.lines.len()
         ));
     }
+}
+
+/// Chromium's DOM snapshot of `session`'s page as [`snapshot::DomSnapshot`] reads it (with the one
+/// computed style it expects, `cursor`), left unparsed; at most `max` bytes.
+async fn capture_dom(
+    cdp: &Cdp,
+    session: &str,
+    max: usize,
+) -> Result<(Box<serde_json::value::RawValue>, usize), CdpError> {
+    cdp.call_raw_bounded(
+        Some(session),
+        "DOMSnapshot.captureSnapshot",
+        json!({"computedStyles": ["cursor"]}),
+        SLOW_CALL,
+        max,
+    )
+    .await
 }
 
 #[cfg(test)]
