@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use super::events::DownloadLimits;
-use super::launch::{Isolation, Options};
+use super::launch::{Finder, Isolation, Options};
 use super::tools::Browser;
 use crate::core::child::Identity;
 use crate::core::footprint::Held;
@@ -119,6 +119,12 @@ pub struct BrowserArgs {
     /// count again); later ones are refused, and the answer says so.
     #[arg(long, env = "BOXD_BROWSER_MAX_DOWNLOADS", default_value_t = DownloadLimits::default().max_count)]
     pub browser_max_downloads: usize,
+    /// How an interactive snapshot (`interactive: true`) finds the elements it lists: `page`, a walk
+    /// of the page's elements in an isolated world (it hands over to `dom` where the page holds
+    /// what scripts cannot see, such as a closed shadow root); `dom`, Chromium's DOM snapshot
+    /// always (slower on large pages). Both list the same elements.
+    #[arg(long, env = "BOXD_BROWSER_INTERACTIVE_FINDER", value_enum, default_value_t = Finder::Page)]
+    pub browser_interactive_finder: Finder,
 }
 
 pub fn family(setup: &Setup, args: &BrowserArgs) -> Result<Arc<dyn Family>, String> {
@@ -129,6 +135,7 @@ pub fn family(setup: &Setup, args: &BrowserArgs) -> Result<Arc<dyn Family>, Stri
         viewport: VIEWPORT,
         download_limits: download_limits(args),
         isolation: Isolation::undecided(),
+        finder: args.browser_interactive_finder,
     };
     let user = Identity::for_child("browser", "--browser-user", args.browser_user.as_deref())
         .map_err(|err| format!("--browser-user: {err}"))?;

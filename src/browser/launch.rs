@@ -52,6 +52,20 @@ pub struct Options {
     pub download_limits: DownloadLimits,
     /// Who Chromium runs as, and whether with its own sandbox.
     pub isolation: Isolation,
+    /// How an interactive snapshot finds its candidates.
+    pub finder: Finder,
+}
+
+/// How an interactive snapshot finds the elements it asks of the accessibility tree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Finder {
+    /// The page walks its own elements in an isolated world of boxd's (about a third of the
+    /// renderer's time of a DOM snapshot); it declines to the DOM snapshot where the page holds
+    /// what its scripts cannot see (a closed shadow root, a dialog open).
+    #[default]
+    Page,
+    /// Chromium's DOM snapshot, always.
+    Dom,
 }
 
 /// Who Chromium runs as and whether its own sandbox is on: decided once, when the family starts, and
@@ -149,6 +163,8 @@ pub struct Process {
     pub downloads: PathBuf,
     /// The user the browser runs as when it is not boxd's (it gets copies of the files it uploads).
     pub user: Option<Identity>,
+    /// How an interactive snapshot finds its candidates (`--browser-interactive-finder`).
+    pub finder: Finder,
     group: Option<ChildGroup>,
     /// The nested X server the headed browser draws on (see [`nested_display`]).
     display: Option<ChildGroup>,
@@ -419,6 +435,7 @@ pub async fn launch(options: &Options) -> Result<Process, LaunchError> {
         stderr,
         profile,
         uploads,
+        finder: options.finder,
     };
     process
         .cdp

@@ -36,7 +36,7 @@ const STATE_ORDER: [&str; 6] = [
 pub const MAX_REPEATED: usize = 10;
 
 /// Roles a model acts on: a sibling run never hides these (nor elements holding them).
-const INTERACTIVE: &[&str] = &[
+pub const INTERACTIVE: &[&str] = &[
     "button",
     "checkbox",
     "combobox",

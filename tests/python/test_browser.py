@@ -768,7 +768,13 @@ def test_frames_paced_by_boxd_screenshots_show_the_last_change_and_pages_keep_an
     assert frames() >= first + 8
 
     ok(browser.browser_click("Open button", ref(page, "button", "Open")))
+    # The popup's title is listed once its page has loaded, which a loaded machine may not have done
+    # when the click answers: looked at again until it has, for a while.
+    deadline = time.monotonic() + 20
     listed = ok(browser.browser_tab_list())
+    while "[Page Two]" not in listed and time.monotonic() < deadline:
+        time.sleep(0.2)
+        listed = ok(browser.browser_tab_list())
     assert "[Page Two]" in listed, listed
     ok(browser.browser_tab_select(2))
     popup = browser.browser_take_screenshot()

@@ -18,6 +18,7 @@ use crate::tools::ToolError;
 
 mod contexts;
 mod element;
+mod finder;
 mod page;
 mod refs;
 mod settle;
@@ -68,6 +69,9 @@ pub struct Tab {
     refs: Refs,
     /// Sends the tab's frames when boxd paces them (the headless shell).
     frames: Option<FramePump>,
+    /// The interactive view's finder's isolated world: the document it was made in (the tab's
+    /// count of documents then) and its execution context.
+    finder_world: Option<(u64, i64)>,
 }
 
 pub struct Running {

@@ -321,5 +321,6 @@ async fn attach(
         session,
         refs: Refs::for_session(&context.name),
         frames,
+        finder_world: None,
     })
 }

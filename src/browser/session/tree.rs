@@ -7,7 +7,9 @@ use std::collections::HashMap;
 use serde_json::{Value, json};
 
 use super::super::cdp::{Cdp, CdpError};
+use super::super::launch::Finder;
 use super::super::snapshot::{self, Layout, MAX_SNAPSHOT_CHARS, NodeKey, SnapshotOptions, View};
+use super::finder::{Declined, Found};
 use super::{CALL, Running, SLOW_CALL};
 use crate::tools::ToolError;
 
@@ -160,12 +162,13 @@ impl Running {
     }
 
     /// An interactive view's parts without the page's whole accessibility tree: the candidates
-    /// ([`snapshot::candidates`], from the DOM snapshot, already narrowed to the root and the
-    /// viewport) are asked of the accessibility tree one by one, all at once in batches, and only
-    /// until the size asked for is filled (all of them for a diff, which compares whole views). The
-    /// nodes are given as the children of one root, so they render as the whole tree's interactive
-    /// view does. `None` when the page has child frames (the whole tree's walk shows them), no DOM
-    /// snapshot, or the root is in a frame.
+    /// (found by the page, [`Running::find_candidates`], or read from the DOM snapshot,
+    /// [`snapshot::candidates`]; already narrowed to the root and the viewport) are asked of the
+    /// accessibility tree one by one, all at once in batches, and only until the size asked for is
+    /// filled (all of them for a diff, which compares whole views). The nodes are given as the
+    /// children of one root, so they render as the whole tree's interactive view does. `None` when
+    /// the page has child frames (the whole tree's walk shows them), no DOM snapshot, or the root is
+    /// in a frame.
     async fn interactive_parts(
         &mut self,
         options: &SnapshotOptions,
@@ -185,21 +188,196 @@ impl Running {
             }
             None => None,
         };
-        let viewport = async {
-            if options.viewport_only {
-                self.viewport_rect().await.map(Some)
-            } else {
-                Ok(None)
+        let viewport = if options.viewport_only {
+            Some(self.viewport_rect().await?)
+        } else {
+            None
+        };
+        let world = match self.process.finder {
+            Finder::Page => self.finder_world(&session).await?,
+            Finder::Dom => None,
+        };
+        let cap = options
+            .max_chars
+            .unwrap_or(MAX_SNAPSHOT_CHARS)
+            .min(MAX_SNAPSHOT_CHARS);
+        // The walk finds first what the first round asks of the accessibility tree.
+        let first = Fill::new(cap, usize::MAX, options.diff)
+            .next_round(0)
+            .unwrap_or(BATCH);
+        let found = async {
+            match world {
+                Some(world) => {
+                    self.find_candidates(&session, world, first, root, viewport)
+                        .await
+                }
+                None => Ok(Err(Declined::Page)),
             }
         };
-        let (location, dom, viewport) = futures_util::future::join3(
-            self.location(),
-            capture_dom(self.cdp(), &session, MAX_DOM_BYTES),
-            viewport,
-        )
-        .await;
-        let (location, viewport) = (location?, viewport?);
-        let dom = match dom {
+        let (location, found) = futures_util::future::join(self.location(), found).await;
+        let location = location?;
+        let mut declined = match found? {
+            Ok(found) => {
+                let mut candidates = Candidates::Page(found);
+                let filled = self
+                    .fill_view(&session, &mut candidates, cap, options.diff)
+                    .await;
+                if let Candidates::Page(found) = &candidates {
+                    self.release_found(&session, found);
+                }
+                match filled? {
+                    Ok(filled) => return Ok(Some((location, filled.parts(document, session)))),
+                    Err(declined) => declined,
+                }
+            }
+            Err(declined) => declined,
+        };
+        if matches!(declined, Declined::World) {
+            self.tab_mut()?.finder_world = None;
+            declined = Declined::Page;
+        }
+        tracing::debug!(?declined, "an interactive view read from the DOM snapshot");
+        let Some(mut candidates) = self.dom_candidates(&session, root, viewport).await? else {
+            return Ok(None);
+        };
+        match self
+            .fill_view(&session, &mut candidates, cap, options.diff)
+            .await?
+        {
+            Ok(filled) => Ok(Some((location, filled.parts(document, session)))),
+            // The DOM snapshot's candidates are all known: it never declines.
+            Err(_) => Ok(None),
+        }
+    }
+
+    /// Asks `candidates` of the accessibility tree, round by round (see [`Fill`]), until the view's
+    /// size `cap` is filled; the candidates found by the page are walked for as the rounds need
+    /// them (the finder may decline then).
+    async fn fill_view(
+        &self,
+        session: &str,
+        candidates: &mut Candidates,
+        cap: usize,
+        diff: bool,
+    ) -> Result<Result<Filled, Declined>, ToolError> {
+        let mut fill = Fill::new(cap, usize::MAX, diff);
+        let mut nodes: Vec<Value> = Vec::new();
+        let mut clickable = HashMap::new();
+        let mut asked = 0;
+        while let Some(size) = fill.next_round(asked) {
+            let want = asked.saturating_add(size);
+            if let Err(declined) = self.walk_to(session, candidates, want).await? {
+                return Ok(Err(declined));
+            }
+            if candidates.all_found() {
+                fill.total = candidates.count();
+            }
+            let to = candidates.count().min(want);
+            if to <= asked {
+                break;
+            }
+            let batch = self.ax_queries(session, candidates, asked, to).await?;
+            let answers = futures_util::future::join_all(batch.iter().map(|(query, _)| {
+                self.cdp().call(
+                    Some(session),
+                    "Accessibility.getPartialAXTree",
+                    query.clone(),
+                    CALL,
+                )
+            }))
+            .await;
+            let mut answers = answers.into_iter();
+            let from = asked;
+            for index in from..to {
+                let backend = batch.get(index - from).and_then(|(_, backend)| *backend);
+                let answer = answers.next();
+                asked += 1;
+                let mut answer = match answer {
+                    Some(Ok(answer)) => answer,
+                    // Gone meanwhile.
+                    None | Some(Err(CdpError::Protocol(_))) => {
+                        fill.gone(asked);
+                        continue;
+                    }
+                    Some(Err(err)) => return Err(err.into()),
+                };
+                let found = match answer["nodes"].take() {
+                    Value::Array(found) => found.into_iter().find(|node| {
+                        let own = node.get("backendDOMNodeId").and_then(Value::as_i64);
+                        own.is_some() && (backend.is_none() || own == backend)
+                    }),
+                    _ => None,
+                };
+                let Some(mut node) = found else {
+                    fill.gone(asked);
+                    continue;
+                };
+                let looks = candidates.looks(index, backend);
+                if let (Some(looks), Some(own)) = (looks, node["backendDOMNodeId"].as_i64()) {
+                    clickable.insert((0, own), looks);
+                }
+                node["nodeId"] = json!(format!("c{}", nodes.len()));
+                node["parentId"] = json!("root");
+                node["childIds"] = json!([]);
+                fill.found(asked, &node, looks);
+                nodes.push(node);
+            }
+        }
+        // Past what the size holds: left out as the cut's own lines are.
+        let (asked, kept) = fill.asked(asked);
+        nodes.truncate(kept);
+        // The first candidates past it, to be named in the cut note when the nodes cut there leave
+        // it room; at least one, to know whether any follows.
+        let named = snapshot::MAX_NAMED_REFS.saturating_sub(fill.past);
+        if let Err(declined) = self
+            .walk_to(session, candidates, asked.saturating_add(named.max(1)))
+            .await?
+        {
+            return Ok(Err(declined));
+        }
+        let to = candidates.count().min(asked.saturating_add(named));
+        let unlisted = match &*candidates {
+            Candidates::Dom { backends, .. } => {
+                backends.get(asked..to).unwrap_or_default().to_vec()
+            }
+            Candidates::Page(found) if to > asked => {
+                let objects = self.candidate_objects(session, found, asked, to).await?;
+                self.backend_ids(session, &objects).await?
+            }
+            Candidates::Page(_) => Vec::new(),
+        };
+        Ok(Ok(Filled {
+            nodes,
+            clickable,
+            unlisted,
+            unlisted_count: candidates.count().saturating_sub(asked),
+            unlisted_more: !candidates.all_found(),
+        }))
+    }
+
+    /// Has the page's finder walk on until `want` candidates are found (the DOM snapshot's are all
+    /// known).
+    async fn walk_to(
+        &self,
+        session: &str,
+        candidates: &mut Candidates,
+        want: usize,
+    ) -> Result<Result<(), Declined>, ToolError> {
+        match candidates {
+            Candidates::Page(found) => self.find_more(session, found, want).await,
+            Candidates::Dom { .. } => Ok(Ok(())),
+        }
+    }
+
+    /// An interactive view's candidates read from the page's DOM snapshot (which the finder
+    /// declined); `None` without one, or when it holds a same-process frame's document.
+    async fn dom_candidates(
+        &self,
+        session: &str,
+        root: Option<i64>,
+        viewport: Option<[f64; 4]>,
+    ) -> Result<Option<Candidates>, ToolError> {
+        let dom = match capture_dom(self.cdp(), session, MAX_DOM_BYTES).await {
             Ok((dom, _)) => snapshot::DomSnapshot::parse(dom.get()),
             Err(CdpError::Protocol(_) | CdpError::TooLarge { .. }) => None,
             Err(err) => return Err(err.into()),
@@ -209,83 +387,38 @@ impl Running {
             return Ok(None);
         };
         let looks = snapshot::clickable(&dom);
-        let candidates = snapshot::candidates(&dom, &looks, root, viewport);
-        drop(dom);
-        let cap = options
-            .max_chars
-            .unwrap_or(MAX_SNAPSHOT_CHARS)
-            .min(MAX_SNAPSHOT_CHARS);
-        let mut fill = Fill::new(cap, candidates.len(), options.diff);
-        let mut nodes: Vec<Value> = Vec::new();
-        let mut asked = 0;
-        while let Some(size) = fill.next_round(asked) {
-            let batch = candidates
-                .get(asked..candidates.len().min(asked + size))
-                .unwrap_or_default();
-            let answers = futures_util::future::join_all(batch.iter().map(|backend| {
-                self.cdp().call(
-                    Some(&session),
-                    "Accessibility.getPartialAXTree",
-                    json!({"backendNodeId": backend, "fetchRelatives": false}),
-                    CALL,
-                )
-            }))
-            .await;
-            for (backend, answer) in batch.iter().zip(answers) {
-                asked += 1;
-                let mut answer = match answer {
-                    Ok(answer) => answer,
-                    // Gone meanwhile.
-                    Err(CdpError::Protocol(_)) => {
-                        fill.gone(asked);
-                        continue;
-                    }
-                    Err(err) => return Err(err.into()),
-                };
-                let found = match answer["nodes"].take() {
-                    Value::Array(found) => found.into_iter().find(|node| {
-                        node.get("backendDOMNodeId").and_then(Value::as_i64) == Some(*backend)
-                    }),
-                    _ => None,
-                };
-                let Some(mut node) = found else {
-                    fill.gone(asked);
-                    continue;
-                };
-                node["nodeId"] = json!(format!("c{}", nodes.len()));
-                node["parentId"] = json!("root");
-                node["childIds"] = json!([]);
-                fill.found(asked, &node, looks.get(backend).copied());
-                nodes.push(node);
-            }
-        }
-        // Past what the size holds: left out as the cut's own lines are.
-        let (asked, kept) = fill.asked(asked);
-        nodes.truncate(kept);
-        let children: Vec<Value> = nodes.iter().map(|node| node["nodeId"].clone()).collect();
-        let mut all = Vec::with_capacity(nodes.len() + 1);
-        all.push(
-            json!({"nodeId": "root", "ignored": false, "role": {"value": "RootWebArea"},
-                        "childIds": children}),
-        );
-        all.extend(nodes);
-        let parts = SnapshotParts {
-            document,
-            nodes: all,
-            scopes: vec![(session, None)],
-            clickable: looks
-                .into_iter()
-                .map(|(node, looks)| ((0, node), looks))
+        let backends = snapshot::candidates(&dom, &looks, root, viewport);
+        Ok(Some(Candidates::Dom { backends, looks }))
+    }
+
+    /// The accessibility queries of candidates `from..to`, each with the backend node id it asks
+    /// for when known (fewer when the page's candidates went away meanwhile).
+    async fn ax_queries(
+        &self,
+        session: &str,
+        candidates: &Candidates,
+        from: usize,
+        to: usize,
+    ) -> Result<Vec<(Value, Option<i64>)>, ToolError> {
+        Ok(match candidates {
+            Candidates::Dom { backends, .. } => backends
+                .get(from..to)
+                .unwrap_or_default()
+                .iter()
+                .map(|backend| {
+                    (
+                        json!({"backendNodeId": backend, "fetchRelatives": false}),
+                        Some(*backend),
+                    )
+                })
                 .collect(),
-            frames: HashMap::new(),
-            frames_cut: false,
-            frames_over_budget: false,
-            too_large: None,
-            boxes: HashMap::new(),
-            narrowed: true,
-            unlisted: candidates.get(asked..).unwrap_or_default().to_vec(),
-        };
-        Ok(Some((location, parts)))
+            Candidates::Page(found) => self
+                .candidate_objects(session, found, from, to)
+                .await?
+                .into_iter()
+                .map(|object| (json!({"objectId": object, "fetchRelatives": false}), None))
+                .collect(),
+        })
     }
 
     pub(super) async fn location_and_snapshot_parts(
@@ -332,6 +465,8 @@ impl Running {
                     boxes: HashMap::new(),
                     narrowed: false,
                     unlisted: Vec::new(),
+                    unlisted_count: 0,
+                    unlisted_more: false,
                 });
             }
             Err(err) => return Err(err.into()),
@@ -374,6 +509,8 @@ impl Running {
             boxes,
             narrowed: false,
             unlisted: Vec::new(),
+            unlisted_count: 0,
+            unlisted_more: false,
         })
     }
 
@@ -445,17 +582,19 @@ impl Running {
         }
         // Candidates past the size: left out as the cut's own lines are, the first named.
         let mut unnamed = 0;
-        if !parts.unlisted.is_empty() {
+        if parts.unlisted_count > 0 {
             let scope = scopes.first().copied().unwrap_or(usize::MAX);
-            let count = parts.unlisted.len();
+            let count = parts.unlisted_count;
             rendered.cut_lines += count;
             rendered.total_lines += count;
             rendered.rest_elements += count;
             let room = snapshot::MAX_NAMED_REFS.saturating_sub(rendered.rest.len());
-            for backend in parts.unlisted.iter().take(room) {
+            let named = parts.unlisted.iter().take(room);
+            let named_count = named.len();
+            for backend in named {
                 rendered.rest.push(tab.refs.assign((scope, *backend), 0));
             }
-            unnamed = count.saturating_sub(room);
+            unnamed = count.saturating_sub(named_count);
         }
         let key = options.view_key();
         let baseline = if options.diff {
@@ -503,7 +642,7 @@ impl Running {
         }
         // A view whose candidates were not all asked for is no whole view to compare with.
         tab.refs
-            .remember(key, rendered.lines, parts.unlisted.is_empty());
+            .remember(key, rendered.lines, parts.unlisted_count == 0);
         if !rendered.deeper.is_empty() {
             answer.notes.push(format!(
                 "- Depth cut: {} elements nested deeper than {} levels are not shown; they are \
@@ -528,19 +667,35 @@ impl Running {
                     .max_chars
                     .unwrap_or(MAX_SNAPSHOT_CHARS)
                     .min(MAX_SNAPSHOT_CHARS);
-                format!(
-                    "- Snapshot cut: {shown} of {total_lines} lines shown (the first {cap} \
-                     characters); {} lines with {} elements are not shown. They are under {} \
-                     (pass one as root to read its part; interactive, depth and a larger size \
-                     narrow or widen it). Refs of the lines shown work.",
-                    rendered.cut_lines,
-                    rendered.rest_elements,
-                    named(&rendered.rest, unnamed)
-                )
+                if parts.unlisted_more {
+                    // The page was read only as far as the view needed.
+                    let first = rendered.rest.len().min(snapshot::MAX_NAMED_REFS);
+                    format!(
+                        "- Snapshot cut: {shown} lines shown (the first {cap} characters); more are \
+                         not shown (at least {} lines with {} elements: the page was read only as \
+                         far as this view needed). They are under {} and more (pass one as root \
+                         to read its part; interactive, depth and a larger size narrow or widen \
+                         it). Refs of the lines shown work.",
+                        rendered.cut_lines,
+                        rendered.rest_elements,
+                        rendered.rest.get(..first).unwrap_or_default().join(", ")
+                    )
+                } else {
+                    format!(
+                        "- Snapshot cut: {shown} of {total_lines} lines shown (the first {cap} \
+                         characters); {} lines with {} elements are not shown. They are under \
+                         {} (pass one as root to read its part; interactive, depth and a \
+                         larger size narrow or widen it). Refs of the lines shown work.",
+                        rendered.cut_lines,
+                        rendered.rest_elements,
+                        named(&rendered.rest, unnamed)
+                    )
+                }
             });
         }
         answer.rest = rendered.rest;
         answer.rest_elements = rendered.rest_elements;
+        answer.rest_more = parts.unlisted_more;
         answer.deeper = rendered.deeper;
         answer.deeper_elements = rendered.deeper_elements;
         Ok(answer)
@@ -864,8 +1019,12 @@ pub(super) struct SnapshotParts {
     boxes: HashMap<i64, [f64; 4]>,
     /// The nodes are an interactive view's candidates, already narrowed to its root and viewport.
     narrowed: bool,
-    /// Candidates of such a view not asked for: past the size asked for.
+    /// Candidates of such a view not asked for (past the size asked for): how many, and the backend
+    /// node ids of the first (those the cut note may name).
+    unlisted_count: usize,
     unlisted: Vec<i64>,
+    /// The finder stopped before the page's end: candidates past those counted may follow.
+    unlisted_more: bool,
 }
 
 /// A snapshot as an answer shows it: its heading line, its YAML (none when there is nothing to show:
@@ -882,6 +1041,9 @@ pub struct PageSnapshot {
     /// the elements it left out in all.
     pub rest: Vec<String>,
     pub rest_elements: usize,
+    /// More elements than `rest_elements` may be left out: the page was read only as far as the
+    /// view needed.
+    pub rest_more: bool,
     /// Refs of the elements whose children the depth left out, and the elements left out.
     pub deeper: Vec<String>,
     pub deeper_elements: usize,
@@ -966,6 +1128,89 @@ fn diff_answer(
              without diff, or of a part (root), to see the rest.",
             diff.lines.len()
         ));
+    }
+}
+
+/// An interactive view's accessibility nodes (those its size holds) and what is left of it.
+struct Filled {
+    nodes: Vec<Value>,
+    clickable: HashMap<NodeKey, snapshot::Looks>,
+    /// The backend node ids of the first candidates left out.
+    unlisted: Vec<i64>,
+    /// Candidates left out (those found, when the finder's walk stopped before the end).
+    unlisted_count: usize,
+    /// The finder's walk stopped before the end: more candidates may follow those counted.
+    unlisted_more: bool,
+}
+
+impl Filled {
+    /// The nodes as the children of one root, so they render as the whole tree's interactive view
+    /// does.
+    fn parts(self, document: u64, session: String) -> SnapshotParts {
+        let children: Vec<Value> = self
+            .nodes
+            .iter()
+            .map(|node| node["nodeId"].clone())
+            .collect();
+        let mut all = Vec::with_capacity(self.nodes.len() + 1);
+        all.push(
+            json!({"nodeId": "root", "ignored": false, "role": {"value": "RootWebArea"},
+                        "childIds": children}),
+        );
+        all.extend(self.nodes);
+        SnapshotParts {
+            document,
+            nodes: all,
+            scopes: vec![(session, None)],
+            clickable: self.clickable,
+            frames: HashMap::new(),
+            frames_cut: false,
+            frames_over_budget: false,
+            too_large: None,
+            boxes: HashMap::new(),
+            narrowed: true,
+            unlisted: self.unlisted,
+            unlisted_count: self.unlisted_count,
+            unlisted_more: self.unlisted_more,
+        }
+    }
+}
+
+/// An interactive view's candidates, in document order: found by the page, or read from its DOM
+/// snapshot (their backend node ids, and how the elements of the snapshot look).
+enum Candidates {
+    Page(Found),
+    Dom {
+        backends: Vec<i64>,
+        looks: HashMap<i64, snapshot::Looks>,
+    },
+}
+
+impl Candidates {
+    /// The candidates known so far.
+    fn count(&self) -> usize {
+        match self {
+            Candidates::Page(found) => found.count(),
+            Candidates::Dom { backends, .. } => backends.len(),
+        }
+    }
+
+    /// Every candidate is known.
+    fn all_found(&self) -> bool {
+        match self {
+            Candidates::Page(found) => found.done,
+            Candidates::Dom { .. } => true,
+        }
+    }
+
+    /// How candidate `index` (of backend node id `backend` when known) looks.
+    fn looks(&self, index: usize, backend: Option<i64>) -> Option<snapshot::Looks> {
+        match self {
+            Candidates::Page(found) => found.looks(index),
+            Candidates::Dom { looks, .. } => {
+                backend.and_then(|backend| looks.get(&backend).copied())
+            }
+        }
     }
 }
 

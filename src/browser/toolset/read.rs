@@ -26,6 +26,8 @@ struct Tree {
     lines: Vec<String>,
     rest: Vec<String>,
     rest_elements: usize,
+    /// More elements than `rest_elements` may be left out (see `PageSnapshot::rest_more`).
+    rest_more: bool,
     deeper: Vec<String>,
     deeper_elements: usize,
 }
@@ -50,6 +52,7 @@ async fn tree(act: &mut Act<'_>, options: &SnapshotOptions) -> Result<Tree, Tool
         lines: yaml.lines().map(toolset_refs).collect(),
         rest: refs(&snapshot.rest),
         rest_elements: snapshot.rest_elements,
+        rest_more: snapshot.rest_more,
         deeper: refs(&snapshot.deeper),
         deeper_elements: snapshot.deeper_elements,
     })
@@ -149,9 +152,10 @@ pub async fn read_page(mut act: Act<'_>, input: ReadPage) -> Result<Outcome, Too
     let tree = tree(&mut act, &options).await?;
     let mut text = tree.lines.join("\n");
     if !tree.rest.is_empty() {
+        let at_least = if tree.rest_more { "at least " } else { "" };
         text.push_str(&format!(
-            "\n(cut at {MAX_READ_CHARS} characters: {} more elements are not shown, under {}; read \
-             one with ref)",
+            "\n(cut at {MAX_READ_CHARS} characters: {at_least}{} more elements are not shown, under \
+             {}; read one with ref)",
             tree.rest_elements,
             named(&tree.rest, tree.rest_elements)
         ));
