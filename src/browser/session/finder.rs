@@ -314,7 +314,17 @@ impl Running {
         session: &str,
         objects: &[String],
     ) -> Result<Vec<i64>, ToolError> {
-        let described = futures_util::future::join_all(objects.iter().map(|object| {
+        Ok(self
+            .described(session, objects)
+            .await?
+            .iter()
+            .filter_map(|node| node["backendNodeId"].as_i64())
+            .collect())
+    }
+
+    /// The nodes `objects` are (`DOM.describeNode`), asked at once; one gone meanwhile is left out.
+    async fn described(&self, session: &str, objects: &[String]) -> Result<Vec<Value>, ToolError> {
+        let answers = futures_util::future::join_all(objects.iter().map(|object| {
             self.cdp().call(
                 Some(session),
                 "DOM.describeNode",
@@ -323,19 +333,15 @@ impl Running {
             )
         }))
         .await;
-        let mut backends = Vec::with_capacity(described.len());
-        for answer in described {
+        let mut nodes = Vec::with_capacity(answers.len());
+        for answer in answers {
             match answer {
-                Ok(answer) => backends.extend(
-                    answer
-                        .pointer("/node/backendNodeId")
-                        .and_then(Value::as_i64),
-                ),
+                Ok(mut answer) => nodes.push(answer["node"].take()),
                 Err(CdpError::Protocol(_)) => {}
                 Err(err) => return Err(err.into()),
             }
         }
-        Ok(backends)
+        Ok(nodes)
     }
 
     /// Lets go of a finding's objects: the list in the page's world and their remote handles. Not
@@ -384,30 +390,15 @@ impl Running {
                 json!([{"value": found.suspects}, {"value": to}]),
             )
             .await?;
-        let described = futures_util::future::join_all(suspects.iter().map(|object| {
-            self.cdp().call(
-                Some(session),
-                "DOM.describeNode",
-                json!({"objectId": object}),
-                CALL,
-            )
-        }))
-        .await;
-        for answer in described {
-            match answer {
-                Ok(answer)
-                    if answer
-                        .pointer("/node/shadowRoots")
-                        .and_then(Value::as_array)
-                        .is_some_and(|roots| !roots.is_empty()) =>
-                {
-                    return Ok(false);
-                }
-                Ok(_) | Err(CdpError::Protocol(_)) => {}
-                Err(err) => return Err(err.into()),
-            }
-        }
-        Ok(true)
+        Ok(!self
+            .described(session, &suspects)
+            .await?
+            .iter()
+            .any(|node| {
+                node["shadowRoots"]
+                    .as_array()
+                    .is_some_and(|roots| !roots.is_empty())
+            }))
     }
 
     /// The remote objects of the array `function` (see [`in_finding`]) returns in the finder's
