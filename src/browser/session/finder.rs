@@ -117,20 +117,16 @@ impl Running {
         let objects_group = group(id);
         // The document as the page's own world holds it: its listeners are asked of it there (asked
         // through the finder's world's wrapper, the walk's traversal left Chromium's renderer to
-        // crash on a later call, on some pages).
-        let (in_world, document) = futures_util::future::join(
-            self.evaluate_in(session, world, "document", &objects_group),
-            cdp.call(
+        // crash on a later call, on some pages). Whether the finder's world is still there, the
+        // walk's call says.
+        let document = cdp
+            .call(
                 Some(session),
                 "Runtime.evaluate",
                 json!({"expression": "document", "objectGroup": objects_group}),
                 CALL,
-            ),
-        )
-        .await;
-        if in_world?.is_none() {
-            return Ok(Err(Declined::World));
-        }
+            )
+            .await;
         let document = match document {
             Ok(answer) => match answer.pointer("/result/objectId").and_then(Value::as_str) {
                 Some(document) => document.to_owned(),
@@ -220,7 +216,8 @@ impl Running {
             .await
         {
             Ok(answer) => answer,
-            Err(CdpError::Protocol(_)) => return Ok(Err(Declined::Page)),
+            // The world went with its document ("Cannot find context").
+            Err(CdpError::Protocol(_)) => return Ok(Err(Declined::World)),
             Err(err) => return Err(err.into()),
         };
         let mut found = Found {
@@ -447,33 +444,6 @@ impl Running {
             .collect();
         items.sort_unstable_by_key(|(index, _)| *index);
         Ok(items.into_iter().map(|(_, object)| object).collect())
-    }
-
-    /// `expression`'s value in the finder's world, as a remote object of `objects_group`.
-    async fn evaluate_in(
-        &self,
-        session: &str,
-        world: i64,
-        expression: &str,
-        objects_group: &str,
-    ) -> Result<Option<String>, ToolError> {
-        match self
-            .cdp()
-            .call(
-                Some(session),
-                "Runtime.evaluate",
-                json!({"expression": expression, "contextId": world, "objectGroup": objects_group}),
-                CALL,
-            )
-            .await
-        {
-            Ok(answer) => Ok(answer
-                .pointer("/result/objectId")
-                .and_then(Value::as_str)
-                .map(str::to_owned)),
-            Err(CdpError::Protocol(_)) => Ok(None),
-            Err(err) => Err(err.into()),
-        }
     }
 
     /// The finder's isolated world in the tab's current document: created once per document (a
