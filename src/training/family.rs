@@ -56,15 +56,8 @@ impl Family for Training {
                 "loading the {} environment",
                 self.environment.name()
             ));
-            let directory = self.environment.directory().to_path_buf();
-            let users = self.environment.users().clone();
-            let made = tokio::task::spawn_blocking(move || prepare(&directory, &users)).await;
-            match made {
-                Ok(Ok(())) => {}
-                Ok(Err(reason)) => return health.failed(reason),
-                Err(err) => {
-                    return health.failed(format!("cannot create the workers' directory: {err}"));
-                }
+            if let Err(reason) = self.environment.prepare().await {
+                return health.failed(reason);
             }
             let sweeper = Arc::clone(&self.environment);
             tokio::spawn(async move {
@@ -230,36 +223,6 @@ fn users(args: &TrainingArgs, max_live: usize) -> Result<Users, String> {
         Some(user) => Ok(Users::Shared(user)),
         None => Ok(Users::Own),
     }
-}
-
-/// Makes the workers' directory and clears the uid range, before the first worker (blocking). With a
-/// uid per worker the directory is root's and only traversable (0711: no instance lists the others'
-/// homes, each 0700 under it); with one user for all it is that user's, 0700.
-fn prepare(directory: &std::path::Path, users: &Users) -> Result<(), String> {
-    use std::os::unix::fs::DirBuilderExt;
-    let mode = if matches!(users, Users::PerInstance(_)) {
-        0o711
-    } else {
-        0o700
-    };
-    std::fs::DirBuilder::new()
-        .mode(mode)
-        .create(directory)
-        .and_then(|()| match users {
-            Users::Shared(user) => user.give(directory),
-            _ => Ok(()),
-        })
-        .map_err(|err| format!("cannot create {}: {err}", directory.display()))?;
-    if let Users::PerInstance(pool) = users {
-        let swept = pool.sweep();
-        if swept > 0 {
-            tracing::warn!(
-                uids = swept,
-                "killed leftover processes of the training uids (a previous boxd's workers)"
-            );
-        }
-    }
-    Ok(())
 }
 
 /// The workers' working directory: this boxd's own, private (0700, made by `start`), under the

@@ -12,9 +12,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value, json};
-use tokio::sync::Mutex as AsyncMutex;
+use tokio::sync::{Mutex as AsyncMutex, watch};
 use tokio::task::JoinHandle;
 
+use super::tenancy::Users;
 use super::worker::{Launch, Worker, WorkerError};
 use crate::core::child::{Backoff, OwnedGroup};
 use crate::core::error::ApiError;
@@ -35,6 +36,9 @@ pub const ID_MAX: usize = 256;
 /// How long a failed worker start answers for itself: requests meanwhile get its error at once
 /// instead of starting a Python process each.
 const START_FAILURE_HOLD: Duration = Duration::from_secs(10);
+/// How long a worker start waits for the family's start to prepare the workers' directory (a `/proc`
+/// scan or two: milliseconds, seconds on a very busy host).
+const PREPARE_WAIT: Duration = Duration::from_secs(30);
 
 struct Instance {
     task_id: String,
@@ -78,6 +82,11 @@ pub struct Environment {
     start_failure: Mutex<Option<(Instant, String)>>,
     health: Mutex<Option<Health>>,
     started: std::sync::atomic::AtomicU64,
+    /// The outcome of [`Environment::prepare`]; no worker starts before it is there. The routes serve
+    /// before the family starts (without the token, they pass no family's admission), and until then
+    /// the workers' directory may not exist and boxd may still be stopping what a previous boxd left,
+    /// which a worker started meanwhile would be taken for.
+    prepared: watch::Sender<Option<Result<(), String>>>,
 }
 
 /// A create's place under the cap, from its admission to its registration (or its failure).
@@ -115,6 +124,7 @@ impl Environment {
             start_failure: Mutex::new(None),
             health: Mutex::new(None),
             started: std::sync::atomic::AtomicU64::new(0),
+            prepared: watch::Sender::new(None),
         }
     }
 
@@ -142,6 +152,32 @@ impl Environment {
                 .map(crate::core::footprint::Held::User),
         );
         held
+    }
+
+    /// Makes the workers' directory and clears the uid range; the family's start calls it once, after
+    /// boxd stopped what a previous boxd left. Worker starts wait for it.
+    pub async fn prepare(&self) -> Result<(), String> {
+        let directory = self.launch.directory.clone();
+        let users = self.launch.users.clone();
+        let outcome = tokio::task::spawn_blocking(move || prepare(&directory, &users))
+            .await
+            .unwrap_or_else(|err| Err(format!("cannot create the workers' directory: {err}")));
+        self.prepared.send_replace(Some(outcome.clone()));
+        outcome
+    }
+
+    /// Waits for [`Environment::prepare`], at most [`PREPARE_WAIT`].
+    async fn prepared(&self) -> Result<(), WorkerError> {
+        let mut outcome = self.prepared.subscribe();
+        match tokio::time::timeout(PREPARE_WAIT, outcome.wait_for(Option::is_some)).await {
+            Ok(Ok(outcome)) => match &*outcome {
+                Some(Err(reason)) => Err(WorkerError::NotStarted(reason.clone())),
+                _ => Ok(()),
+            },
+            Ok(Err(_)) | Err(_) => Err(WorkerError::NotStarted(
+                "the training family has not started yet: try again".to_owned(),
+            )),
+        }
     }
 
     /// Who the workers run as.
@@ -215,8 +251,11 @@ impl Environment {
             .started
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let name = format!("training-{}-{number}", self.launch.environment);
-        let launch = self.launch.clone();
-        tokio::spawn(async move { Worker::start(&launch, name).await })
+        let environment = Arc::clone(self);
+        tokio::spawn(async move {
+            environment.prepared().await?;
+            Worker::start(&environment.launch, name).await
+        })
     }
 
     /// The spare worker, for good: a new one starts at once for the next caller.
@@ -465,6 +504,36 @@ fn finish(instance: &Instance) -> Option<Worker> {
         .and_then(|mut held| held.take())
 }
 
+/// Makes the workers' directory and clears the uid range, before the first worker (blocking). With a
+/// uid per worker the directory is root's and only traversable (0711: no instance lists the others'
+/// homes, each 0700 under it); with one user for all it is that user's, 0700.
+fn prepare(directory: &std::path::Path, users: &Users) -> Result<(), String> {
+    use std::os::unix::fs::DirBuilderExt;
+    let mode = if matches!(users, Users::PerInstance(_)) {
+        0o711
+    } else {
+        0o700
+    };
+    std::fs::DirBuilder::new()
+        .mode(mode)
+        .create(directory)
+        .and_then(|()| match users {
+            Users::Shared(user) => user.give(directory),
+            _ => Ok(()),
+        })
+        .map_err(|err| format!("cannot create {}: {err}", directory.display()))?;
+    if let Users::PerInstance(pool) = users {
+        let swept = pool.sweep();
+        if swept > 0 {
+            tracing::warn!(
+                uids = swept,
+                "killed leftover processes of the training uids (a previous boxd's workers)"
+            );
+        }
+    }
+    Ok(())
+}
+
 /// A spare that is already there, in the slot's form.
 fn ready(worker: Worker) -> Starting {
     tokio::spawn(async move { Ok(worker) })
@@ -479,4 +548,58 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::training::worker::EnvironmentKind;
+
+    fn environment(directory: std::path::PathBuf) -> Arc<Environment> {
+        let launch = Launch {
+            python: "/nonexistent/python3".to_owned(),
+            environment: EnvironmentKind::Bfcl,
+            directory,
+            start_timeout: Duration::from_secs(5),
+            memory_max: 1 << 30,
+            cpu_seconds: 10,
+            processes_max: 8,
+            users: Users::Own,
+            network_namespace: false,
+        };
+        let limits = InstanceLimits {
+            max_live: 1,
+            idle_release: Duration::from_secs(60),
+            call_timeout: Duration::from_secs(5),
+        };
+        Arc::new(Environment::new(launch, limits))
+    }
+
+    // The routes serve before the family starts: a `create` that comes first must not start a worker
+    // in a directory not made yet (CI saw `cannot start the Python interpreter ...: No such file or
+    // directory`, the missing working directory), nor before boxd stopped a previous boxd's leftovers.
+    #[tokio::test]
+    async fn a_worker_started_before_the_family_waits_for_its_directory() {
+        let scratch = tempfile::tempdir().expect("a temporary directory");
+        let directory = scratch.path().join("workers");
+        let environment = environment(directory.clone());
+        let starting = environment.start_worker();
+        let early = tokio::time::timeout(Duration::from_millis(200), async {
+            while !starting.is_finished() {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await;
+        assert!(
+            early.is_err(),
+            "the worker start did not wait for the directory"
+        );
+        environment.prepare().await.expect("the directory is made");
+        assert!(directory.is_dir());
+        let started = starting.await.expect("the start task ends");
+        let Err(WorkerError::NotStarted(reason)) = started else {
+            panic!("a worker started with no interpreter");
+        };
+        assert!(reason.contains("/nonexistent/python3"), "{reason}");
+    }
 }
