@@ -296,12 +296,13 @@ async fn serve(
     let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
     // Only once the port is ours (another live boxd of the same instance cannot exist then), and before
     // any child exists (each carries the instance's marker): what a previous boxd left is stopped, then
-    // the guard and the families start. Off the way of the listener: a `/proc` scan takes milliseconds
-    // on a busy host, and until the families start their tools and routes wait as for any family that
-    // is starting.
+    // the guard and the families start. Off the way of the listener, and after the first answer
+    // (`core::start_gate`): a `/proc` scan takes milliseconds on a busy host, and until the families
+    // start their tools and routes wait as for any family that is starting.
     let starting = Arc::clone(&families);
     let stopped = stop_rx.clone();
     tokio::spawn(async move {
+        core::start_gate::opened().await;
         let previous = instance.clone();
         let leftovers = tokio::task::spawn_blocking(move || core::child::stop_leftovers(&previous))
             .await

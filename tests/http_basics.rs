@@ -406,6 +406,40 @@ fn an_unknown_family_is_a_usage_error() {
     );
 }
 
+/// The guard boxd runs beside itself (`boxd reaper`), if any.
+fn guard_of(boxd: u32) -> Option<i32> {
+    std::process::Command::new("pgrep")
+        .args(["-P", &boxd.to_string(), "-f", "boxd reaper"])
+        .output()
+        .ok()
+        .and_then(|output| {
+            String::from_utf8_lossy(&output.stdout)
+                .trim()
+                .parse::<i32>()
+                .ok()
+        })
+}
+
+/// The background start (a previous boxd's leftovers, the guard, the families) waits for the first
+/// answer (`core::start_gate`), but not for a client that never comes.
+#[tokio::test]
+async fn a_boxd_nobody_contacts_still_starts_its_guard_and_families() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start_on(dir.path(), &["--tools", "shell"], |_| {});
+    let boxd = server.pid();
+    let started = common::eventually(common::SETTLE, || guard_of(boxd).is_some()).await;
+    // Asked only now: a request opens the gate.
+    let deadline = std::time::Instant::now() + common::SETTLE;
+    let mut ready = server.get("/readyz").fetch_json().await;
+    while ready["ready"] != true && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        ready = server.get("/readyz").fetch_json().await;
+    }
+    server.kill();
+    assert!(started, "no guard started without a request");
+    assert_eq!(ready["ready"], true, "{ready}");
+}
+
 /// A boxd that is SIGKILLed takes its children's leaders with it and its guard stops what they started
 /// (tests/child.rs); with the guard gone too (killed by tenant code, say), what they started runs on
 /// and the next boxd of the same workspace stops that.
@@ -429,18 +463,6 @@ async fn children_left_by_a_killed_boxd_are_stopped_by_the_next_one() {
         "the live process never started its sleep"
     );
     // The guard is started by a task of its own once boxd listens: looked for until it is there.
-    let guard_of = |boxd: u32| {
-        std::process::Command::new("pgrep")
-            .args(["-P", &boxd.to_string(), "-f", "boxd reaper"])
-            .output()
-            .ok()
-            .and_then(|output| {
-                String::from_utf8_lossy(&output.stdout)
-                    .trim()
-                    .parse::<i32>()
-                    .ok()
-            })
-    };
     let boxd = first.pid();
     assert!(
         common::eventually(common::SETTLE, || guard_of(boxd).is_some()).await,

@@ -3,36 +3,25 @@
 //! in its start. So a sandbox nobody contacted holds nothing the families can put off, and no listener
 //! needs to know which family waits.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use super::latch::Latch;
 
-use tokio::sync::Notify;
-
-static CAME: AtomicBool = AtomicBool::new(false);
-static COMING: Notify = Notify::const_new();
+static CAME: Latch = Latch::new();
 
 /// A request reached boxd (any listener, any route). Never waits; after the first call, one atomic load.
 pub fn arrived() {
-    if !CAME.load(Ordering::Relaxed) && !CAME.swap(true, Ordering::AcqRel) {
+    if CAME.open() {
         tracing::debug!("the first request reached boxd");
-        COMING.notify_waiters();
     }
 }
 
 /// Whether a request has reached boxd.
 pub fn has_come() -> bool {
-    CAME.load(Ordering::Acquire)
+    CAME.is_open()
 }
 
 /// Resolves once a request has reached boxd (at once if one already has).
 pub async fn wait() {
-    let notified = COMING.notified();
-    tokio::pin!(notified);
-    // Registered before the flag is read: a request that lands in between still wakes this waiter.
-    notified.as_mut().enable();
-    if has_come() {
-        return;
-    }
-    notified.await;
+    CAME.opened().await;
 }
 
 #[cfg(test)]

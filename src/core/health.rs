@@ -166,6 +166,9 @@ impl Health {
         if self.status().serves() {
             return Ok(());
         }
+        // The family may not have been started yet: its start waits for the first answer, and this
+        // call may be it.
+        super::start_gate::open();
         let _waiting = WaitingCall::enter(&self.waiting);
         let mut changes = self.state.subscribe();
         // Timing out leaves the family starting: answered below like any other state that does not serve.

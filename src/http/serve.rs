@@ -291,7 +291,9 @@ impl Connection {
                 if restricted && !is_probe(request.uri().path()) {
                     return Ok::<Response, Infallible>(over_cap_response(max_connections));
                 }
-                Ok(axum::handler::Handler::call(service, request, ()).await)
+                let answer = axum::handler::Handler::call(service, request, ()).await;
+                crate::core::start_gate::open();
+                Ok(answer)
             }
         });
         let connection = builder

@@ -168,6 +168,8 @@ impl Environment {
 
     /// Waits for [`Environment::prepare`], at most [`PREPARE_WAIT`].
     async fn prepared(&self) -> Result<(), WorkerError> {
+        // The family's start waits for the first answer, and this request may be it.
+        crate::core::start_gate::open();
         let mut outcome = self.prepared.subscribe();
         match tokio::time::timeout(PREPARE_WAIT, outcome.wait_for(Option::is_some)).await {
             Ok(Ok(outcome)) => match &*outcome {
