@@ -1,15 +1,15 @@
 // The candidates of an interactive view, found by the page in boxd's own isolated world (the page's
 // scripts can neither see nor change what runs here). It reads, in the order of Chromium's DOM
-// snapshot (the flat tree: a host's shadow tree, the elements slotted where their slot is), what `snapshot::clickable` and
-// `snapshot::candidates` read from that snapshot. The walk goes only as far as asked: it stops once
-// it has `want` candidates, waits in this world (`globalThis.__boxdFinder`, under the finding's
-// `id`), and goes on when its `walk(want)` is called. Arguments: the finding's id, how many
-// candidates to find first, the root element (or null),
-// the viewport ([x, y, width, height] in the document's CSS pixels, or null), the interactive roles,
-// then the elements with a click, mouse button or DOMActivate listener. Each step returns the
-// candidates found so far, a letter per candidate for its looks (`p`: a pointer starts on it; `h`: a
-// click handler, a link, an enabled button or a tabindex; `-`: neither), whether the walk is done,
-// and the number of elements walked that may host a closed shadow root.
+// snapshot (the flat tree: a host's shadow tree, the elements slotted where their slot is), what
+// `snapshot::clickable` and `snapshot::candidates` read from that snapshot. The walk goes only as far
+// as asked: it stops once it has `want` candidates, waits in this world (`globalThis.__boxdFinder`,
+// under the finding's `id`), and goes on when its `walk(want)` is called. Arguments: the finding's
+// id, how many candidates to find first, the root element (or null), the viewport ([x, y, width,
+// height] in the document's CSS pixels, or null), the interactive roles, then the elements with a
+// click, mouse button or DOMActivate listener. Each step returns the candidates found so far, a
+// letter per candidate for its looks (`p`: a pointer starts on it; `h`: a click handler, a link, an
+// enabled button or a tabindex; `-`: neither), whether the walk is done, and the number of elements
+// walked that may host a closed shadow root.
 function (id, want, root, viewport, interactive, ...clicked) {
   const roles = new Set(interactive);
   const clicks = new Set(clicked);
@@ -48,6 +48,11 @@ function (id, want, root, viewport, interactive, ...clicked) {
     return control !== null && (control.localName === 'input' || clicks.has(control)) &&
       !control.matches(':disabled');
   };
+  // `aria-hidden="true"` or `inert`: hidden with everything in it.
+  const hides = (element) => {
+    const ariaHidden = element.getAttribute('aria-hidden');
+    return (ariaHidden !== null && ariaHidden.toLowerCase() === 'true') || element.hasAttribute('inert');
+  };
   const tabbable = (value) => {
     const trimmed = value.trim();
     return /^\+?[0-9]{1,18}$/.test(trimmed) || /^-0{1,18}$/.test(trimmed);
@@ -85,11 +90,7 @@ function (id, want, root, viewport, interactive, ...clicked) {
     let contentEditable = null;
     let tabindex = null;
     if (attributes) {
-      if (!hidden) {
-        const ariaHidden = element.getAttribute('aria-hidden');
-        hiddenHere = (ariaHidden !== null && ariaHidden.toLowerCase() === 'true') ||
-          element.hasAttribute('inert');
-      }
+      if (!hidden) hiddenHere = hides(element);
       role = element.getAttribute('role');
       contentEditable = element.getAttribute('contenteditable');
       tabindex = element.getAttribute('tabindex');
@@ -162,12 +163,8 @@ function (id, want, root, viewport, interactive, ...clicked) {
     const up = (node) => node.assignedSlot ||
       (node.parentNode instanceof ShadowRoot ? node.parentNode.host : node.parentNode);
     let hidden = false;
-    for (let above = up(root); above && above.nodeType === 1; above = up(above)) {
-      const ariaHidden = above.getAttribute('aria-hidden');
-      if ((ariaHidden !== null && ariaHidden.toLowerCase() === 'true') || above.hasAttribute('inert')) {
-        hidden = true;
-        break;
-      }
+    for (let above = up(root); above && above.nodeType === 1 && !hidden; above = up(above)) {
+      hidden = hides(above);
     }
     const parent = up(root);
     const parentCursor = parent && parent.nodeType === 1 && parent.checkVisibility()

@@ -349,9 +349,11 @@ impl Running {
         Ok(Ok(Filled {
             nodes,
             clickable,
-            unlisted,
-            unlisted_count: candidates.count().saturating_sub(asked),
-            unlisted_more: !candidates.all_found(),
+            unlisted: Unlisted {
+                first: unlisted,
+                count: candidates.count().saturating_sub(asked),
+                more: !candidates.all_found(),
+            },
         }))
     }
 
@@ -464,9 +466,7 @@ impl Running {
                     too_large: Some(bytes),
                     boxes: HashMap::new(),
                     narrowed: false,
-                    unlisted: Vec::new(),
-                    unlisted_count: 0,
-                    unlisted_more: false,
+                    unlisted: Unlisted::default(),
                 });
             }
             Err(err) => return Err(err.into()),
@@ -508,9 +508,7 @@ impl Running {
             too_large: None,
             boxes,
             narrowed: false,
-            unlisted: Vec::new(),
-            unlisted_count: 0,
-            unlisted_more: false,
+            unlisted: Unlisted::default(),
         })
     }
 
@@ -582,14 +580,14 @@ impl Running {
         }
         // Candidates past the size: left out as the cut's own lines are, the first named.
         let mut unnamed = 0;
-        if parts.unlisted_count > 0 {
+        if parts.unlisted.count > 0 {
             let scope = scopes.first().copied().unwrap_or(usize::MAX);
-            let count = parts.unlisted_count;
+            let count = parts.unlisted.count;
             rendered.cut_lines += count;
             rendered.total_lines += count;
             rendered.rest_elements += count;
             let room = snapshot::MAX_NAMED_REFS.saturating_sub(rendered.rest.len());
-            let named = parts.unlisted.iter().take(room);
+            let named = parts.unlisted.first.iter().take(room);
             let named_count = named.len();
             for backend in named {
                 rendered.rest.push(tab.refs.assign((scope, *backend), 0));
@@ -642,7 +640,7 @@ impl Running {
         }
         // A view whose candidates were not all asked for is no whole view to compare with.
         tab.refs
-            .remember(key, rendered.lines, parts.unlisted_count == 0);
+            .remember(key, rendered.lines, parts.unlisted.count == 0);
         if !rendered.deeper.is_empty() {
             answer.notes.push(format!(
                 "- Depth cut: {} elements nested deeper than {} levels are not shown; they are \
@@ -667,7 +665,7 @@ impl Running {
                     .max_chars
                     .unwrap_or(MAX_SNAPSHOT_CHARS)
                     .min(MAX_SNAPSHOT_CHARS);
-                if parts.unlisted_more {
+                if parts.unlisted.more {
                     // The page was read only as far as the view needed.
                     let first = rendered.rest.len().min(snapshot::MAX_NAMED_REFS);
                     format!(
@@ -695,7 +693,7 @@ impl Running {
         }
         answer.rest = rendered.rest;
         answer.rest_elements = rendered.rest_elements;
-        answer.rest_more = parts.unlisted_more;
+        answer.rest_more = parts.unlisted.more;
         answer.deeper = rendered.deeper;
         answer.deeper_elements = rendered.deeper_elements;
         Ok(answer)
@@ -1019,12 +1017,19 @@ pub(super) struct SnapshotParts {
     boxes: HashMap<i64, [f64; 4]>,
     /// The nodes are an interactive view's candidates, already narrowed to its root and viewport.
     narrowed: bool,
-    /// Candidates of such a view not asked for (past the size asked for): how many, and the backend
-    /// node ids of the first (those the cut note may name).
-    unlisted_count: usize,
-    unlisted: Vec<i64>,
-    /// The finder stopped before the page's end: candidates past those counted may follow.
-    unlisted_more: bool,
+    /// Candidates of such a view not asked for: past the size asked for.
+    unlisted: Unlisted,
+}
+
+/// An interactive view's candidates past what its size holds.
+#[derive(Default)]
+struct Unlisted {
+    /// The backend node ids of the first of them (those the cut note may name).
+    first: Vec<i64>,
+    /// How many (those found, when the finder's walk stopped before the page's end).
+    count: usize,
+    /// The finder's walk stopped before the page's end: more may follow those counted.
+    more: bool,
 }
 
 /// A snapshot as an answer shows it: its heading line, its YAML (none when there is nothing to show:
@@ -1135,12 +1140,7 @@ fn diff_answer(
 struct Filled {
     nodes: Vec<Value>,
     clickable: HashMap<NodeKey, snapshot::Looks>,
-    /// The backend node ids of the first candidates left out.
-    unlisted: Vec<i64>,
-    /// Candidates left out (those found, when the finder's walk stopped before the end).
-    unlisted_count: usize,
-    /// The finder's walk stopped before the end: more candidates may follow those counted.
-    unlisted_more: bool,
+    unlisted: Unlisted,
 }
 
 impl Filled {
@@ -1170,8 +1170,6 @@ impl Filled {
             boxes: HashMap::new(),
             narrowed: true,
             unlisted: self.unlisted,
-            unlisted_count: self.unlisted_count,
-            unlisted_more: self.unlisted_more,
         }
     }
 }
