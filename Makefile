@@ -125,15 +125,17 @@ SIZE_OPTIMISED_CRATES := rmcp h2 regex-syntax fancy-regex clap_builder bollard b
 # `scripts/start-order.txt` (the linker's symbol ordering; `scripts/start-order.py` writes it from a start
 # under callgrind): scattered over the 18 MB of code they cost ~110 more page faults, ~0.6 ms of a 4 ms
 # start. The names in that file carry hashes of each crate's build settings, so the build keeps its
-# symbols (the release profile's `strip` would change those settings) and `strip` runs after it;
-# KEEP_SYMBOLS=1 leaves them, for the script. A name the code no longer has is skipped.
+# symbols (the release profile's `strip` would change those settings) and a stripped copy replaces
+# $(STATIC_BIN) after it (which is a hard link to cargo's own artifact: stripped in place, that would
+# lose its symbols too); KEEP_SYMBOLS=1 leaves them, for the script. A name the code no longer has is
+# skipped. Cargo does not track the order file: a new one takes effect once boxd is linked again.
 START_ORDER := $(CURDIR)/scripts/start-order.txt
 static:
 	CARGO_PROFILE_RELEASE_LTO=fat CARGO_PROFILE_RELEASE_CODEGEN_UNITS=1 CARGO_PROFILE_RELEASE_STRIP=none \
 	RUSTFLAGS="-C target-feature=+crt-static -C link-arg=-Wl,-z,pack-relative-relocs -C link-arg=-Wl,--symbol-ordering-file=$(START_ORDER) -C link-arg=-Wl,--no-warn-symbol-ordering" \
 	  cargo build --release --target $(TARGET) \
 	  $(foreach crate,$(SIZE_OPTIMISED_CRATES),--config 'profile.release.package."$(crate)".opt-level="s"')
-	$(if $(KEEP_SYMBOLS),,strip $(STATIC_BIN))
+	$(if $(KEEP_SYMBOLS),,strip -o $(STATIC_BIN).stripped $(STATIC_BIN) && mv -f $(STATIC_BIN).stripped $(STATIC_BIN))
 	file $(STATIC_BIN)
 	@ls -l $(STATIC_BIN)
 

@@ -27,9 +27,9 @@ STOP_WITHIN = 60
 
 
 def make_static(keep_symbols):
-    # Removed first: cargo links again only when its output is missing (the order file is not an input
-    # it tracks).
-    BINARY.unlink(missing_ok=True)
+    # Cargo does not track the order file, so boxd is built and linked again from scratch each time.
+    subprocess.run(["cargo", "clean", "--release", "--target", "x86_64-unknown-linux-gnu", "-p", "boxd"],
+                   cwd=ROOT, check=True)
     subprocess.run(["make", "-C", str(ROOT), "static", *(["KEEP_SYMBOLS=1"] if keep_symbols else [])],
                    check=True)
 
