@@ -63,17 +63,8 @@ class Server:
         self.local = threading.local()
 
     def _wait_healthy(self):
-        deadline = time.perf_counter() + 60
-        while time.perf_counter() < deadline:
-            try:
-                conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=2)
-                conn.request("GET", "/healthz", headers={"Authorization": f"Bearer {TOKEN}"})
-                if conn.getresponse().status == 200:
-                    return
-            except OSError:
-                pass
-            time.sleep(0.002)
-        raise RuntimeError(f"{self.kind} did not become healthy within 60 s")
+        if start.wait_for_healthz(self.port, TOKEN, time.perf_counter(), 60) is None:
+            raise RuntimeError(f"{self.kind} did not become healthy within 60 s")
 
     def conn(self):
         if getattr(self.local, "conn", None) is None:
@@ -341,8 +332,8 @@ def main():
         directory, workspace = new_workspace(kind)
         try:
             measured[kind]["start_ms"] = start.median_start_ms(
-                lambda port: server_command(kind, args, workspace, port)[0],
-                server_command(kind, args, workspace, 0)[1], TOKEN, START_SAMPLES, cwd=workspace)
+                lambda port: server_command(kind, args, workspace, port), TOKEN, START_SAMPLES,
+                cwd=workspace)
         finally:
             shutil.rmtree(directory, ignore_errors=True)
         server = Server(kind, args)

@@ -45,11 +45,32 @@ def build_floor(out_dir):
     return None
 
 
+def answers_healthz(port, token):
+    """Whether one raw `GET /healthz` on `port` is answered `200` now (False while nothing listens)."""
+    request = (f"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n"
+               "Connection: close\r\n\r\n").encode()
+    with socket.socket() as sock:
+        try:
+            sock.connect(("127.0.0.1", port))
+            sock.sendall(request)
+            return sock.recv(64).startswith(b"HTTP/1.1 200")
+        except OSError:
+            return False
+
+
+def wait_for_healthz(port, token, started, within):
+    """Seconds from `started` (a `time.perf_counter()` reading) to the first `200` for `/healthz` on
+    `port`, or None if none came within `within` seconds of it."""
+    while time.perf_counter() - started < within:
+        if answers_healthz(port, token):
+            return time.perf_counter() - started
+        time.sleep(POLL_EVERY if time.perf_counter() - started < FAST_POLLING_FOR else 0.002)
+    return None
+
+
 def one_start(argv, env, port, token, cwd=None):
     """Seconds from `posix_spawn` of `argv` to the first `200` for `/healthz` on `port`; the process is
     stopped (SIGTERM, then SIGKILL after 10 s) before returning."""
-    request = (f"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n"
-               "Connection: close\r\n\r\n").encode()
     devnull = [(os.POSIX_SPAWN_OPEN, fd, os.devnull, os.O_RDWR, 0) for fd in (0, 1, 2)]
     # A relative program path names a file from here, not from `cwd`.
     argv = [os.path.abspath(argv[0]), *argv[1:]]
@@ -61,19 +82,8 @@ def one_start(argv, env, port, token, cwd=None):
         pid = os.posix_spawn(argv[0], argv, env, file_actions=devnull)
     finally:
         os.chdir(previous)
-    answered = None
     try:
-        while time.perf_counter() - started < START_DEADLINE:
-            with socket.socket() as sock:
-                try:
-                    sock.connect(("127.0.0.1", port))
-                    sock.sendall(request)
-                    if sock.recv(64).startswith(b"HTTP/1.1 200"):
-                        answered = time.perf_counter() - started
-                        break
-                except OSError:
-                    pass
-            time.sleep(POLL_EVERY if time.perf_counter() - started < FAST_POLLING_FOR else 0.002)
+        answered = wait_for_healthz(port, token, started, START_DEADLINE)
     finally:
         os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + 10
@@ -88,12 +98,14 @@ def one_start(argv, env, port, token, cwd=None):
     return answered
 
 
-def median_start_ms(make_argv, env, token, samples, cwd=None):
-    """The median of `samples` starts, in ms; `make_argv(port)` names the command for a fresh port."""
+def median_start_ms(make_command, token, samples, cwd=None):
+    """The median of `samples` starts, in ms; `make_command(port)` gives the (argv, environment) that
+    start the server on a fresh port."""
     starts = []
     for _ in range(samples):
         port = free_port()
-        starts.append(one_start(make_argv(port), env, port, token, cwd))
+        argv, env = make_command(port)
+        starts.append(one_start(argv, env, port, token, cwd))
     return statistics.median(starts) * 1000
 
 
@@ -102,4 +114,4 @@ def floor_start_ms(out_dir, samples):
     binary = build_floor(out_dir)
     if binary is None:
         return None
-    return median_start_ms(lambda port: [binary, str(port)], {}, "", samples)
+    return median_start_ms(lambda port: ([binary, str(port)], {}), "", samples)

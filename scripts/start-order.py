@@ -11,13 +11,15 @@ Every wait is bounded; only loopback is used.
 import os
 import pathlib
 import re
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+import start  # noqa: E402  (bench/start.py: a free port, the wait for `/healthz`)
+
 BINARY = ROOT / "target" / "x86_64-unknown-linux-gnu" / "release" / "boxd"
 ORDER = ROOT / "scripts" / "start-order.txt"
 TOKEN = "start-order-token-0123456789abcdef"
@@ -32,12 +34,6 @@ def make_static(keep_symbols):
                    cwd=ROOT, check=True)
     subprocess.run(["make", "-C", str(ROOT), "static", *(["KEEP_SYMBOLS=1"] if keep_symbols else [])],
                    check=True)
-
-
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def executed_functions(dump):
@@ -61,28 +57,15 @@ def profile_start(scratch):
     workspace = scratch / "workspace"
     workspace.mkdir()
     out = scratch / "callgrind.out"
-    port = free_port()
+    port = start.free_port()
     env = {**os.environ, "SECRET_TOKEN": TOKEN, "RUST_LOG": "warn"}
     server = subprocess.Popen(
         ["valgrind", "--tool=callgrind", "--demangle=no", f"--callgrind-out-file={out}", str(BINARY),
          "serve", "--host", "127.0.0.1", "--port", str(port), "--workspace", str(workspace)],
         env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    request = (f"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {TOKEN}\r\n"
-               "Connection: close\r\n\r\n").encode()
     try:
-        deadline = time.monotonic() + ANSWER_WITHIN
-        while True:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"boxd under callgrind did not answer within {ANSWER_WITHIN} s")
-            with socket.socket() as sock:
-                try:
-                    sock.connect(("127.0.0.1", port))
-                    sock.sendall(request)
-                    if sock.recv(64).startswith(b"HTTP/1.1 200"):
-                        break
-                except OSError:
-                    pass
-            time.sleep(0.01)
+        if start.wait_for_healthz(port, TOKEN, time.perf_counter(), ANSWER_WITHIN) is None:
+            raise RuntimeError(f"boxd under callgrind did not answer within {ANSWER_WITHIN} s")
         subprocess.run(["callgrind_control", "--dump=first-answer", str(server.pid)], check=True,
                        capture_output=True, timeout=STOP_WITHIN)
         # What runs once the first answer is out (the families' start, the guard) comes next in the
