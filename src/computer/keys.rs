@@ -85,12 +85,12 @@ fn lowercase_names() -> &'static HashMap<String, u32> {
     static NAMES: OnceLock<HashMap<String, u32>> = OnceLock::new();
     NAMES.get_or_init(|| {
         let mut names = HashMap::new();
-        let named = keysymdef::BY_NAME.iter().filter(|(_, keysym)| {
+        let named_keys = keysymdef::BY_NAME.iter().map(named).filter(|(_, keysym)| {
             NAMED_KEYSYM_RANGES
                 .iter()
                 .any(|range| range.contains(keysym))
         });
-        for &(name, keysym) in named {
+        for (name, keysym) in named_keys {
             let lower = name.to_lowercase();
             let lower_case_name = name == lower;
             names
@@ -153,11 +153,20 @@ pub fn keysym_of_name(name: &str) -> Option<u32> {
 /// The keysym X names `name`, spelled exactly as keysymdef.h spells it.
 fn keysym_named_exactly(name: &str) -> Option<u32> {
     let table = keysymdef::BY_NAME;
-    let index = table.binary_search_by(|(entry, _)| entry.as_bytes().cmp(name.as_bytes()));
+    let index = table.binary_search_by(|entry| named(entry).0.as_bytes().cmp(name.as_bytes()));
     index
         .ok()
         .and_then(|index| table.get(index))
-        .map(|&(_, keysym)| keysym)
+        .map(|&(_, _, keysym)| keysym)
+}
+
+/// One entry of [`keysymdef::BY_NAME`] as `(name, keysym)`.
+fn named(&(start, end, keysym): &(u32, u32, u32)) -> (&'static str, u32) {
+    // u32 to usize is lossless on every target boxd builds for (64-bit Linux).
+    let name = keysymdef::NAMES
+        .get(start as usize..end as usize)
+        .unwrap_or_default();
+    (name, keysym)
 }
 
 /// The keysym that types `character`: its named keysym where X has one, else the Unicode keysym
@@ -225,9 +234,15 @@ mod tests {
 
     #[test]
     fn the_keysym_tables_are_sorted_for_binary_search() {
-        let names = keysymdef::BY_NAME;
+        let names: Vec<(&str, u32)> = keysymdef::BY_NAME.iter().map(named).collect();
         assert!(names.len() > 2000, "{}", names.len());
+        assert!(names.iter().all(|(name, _)| !name.is_empty()));
         assert!(names.windows(2).all(|pair| pair[0].0 < pair[1].0));
+        assert_eq!(
+            names.iter().map(|(name, _)| name.len()).sum::<usize>(),
+            keysymdef::NAMES.len(),
+            "every name of NAMES is in the table, once"
+        );
         let codepoints = keysymdef::BY_CODEPOINT;
         assert!(codepoints.windows(2).all(|pair| pair[0].0 < pair[1].0));
         assert_eq!(keysym_named_exactly("Greek_alpha"), Some(0x7e1));
