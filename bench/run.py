@@ -19,7 +19,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import start
-from family_bench import samples as timed
+from family_bench import free_port, samples as timed
 
 TOKEN = "bench-token"
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -55,7 +55,7 @@ class Server:
     def __init__(self, kind, args):
         self.kind = kind
         self.dir, self.workspace = new_workspace(kind)
-        self.port = start.free_port()
+        self.port = free_port()
         command, env = server_command(kind, args, self.workspace, self.port)
         self.proc = subprocess.Popen(command, cwd=self.workspace, env=env, stdin=subprocess.DEVNULL,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

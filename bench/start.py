@@ -8,12 +8,15 @@ when they were the measurement. Every loop is bounded in count and time; only lo
 """
 import os
 import pathlib
+import select
 import shutil
 import signal
 import socket
 import statistics
 import subprocess
 import time
+
+from family_bench import free_port
 
 FLOOR_SOURCE = pathlib.Path(__file__).resolve().parent / "start_floor.c"
 # Each poll: connect, send the request, read the status line. Refused until the server listens.
@@ -22,12 +25,6 @@ POLL_EVERY = 0.0001
 # 0.1 ms would take a core from it).
 FAST_POLLING_FOR = 0.05
 START_DEADLINE = 60
-
-
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def build_floor(out_dir):
@@ -85,17 +82,24 @@ def one_start(argv, env, port, token, cwd=None):
     try:
         answered = wait_for_healthz(port, token, started, START_DEADLINE)
     finally:
-        os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + 10
-        while os.waitpid(pid, os.WNOHANG) == (0, 0):
-            if time.monotonic() > deadline:
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
-                break
-            time.sleep(0.005)
+        stop(pid)
     if answered is None:
         raise RuntimeError(f"{argv[0]} did not answer /healthz within {START_DEADLINE} s")
     return answered
+
+
+def stop(pid):
+    """SIGTERM, then SIGKILL if `pid` has not exited within 10 s; returns once it is reaped (its exit is
+    watched through a pidfd, not polled)."""
+    pidfd = os.pidfd_open(pid)
+    try:
+        os.kill(pid, signal.SIGTERM)
+        exited, _, _ = select.select([pidfd], [], [], 10)
+        if not exited:
+            os.kill(pid, signal.SIGKILL)
+    finally:
+        os.close(pidfd)
+    os.waitpid(pid, 0)
 
 
 def median_start_ms(make_command, token, samples, cwd=None):

@@ -18,7 +18,8 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
-import start  # noqa: E402  (bench/start.py: a free port, the wait for `/healthz`)
+import start  # noqa: E402  (bench/start.py: the wait for `/healthz`)
+from family_bench import free_port  # noqa: E402
 
 BINARY = ROOT / "target" / "x86_64-unknown-linux-gnu" / "release" / "boxd"
 ORDER = ROOT / "scripts" / "start-order.txt"
@@ -57,7 +58,7 @@ def profile_start(scratch):
     workspace = scratch / "workspace"
     workspace.mkdir()
     out = scratch / "callgrind.out"
-    port = start.free_port()
+    port = free_port()
     env = {**os.environ, "SECRET_TOKEN": TOKEN, "RUST_LOG": "warn"}
     server = subprocess.Popen(
         ["valgrind", "--tool=callgrind", "--demangle=no", f"--callgrind-out-file={out}", str(BINARY),
